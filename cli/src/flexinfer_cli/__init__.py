@@ -1,0 +1,1 @@
+"""The flexinfer command line."""

@@ -1,0 +1,33 @@
+"""FlexInfer API types (group ``ai.flexinfer``): the single source of the CRD schemas."""
+
+from flexinfer_common.api.duration import Duration, format_duration, parse_duration
+from flexinfer_common.api.model import (
+    API_GROUP,
+    API_VERSION,
+    CacheSpec,
+    GPUSpec,
+    LiteLLMSpec,
+    Model,
+    ModelSpec,
+    ServerlessSpec,
+)
+from flexinfer_common.api.meta import Condition, ObjectMeta
+from flexinfer_common.api.status import ModelPhase, ModelStatus
+
+__all__ = [
+    "API_GROUP",
+    "API_VERSION",
+    "CacheSpec",
+    "Condition",
+    "Duration",
+    "GPUSpec",
+    "LiteLLMSpec",
+    "Model",
+    "ModelPhase",
+    "ModelSpec",
+    "ModelStatus",
+    "ObjectMeta",
+    "ServerlessSpec",
+    "format_duration",
+    "parse_duration",
+]

@@ -1,0 +1,231 @@
+"""The Model kind (ai.flexinfer/v1alpha2): one declared model and its observed state.
+
+Field names, defaults and enums follow the FlexInfer operator's API so that existing
+manifests apply unchanged (see shared/reference/flexinfer-api.md §1).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from flexinfer_common.api.duration import Duration
+from flexinfer_common.api.meta import ApiModel, Condition, ObjectMeta
+from flexinfer_common.api.status import ModelStatus
+
+API_GROUP = "ai.flexinfer"
+API_VERSION = f"{API_GROUP}/v1alpha2"
+KIND = "Model"
+
+GPU_RESOURCE_NAMES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915")
+
+
+class GPUVendor(StrEnum):
+    """Which accelerator vendor a model needs; ``auto`` detects it from node labels."""
+
+    AUTO = "auto"
+    NVIDIA = "nvidia"
+    AMD = "amd"
+    CPU = "cpu"
+
+
+class GPUSpec(ApiModel):
+    """spec.gpu: how many accelerators of which vendor, and GPU sharing."""
+
+    vendor: GPUVendor = GPUVendor.AUTO
+    shared: str | None = Field(default=None, description="GPU sharing group name")
+    priority: int = Field(default=100, ge=0, le=1000)
+    count: int | None = Field(default=None, ge=1, le=8)
+    vram_estimate_mb: int | None = Field(default=None, ge=0, alias="vramEstimateMB")
+    swap_cooldown: Duration | None = None
+
+    @model_validator(mode="after")
+    def _cpu_has_no_gpu_fields(self) -> GPUSpec:
+        if self.vendor is GPUVendor.CPU and (
+            self.count is not None or self.vram_estimate_mb is not None or self.shared
+        ):
+            raise ValueError("gpu.vendor=cpu must not set count, vramEstimateMB or shared")
+        return self
+
+    @property
+    def effective_count(self) -> int:
+        """GPUs per replica: 1 by default, 0 on the CPU."""
+        if self.vendor is GPUVendor.CPU:
+            return 0
+        return self.count if self.count is not None else 1
+
+
+class ServerlessSpec(ApiModel):
+    """spec.serverless: scale to zero when idle, back up on the first request."""
+
+    enabled: bool = True
+    min_replicas: int = Field(default=0, ge=0, le=10)
+    max_replicas: int = Field(default=1, ge=1, le=10)
+    idle_timeout: Duration = Field(default=timedelta(seconds=300))
+    cold_start_timeout: Duration = Field(default=timedelta(seconds=60))
+    scale_to_zero: bool = Field(
+        default=True, description="false keeps at least one replica even when idle"
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ServerlessSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("serverless.minReplicas must not exceed maxReplicas")
+        return self
+
+
+class FlashLoaderSpec(ApiModel):
+    """spec.cache.flashLoader: parallel preload of weights into tmpfs."""
+
+    enabled: bool | None = None
+    concurrency: int = Field(default=4, ge=1, le=32)
+    tmpfs_size_limit: str | None = None
+    buffer_size_kb: int = Field(default=4096, ge=32, le=16384, alias="bufferSizeKB")
+    verify_integrity: bool | None = None
+    image: str | None = None
+
+
+class CompilationCacheSpec(ApiModel):
+    """spec.cache.compilationCache: a node-local kernel compilation cache (ROCm)."""
+
+    enabled: bool | None = None
+    host_path: str = "/var/lib/flexinfer/compile-cache"
+    size_limit: str = "2Gi"
+
+
+class CacheSpec(ApiModel):
+    """spec.cache: where weights are cached before an engine starts."""
+
+    strategy: Literal["Memory", "SharedPVC", "Local", "None"] | None = None
+    pvc_name: str | None = None
+    storage_class: str = "longhorn"
+    size: str = "50Gi"
+    host_path: str = "/var/lib/flexinfer/models"
+    compilation_cache: CompilationCacheSpec | None = None
+    flash_loader: FlashLoaderSpec | None = None
+
+
+class LiteLLMSpec(ApiModel):
+    """spec.litellm: the names clients may use for this model."""
+
+    enabled: bool = True
+    served_model_name: str | None = None
+    aliases: list[str] = Field(default_factory=list)
+    copilot_alias: str | None = None
+
+
+class KVCacheSpec(ApiModel):
+    """spec.kvCache: KV-cache pressure handling (vLLM only)."""
+
+    pressure_policy: Literal["Observe", "Reconfigure", "Evict"] = "Observe"
+    high_watermark: float | str | None = None
+    low_watermark: float | str | None = None
+    max_block_size: int | None = None
+    swap_space: int | str | None = None
+    reconfigure_cooldown: Duration | None = None
+
+
+class ModelCapabilities(ApiModel):
+    """spec.capabilities: features inferred from the backend when unset."""
+
+    tool_calling: bool | None = None
+    vision: bool | None = None
+    image_generation: bool | None = None
+
+
+class ResourceRequirements(ApiModel):
+    """corev1.ResourceRequirements (quantities as int or string)."""
+
+    limits: dict[str, int | str] = Field(default_factory=dict)
+    requests: dict[str, int | str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _no_gpu_resources(self) -> ResourceRequirements:
+        for key in (*self.limits, *self.requests):
+            if key in GPU_RESOURCE_NAMES:
+                raise ValueError(f"resources must not name {key}; use spec.gpu.vendor/count")
+        return self
+
+
+class Toleration(ApiModel):
+    """corev1.Toleration."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class ModelSpec(ApiModel):
+    """spec of a Model: what to serve, with which backend, on which hardware."""
+
+    backend: str = Field(min_length=1, max_length=63)
+    source: str = Field(min_length=1, max_length=2048)
+    gpu: GPUSpec | None = None
+    serverless: ServerlessSpec | None = None
+    cache: CacheSpec | None = None
+    config: dict[str, Any] | None = None
+    resources: ResourceRequirements | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = None
+    litellm: LiteLLMSpec | None = None
+    service_labels: list[str] | None = Field(default=None, max_length=10)
+    kv_cache: KVCacheSpec | None = None
+    capabilities: ModelCapabilities | None = None
+    quantize: dict[str, Any] | None = None
+
+    @field_validator("source")
+    @classmethod
+    def _source_has_scheme(cls, value: str) -> str:
+        if "://" not in value:
+            raise ValueError("source must be a URI such as file:///path, HF://org/model")
+        if "\x00" in value:
+            raise ValueError("source must not contain NUL")
+        return value
+
+    @model_validator(mode="after")
+    def _pvc_cache_strategy(self) -> ModelSpec:
+        if self.source.startswith("pvc://") and self.cache and self.cache.strategy == "Memory":
+            raise ValueError("a pvc:// source needs cache.strategy SharedPVC, Local or None")
+        return self
+
+    @property
+    def serverless_or_default(self) -> ServerlessSpec:
+        """spec.serverless with defaults filled in (serverless is on when omitted)."""
+        return self.serverless or ServerlessSpec()
+
+    @property
+    def gpu_or_default(self) -> GPUSpec:
+        """spec.gpu with defaults; an omitted gpu means the CPU."""
+        return self.gpu or GPUSpec(vendor=GPUVendor.CPU)
+
+
+class Model(ApiModel):
+    """A Model object: apiVersion, kind, metadata, spec and status."""
+
+    api_version: Literal["ai.flexinfer/v1alpha2"] = API_VERSION
+    kind: Literal["Model"] = KIND
+    metadata: ObjectMeta
+    spec: ModelSpec
+    status: ModelStatus = Field(default_factory=ModelStatus)
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``: the object's unique key."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    @property
+    def served_names(self) -> list[str]:
+        """Every name a client may put in the request's ``model`` field."""
+        spec = self.spec.litellm or LiteLLMSpec()
+        names = [spec.served_model_name or self.metadata.name, *spec.aliases]
+        if spec.copilot_alias:
+            names.append(spec.copilot_alias)
+        return list(dict.fromkeys(names))
+
+
+__all__ = ["Condition", "Model", "ModelSpec", "ModelStatus", "ObjectMeta"]

@@ -1,0 +1,93 @@
+"""status of a Model: what the controller observed."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from flexinfer_common.api.meta import ApiModel, Condition
+
+
+class ModelPhase(StrEnum):
+    """Lifecycle phase of a Model, as the FlexInfer operator reports it."""
+
+    IDLE = "Idle"
+    PENDING = "Pending"
+    LOADING = "Loading"
+    READY = "Ready"
+    PREEMPTED = "Preempted"
+    FAILED = "Failed"
+
+
+class ConditionType(StrEnum):
+    """Condition types a Model carries."""
+
+    CACHED = "Cached"
+    LOADED = "Loaded"
+    READY = "Ready"
+    SCHEDULABLE = "Schedulable"
+    CONFIG_VALID = "ConfigValid"
+
+
+class GPUStatus(ApiModel):
+    """status.gpu: where the model runs."""
+
+    node: str | None = None
+    device: str | None = None
+    vendor: str | None = None
+    architecture: str | None = None
+    memory_mb: int | None = Field(default=None, alias="memoryMB")
+
+
+class MetricsStatus(ApiModel):
+    """status.metrics: numbers as strings, as the operator writes them."""
+
+    tokens_per_second: str | None = None
+    load_time_seconds: str | None = None
+    avg_latency_ms: str | None = None
+
+
+class SharedGroupStatus(ApiModel):
+    """status.sharedGroup: this model's place in its GPU sharing group."""
+
+    group_name: str | None = None
+    state: str | None = None
+    queue_position: int | None = None
+    preempted_by: str | None = None
+    preempted_at: datetime | None = None
+
+
+class CacheStatus(ApiModel):
+    """status.cache: whether the weights are cached and where."""
+
+    strategy: str | None = None
+    ready: bool = False
+    pvc_name: str | None = None
+    job_name: str | None = None
+    job_phase: str | None = None
+    message: str | None = None
+    size_bytes: int | None = None
+
+
+class ModelStatus(ApiModel):
+    """status of a Model.
+
+    ``replicas`` and ``readyReplicas`` are FlexInfer additions (the operator's ModelStatus
+    has neither): clients of the local runtime have no Deployment to read them from.
+    """
+
+    phase: ModelPhase = ModelPhase.PENDING
+    conditions: list[Condition] = Field(default_factory=list)
+    replicas: int = 0
+    ready_replicas: int = 0
+    desired_replicas: int = 0
+    observed_generation: int | None = None
+    gpu: GPUStatus | None = None
+    endpoint: str | None = None
+    last_active_time: datetime | None = None
+    metrics: MetricsStatus | None = None
+    shared_group: SharedGroupStatus | None = None
+    cache: CacheStatus | None = None
+    message: str | None = None

@@ -1,0 +1,72 @@
+"""Topic names and event payloads that cross service boundaries.
+
+Payloads are plain JSON objects validated by these pydantic models at both ends, so a
+producer and a consumer of different versions fail loudly instead of misreading each other.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEMAND = "flexinfer.demand"
+"""proxy → controller: a model has queued requests and needs replicas."""
+
+ACTIVITY = "flexinfer.activity"
+"""proxy → controller: a model served requests (throttled per model)."""
+
+ENDPOINTS = "flexinfer.endpoints"
+"""controller → proxy: the full set of endpoints of one model, after every change."""
+
+MODELS = "flexinfer.models"
+"""controller → everyone: a Model was created, changed or deleted."""
+
+
+class Event(BaseModel):
+    """Base of bus payloads: strict, so schema drift between services is an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DemandEvent(Event):
+    """Requests for ``model`` are waiting in a proxy's queue."""
+
+    model: str = Field(description="namespace/name of the Model")
+    queue_depth: int = Field(ge=0)
+    since: datetime
+    proxy: str = Field(description="the proxy replica that queued them")
+
+
+class ActivityEvent(Event):
+    """``model`` served requests at ``at``; ``active`` connections were open."""
+
+    model: str
+    at: datetime
+    active: int = Field(ge=0)
+
+
+class EndpointInfo(Event):
+    """One ready replica of a model."""
+
+    url: str = Field(description="base URL of the OpenAI-compatible server, without /v1")
+    replica: str
+    ready: bool = True
+    node: str | None = None
+
+
+class EndpointsEvent(Event):
+    """The complete endpoint set of ``model``; an empty list means none are ready."""
+
+    model: str
+    endpoints: list[EndpointInfo]
+    phase: str
+    revision: int = Field(ge=0, description="monotonic per model, to drop stale events")
+
+
+class ModelChangedEvent(Event):
+    """``model`` was created, updated or deleted (``deleted``)."""
+
+    model: str
+    generation: int
+    deleted: bool = False

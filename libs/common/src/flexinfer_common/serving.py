@@ -1,0 +1,129 @@
+"""Run ASGI apps on pre-bound sockets, several per event loop, with one signal handler.
+
+Binding the socket before uvicorn starts is what makes ``--port 0`` work: the port is
+known (and can be written to endpoints.json) before anything is served. The embedded
+stack runs every service's app in one loop; a distributed service runs just its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass, field
+
+import uvicorn
+from uvicorn._types import ASGIApplication
+
+log = logging.getLogger(__name__)
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to its ServerGroup."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (port 0 picks a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+def socket_url(sock: socket.socket, scheme: str = "http") -> str:
+    """``scheme://host:port`` of a bound socket."""
+    host, port = sock.getsockname()[:2]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port}"
+
+
+@dataclass
+class ServerGroup:
+    """Several ASGI apps and background coroutines that start and stop together."""
+
+    log_level: str = "warning"
+    _servers: list[tuple[str, _Server, socket.socket]] = field(default_factory=list)
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add_app(self, name: str, app: ASGIApplication, sock: socket.socket) -> str:
+        """Serve ``app`` on ``sock`` once ``run`` starts; returns its URL."""
+        config = uvicorn.Config(
+            app,
+            log_level=self.log_level,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=10,
+            ws="none",
+        )
+        self._servers.append((name, _Server(config), sock))
+        return socket_url(sock)
+
+    def stop(self) -> None:
+        """Ask every server to finish its requests and exit."""
+        self._stopping.set()
+        for _, server, _ in self._servers:
+            server.should_exit = True
+
+    def install_signal_handlers(self) -> None:
+        """Stop on SIGINT/SIGTERM (a second SIGINT forces exit)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal)
+
+    def _on_signal(self) -> None:
+        if self._stopping.is_set():
+            for _, server, _ in self._servers:
+                server.force_exit = True
+        log.info("shutting down")
+        self.stop()
+
+    async def run(self, on_ready: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Serve until ``stop``; ``on_ready`` runs once every app has started."""
+        tasks = [
+            asyncio.create_task(server.serve(sockets=[sock]), name=f"serve-{name}")
+            for name, server, sock in self._servers
+        ]
+        try:
+            await self._wait_started(tasks)
+            if on_ready is not None:
+                await on_ready()
+            stop_task = asyncio.create_task(self._stopping.wait())
+            done, _ = await asyncio.wait([*tasks, stop_task], return_when=asyncio.FIRST_COMPLETED)
+            if stop_task not in done:
+                # A server exited by itself (startup failure): bring the others down too.
+                self.stop()
+            stop_task.cancel()
+        finally:
+            self.stop()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            for sock in (s for _, _, s in self._servers):
+                sock.close()
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(
+                result, asyncio.CancelledError
+            ):
+                raise result
+        for name, server, _ in self._servers:
+            if not server.started:
+                raise RuntimeError(f"{name} failed to start (see the log above)")
+
+    async def _wait_started(self, tasks: list[asyncio.Task[None]]) -> None:
+        while not all(server.started for _, server, _ in self._servers):
+            if any(task.done() for task in tasks):
+                raise RuntimeError("a server failed to start (see the log above)")
+            await asyncio.sleep(0.01)

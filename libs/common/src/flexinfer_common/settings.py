@@ -1,0 +1,79 @@
+"""Settings groups shared by several services.
+
+Each group is a small pydantic-settings object with its own ``FLEXINFER_<GROUP>_`` prefix;
+a service's settings compose the groups it needs. Every field documents its unit and why
+its default is what it is.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BusSettings(BaseSettings):
+    """The event bus (``FLEXINFER_BUS_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="FLEXINFER_BUS_", extra="ignore")
+
+    url: str = "memory://"
+    """``memory://`` (one process, the embedded default: needs nothing installed) or
+    ``redis://host:port/db`` (distributed mode: every service shares one Redis)."""
+
+    stream_prefix: str = "flexinfer:"
+    """Key prefix of the Redis streams, so several stacks can share one Redis."""
+
+    retention: int = Field(default=10_000, ge=100)
+    """Messages kept per topic (approximate MAXLEN): enough for minutes of bursts at
+    fleet scale, small enough that Redis memory stays in the low megabytes."""
+
+    reclaim_idle_s: float = Field(default=30.0, gt=0)
+    """Seconds a message may stay unacked before another consumer reclaims it: longer than
+    any handler takes, short enough that a crashed consumer's work resumes quickly."""
+
+
+class StoreSettings(BaseSettings):
+    """The SQL store (``FLEXINFER_STORE_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="FLEXINFER_STORE_", extra="ignore")
+
+    url: str = "sqlite:///flexinfer.db"
+    """SQLAlchemy URL. SQLite (the embedded default) needs no server;
+    ``postgresql+psycopg://user@host:5432/db`` is for distributed mode."""
+
+    pool_size: int = Field(default=5, ge=1)
+    """Connections per process (PostgreSQL only): services issue few, short queries."""
+
+    echo: bool = False
+    """Log every SQL statement (debugging only: it is very verbose)."""
+
+
+class TelemetrySettings(BaseSettings):
+    """Metrics and traces (``FLEXINFER_TELEMETRY_*``; OTEL_* variables are honoured too)."""
+
+    model_config = SettingsConfigDict(env_prefix="FLEXINFER_TELEMETRY_", extra="ignore")
+
+    metrics_enabled: bool = True
+    """Serve Prometheus metrics on /metrics: cheap, and what Grafana dashboards read."""
+
+    otel_enabled: bool = False
+    """Export OpenTelemetry traces. Off by default, as in the operator
+    (FLEXINFER_OTEL_ENABLED=false): exporting needs a collector to send to."""
+
+    otel_endpoint: str | None = None
+    """OTLP endpoint; when unset, OTEL_EXPORTER_OTLP_ENDPOINT applies."""
+
+    service_namespace: str | None = None
+    """service.namespace resource attribute on traces."""
+
+
+class LogSettings(BaseSettings):
+    """Logging (``FLEXINFER_LOG_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="FLEXINFER_LOG_", extra="ignore")
+
+    level: str = "INFO"
+    """Root log level: INFO shows lifecycle events without per-request noise."""
+
+    json_format: bool = False
+    """One JSON object per line, for log shippers; plain text reads better on a terminal."""

@@ -1,0 +1,78 @@
+"""Telemetry bootstrap: Prometheus metrics and OpenTelemetry traces for a FastAPI app.
+
+Each app gets its own CollectorRegistry, because the embedded stack runs several services in
+one process and the default global registry would reject their identical metric names.
+Services register their own metrics on ``Telemetry.registry``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+from prometheus_fastapi_instrumentator import Instrumentator
+
+from flexinfer_common.settings import TelemetrySettings
+
+log = logging.getLogger(__name__)
+
+_UNTRACKED = ["/metrics", "/healthz", "/readyz"]
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """What ``setup_telemetry`` installed on an app."""
+
+    service: str
+    registry: CollectorRegistry
+    tracing: bool
+
+
+def setup_telemetry(
+    app: FastAPI, service: str, settings: TelemetrySettings, *, instrument_requests: bool = True
+) -> Telemetry:
+    """Expose /metrics (per-app registry) and, when enabled, export OTel traces."""
+    registry = CollectorRegistry(auto_describe=True)
+    if settings.metrics_enabled:
+        instrumentator = Instrumentator(
+            excluded_handlers=_UNTRACKED,
+            registry=registry,
+            should_group_status_codes=False,
+        )
+        if instrument_requests:
+            instrumentator.instrument(app)
+        instrumentator.expose(app, endpoint="/metrics", include_in_schema=False)
+    tracing = settings.otel_enabled and _setup_tracing(app, service, settings)
+    return Telemetry(service=service, registry=registry, tracing=tracing)
+
+
+def _setup_tracing(app: FastAPI, service: str, settings: TelemetrySettings) -> bool:
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    attributes = {"service.name": f"flexinfer-{service}"}
+    if settings.service_namespace:
+        attributes["service.namespace"] = settings.service_namespace
+    provider = TracerProvider(resource=Resource.create(attributes))
+    endpoint = settings.otel_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if endpoint:
+        exporter = _otlp_exporter(endpoint)
+        if exporter is None:
+            log.warning("OTLP exporter package not installed; traces are not exported")
+        else:
+            provider.add_span_processor(BatchSpanProcessor(exporter))
+    FastAPIInstrumentor.instrument_app(app, tracer_provider=provider, excluded_urls="metrics,healthz,readyz")
+    return True
+
+
+def _otlp_exporter(endpoint: str):  # type: ignore[no-untyped-def]
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        return None
+    return OTLPSpanExporter(endpoint=endpoint)

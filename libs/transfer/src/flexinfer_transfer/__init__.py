@@ -1,0 +1,1 @@
+"""FlexInfer weight loading: tensor manifests and the loader strategy chain."""

@@ -1,0 +1,1 @@
+"""FlexInfer controller service."""

@@ -1,0 +1,1 @@
+"""FlexInfer engine service."""

@@ -1,0 +1,1 @@
+"""FlexInfer registry service."""

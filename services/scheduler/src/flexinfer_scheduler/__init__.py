@@ -1,0 +1,1 @@
+"""FlexInfer scheduler service."""
