@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import uvicorn
 from uvicorn._types import ASGIApplication
@@ -52,11 +55,34 @@ def socket_url(sock: socket.socket, scheme: str = "http") -> str:
     return f"{scheme}://{host}:{port}"
 
 
+READY_FILE_ENV = "FLEXINFER_READY_FILE"
+
+
+def _ready_file_from_env() -> Path | None:
+    # Popped, not read: the file is this process's, and children (engines) must not inherit it.
+    value = os.environ.pop(READY_FILE_ENV, None)
+    return Path(value) if value else None
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """Write JSON so that readers see either the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+
+
 @dataclass
 class ServerGroup:
-    """Several ASGI apps and background coroutines that start and stop together."""
+    """Several ASGI apps that start and stop together.
+
+    Once every app has started, the group writes ``{name: url}`` to ``ready_file``
+    (default: the path in $FLEXINFER_READY_FILE), so a supervisor or a test that started a
+    service with ``--port 0`` learns where it listens.
+    """
 
     log_level: str = "warning"
+    ready_file: Path | None = field(default_factory=_ready_file_from_env)
     _servers: list[tuple[str, _Server, socket.socket]] = field(default_factory=list)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -72,6 +98,10 @@ class ServerGroup:
         )
         self._servers.append((name, _Server(config), sock))
         return socket_url(sock)
+
+    def urls(self) -> dict[str, str]:
+        """The URL of every app, by name."""
+        return {name: socket_url(sock) for name, _, sock in self._servers}
 
     def stop(self) -> None:
         """Ask every server to finish its requests and exit."""
@@ -102,6 +132,8 @@ class ServerGroup:
             await self._wait_started(tasks)
             if on_ready is not None:
                 await on_ready()
+            if self.ready_file is not None:
+                write_json_atomic(self.ready_file, self.urls())
             stop_task = asyncio.create_task(self._stopping.wait())
             done, _ = await asyncio.wait([*tasks, stop_task], return_when=asyncio.FIRST_COMPLETED)
             if stop_task not in done:

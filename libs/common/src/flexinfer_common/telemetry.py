@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 
 from fastapi import FastAPI
+from opentelemetry.sdk.trace.export import SpanExporter
 from prometheus_client import CollectorRegistry
 from prometheus_fastapi_instrumentator import Instrumentator
 
@@ -70,9 +71,13 @@ def _setup_tracing(app: FastAPI, service: str, settings: TelemetrySettings) -> b
     return True
 
 
-def _otlp_exporter(endpoint: str):  # type: ignore[no-untyped-def]
+def _otlp_exporter(endpoint: str) -> SpanExporter | None:
+    # The OTLP exporter is optional: it pulls in protobuf/gRPC stacks most laptops don't need.
     try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
+            OTLPSpanExporter,
+        )
     except ImportError:
         return None
-    return OTLPSpanExporter(endpoint=endpoint)
+    exporter: SpanExporter = OTLPSpanExporter(endpoint=endpoint)
+    return exporter

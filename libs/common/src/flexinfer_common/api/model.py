@@ -17,8 +17,8 @@ from flexinfer_common.api.meta import ApiModel, Condition, ObjectMeta
 from flexinfer_common.api.status import ModelStatus
 
 API_GROUP = "ai.flexinfer"
-API_VERSION = f"{API_GROUP}/v1alpha2"
-KIND = "Model"
+API_VERSION: Literal["ai.flexinfer/v1alpha2"] = "ai.flexinfer/v1alpha2"
+KIND: Literal["Model"] = "Model"
 
 GPU_RESOURCE_NAMES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915")
 

@@ -1,0 +1,67 @@
+"""``flexinfer``: the embedded stack (``flexinfer up``), every service, and dev tools.
+
+Service subcommands hand their arguments to that service's own ``main`` so that
+``flexinfer proxy --port 0`` and ``python -m flexinfer_proxy --port 0`` are the same program.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from flexinfer_common.errors import FlexInferError
+
+SERVICES = ("proxy", "controller", "scheduler", "registry", "agent", "engine")
+
+
+def _service_main(service: str) -> Callable[[list[str]], int]:
+    def run(argv: list[str]) -> int:
+        module = importlib.import_module(f"flexinfer_{service}.__main__")
+        result: int = module.main(argv)
+        return result
+
+    return run
+
+
+def _tools() -> dict[str, Callable[[list[str]], int]]:
+    from flexinfer_cli import tools, up
+
+    return {"up": up.main, "model": tools.model_main, "crd": tools.crd_main}
+
+
+def _usage() -> str:
+    return (
+        "usage: flexinfer COMMAND [ARGS...]\n\n"
+        "commands:\n"
+        "  up                 run the embedded stack (proxy on http://127.0.0.1:8080)\n"
+        "  model generate     write a deterministic reference model\n"
+        "  crd generate       regenerate k8s/crds from the API types (--check: verify only)\n"
+        + "".join(f"  {name:<18} run the {name} service on its own\n" for name in SERVICES)
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch ``flexinfer COMMAND ...``; returns the process exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    handlers = _tools()
+    handlers.update({name: _service_main(name) for name in SERVICES})
+    handler = handlers.get(command)
+    if handler is None:
+        print(f"flexinfer: unknown command {command!r}; see 'flexinfer --help'", file=sys.stderr)
+        return 2
+    try:
+        return handler(rest)
+    except FlexInferError as exc:
+        print(f"flexinfer {command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

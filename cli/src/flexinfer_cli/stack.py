@@ -1,0 +1,94 @@
+"""The embedded stack: every control-plane service's app on one event loop.
+
+Each service is built by its own ``create_app`` exactly as its distributed ``main`` builds
+it; only the bus (in memory) and the store (one SQLite file) are shared objects here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from flexinfer_common.bus import create_bus
+from flexinfer_common.serving import ServerGroup, bind_socket, write_json_atomic
+from flexinfer_common.settings import BusSettings, StoreSettings
+from flexinfer_common.store import create_store
+
+log = logging.getLogger("flexinfer.up")
+
+ReadyHook = Callable[[dict[str, str]], Awaitable[None]]
+
+ENDPOINTS_FILE = "endpoints.json"
+
+
+class EmbeddedStack:
+    """Builds and runs proxy, controller, scheduler and registry in one process."""
+
+    def __init__(self, data_dir: Path, host: str, ports: dict[str, int]) -> None:
+        self.data_dir = data_dir
+        self.host = host
+        self.ports = ports
+        self._hooks: list[ReadyHook] = []
+
+    def on_ready(self, hook: ReadyHook) -> None:
+        """Run ``hook(urls)`` once every service is serving."""
+        self._hooks.append(hook)
+
+    async def run(self) -> None:
+        """Serve until SIGINT/SIGTERM, then stop every service and engine."""
+        bus = create_bus(BusSettings(url="memory://"))
+        store = create_store(StoreSettings(url=f"sqlite:///{self.data_dir / 'flexinfer.db'}"))
+        endpoints_file = self.data_dir / ENDPOINTS_FILE
+        endpoints_file.unlink(missing_ok=True)
+        try:
+            group = ServerGroup(log_level="warning", ready_file=None)
+            apps = self._build_apps(bus=bus, store=store)
+            urls = {name: group.add_app(name, app, bind_socket(self.host, self.ports[name]))
+                    for name, app in apps.items()}
+            group.install_signal_handlers()
+
+            async def ready() -> None:
+                urls["registry_grpc"] = str(apps["registry_http"].state.grpc_address)
+                for hook in self._hooks:
+                    await hook(urls)
+                write_json_atomic(endpoints_file, urls)
+                log.info("ready: %s", urls)
+
+            await group.run(on_ready=ready)
+        finally:
+            endpoints_file.unlink(missing_ok=True)
+            with contextlib.suppress(Exception):
+                await store.close()
+            with contextlib.suppress(Exception):
+                await bus.close()
+
+    def _build_apps(self, **deps: Any) -> dict[str, Any]:
+        from flexinfer_controller.app import create_app as controller_app
+        from flexinfer_controller.settings import ControllerSettings
+        from flexinfer_proxy.app import create_app as proxy_app
+        from flexinfer_proxy.settings import ProxySettings
+        from flexinfer_registry.app import create_app as registry_app
+        from flexinfer_registry.settings import RegistrySettings
+        from flexinfer_scheduler.app import create_app as scheduler_app
+        from flexinfer_scheduler.settings import SchedulerSettings
+
+        host, ports = self.host, self.ports
+        controller = ControllerSettings(
+            host=host,
+            port=ports["controller"],
+            data_dir=self.data_dir / "engines",
+            # Embedded means one process owns everything: its engines go when it goes.
+            stop_engines_on_shutdown=True,
+        )
+        registry = RegistrySettings(
+            host=host, port=ports["registry_http"], grpc_host=host, grpc_port=ports["registry_grpc"]
+        )
+        return {
+            "proxy": proxy_app(ProxySettings(host=host, port=ports["proxy"]), **deps),
+            "controller": controller_app(controller, **deps),
+            "scheduler": scheduler_app(SchedulerSettings(host=host, port=ports["scheduler"])),
+            "registry_http": registry_app(registry),
+        }

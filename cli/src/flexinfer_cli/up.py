@@ -1,0 +1,108 @@
+"""``flexinfer up``: proxy, controller, registry and scheduler in one process.
+
+It needs no Redis, Docker or GPU: an in-memory bus, SQLite under ``--data-dir``, the
+``local`` runtime (engines as subprocesses) and a tiny reference model generated on first
+run. Distributed mode runs the very same apps, one per process, configured for Redis and
+PostgreSQL instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flexinfer_cli import demo
+from flexinfer_cli.args import parser
+from flexinfer_cli.stack import EmbeddedStack
+
+log = logging.getLogger("flexinfer.up")
+
+DEFAULT_PORTS = {"proxy": 8080, "controller": 8090, "scheduler": 8888, "registry_http": 8011,
+                 "registry_grpc": 8001}
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    """What ``flexinfer up`` was asked to do."""
+
+    data_dir: Path
+    host: str
+    ports: dict[str, int]
+    demo: bool
+    idle_timeout: str
+    log_level: str
+
+
+def parse_options(argv: list[str]) -> UpOptions:
+    """Parse ``flexinfer up`` flags."""
+    p = parser("up", "Run the embedded FlexInfer stack in one process.")
+    p.add_argument("--data-dir", type=Path,
+                   default=Path(os.environ.get("FLEXINFER_DATA_DIR", ".flexinfer")),
+                   help="all state: SQLite, model cache, engine logs (default ./.flexinfer)")
+    p.add_argument("--host", default="127.0.0.1", help="interface every service listens on")
+    p.add_argument("--port", type=int, default=DEFAULT_PORTS["proxy"],
+                   help="proxy port (default 8080); 0 gives every service a free port")
+    p.add_argument("--controller-port", type=int, default=None)
+    p.add_argument("--registry-grpc-port", type=int, default=None)
+    p.add_argument("--no-demo", action="store_true", help="do not generate and apply the demo")
+    p.add_argument("--idle-timeout", default="5m", help="demo model idle timeout (default 5m)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    args = p.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        p.error("--port must be between 0 and 65535")
+    ports = {name: 0 if args.port == 0 else default for name, default in DEFAULT_PORTS.items()}
+    ports["proxy"] = args.port
+    if args.controller_port is not None:
+        ports["controller"] = args.controller_port
+    if args.registry_grpc_port is not None:
+        ports["registry_grpc"] = args.registry_grpc_port
+    return UpOptions(
+        data_dir=args.data_dir.resolve(),
+        host=args.host,
+        ports=ports,
+        demo=not args.no_demo,
+        idle_timeout=args.idle_timeout,
+        log_level=args.log_level,
+    )
+
+
+def _configure_logging(level: str, log_file: Path) -> None:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr),
+                                       logging.FileHandler(log_file)]
+    for handler in handlers:
+        handler.setFormatter(fmt)
+    logging.basicConfig(level=level.upper(), handlers=handlers, force=True)
+
+
+def main(argv: list[str]) -> int:
+    """Run the embedded stack until SIGINT/SIGTERM."""
+    options = parse_options(argv)
+    options.data_dir.mkdir(parents=True, exist_ok=True)
+    _configure_logging(options.log_level, options.data_dir / "logs" / "flexinfer.log")
+    stack = EmbeddedStack(options.data_dir, options.host, options.ports)
+    if options.demo:
+        model_dir = demo.ensure_demo_model(options.data_dir)
+        stack.on_ready(lambda urls: demo.apply_demo(urls, model_dir, options.idle_timeout))
+    try:
+        _run(stack.run())
+    except OSError as exc:
+        print(f"flexinfer up: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(coro: Coroutine[Any, Any, None]) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+        asyncio.run(coro)
+        return
+    uvloop.run(coro)

@@ -1,0 +1,1 @@
+"""Helpers for FlexInfer's cross-service tests: real stacks as subprocesses, real servers."""

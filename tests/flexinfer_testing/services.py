@@ -1,0 +1,67 @@
+"""Access to the real Redis and PostgreSQL that development and CI machines run.
+
+A test that needs one skips with a reason when it is absent, except under CI=true, where
+an absent server is a failure: CI must never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+REDIS_URL = os.environ.get("FLEXINFER_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+POSTGRES_URL = os.environ.get(
+    "FLEXINFER_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def unavailable(what: str, exc: BaseException) -> None:
+    """Skip (or under CI=true, fail) because ``what`` cannot be reached."""
+    message = f"{what} is not reachable: {exc}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message} (CI=true: tests must not be skipped)")
+    pytest.skip(message)
+
+
+def require_redis() -> str:
+    """The Redis URL, after checking that the server answers."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        unavailable(f"Redis at {REDIS_URL}", exc)
+    finally:
+        client.close()
+    return REDIS_URL
+
+
+def _libpq_url(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(scheme="postgresql"))
+
+
+@contextmanager
+def postgres_database(prefix: str = "flexinfer_test") -> Iterator[str]:
+    """A fresh PostgreSQL database for the duration of the block; yields its SQLAlchemy URL."""
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin_url = _libpq_url(POSTGRES_URL)
+    try:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as exc:
+        unavailable(f"PostgreSQL at {POSTGRES_URL}", exc)
+    parts = urlsplit(POSTGRES_URL)
+    try:
+        yield urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -1,0 +1,205 @@
+"""Start whole FlexInfer stacks as subprocesses, the way a user would.
+
+``embedded``: one ``flexinfer up --port 0`` process. ``distributed``: ``flexinfer controller``
+and ``flexinfer proxy`` as separate processes sharing the real Redis and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from flexinfer_testing.services import postgres_database, require_redis
+
+START_TIMEOUT_S = 60.0
+
+
+def flexinfer_command(*args: str) -> list[str]:
+    """``flexinfer ARGS`` run with this interpreter."""
+    return [sys.executable, "-m", "flexinfer_cli", *args]
+
+
+def wait_for_file(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> dict[str, str]:
+    """The JSON a starting process writes at ``path`` once it serves."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            data: dict[str, str] = json.loads(path.read_text())
+            return data
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before it was ready")
+        time.sleep(0.05)
+    raise TimeoutError(f"{path} did not appear within {timeout}s")
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+    """Signal ``proc`` and wait for it (SIGKILL after ``timeout``)."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode
+
+
+@dataclass
+class Stack:
+    """A running stack: where its services listen and how to reach its engines."""
+
+    mode: str
+    data_dir: Path
+    model_dir: Path
+    env: dict[str, str]
+    urls: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        """The proxy's OpenAI base URL (…/v1)."""
+        return f"{self.urls['proxy']}/v1"
+
+    def apply_model(self, name: str, **serverless: Any) -> dict[str, Any]:
+        """Declare a reference-backend Model on this stack's tiny model."""
+        manifest = {
+            "apiVersion": "ai.flexinfer/v1alpha2",
+            "kind": "Model",
+            "metadata": {"name": name},
+            "spec": {
+                "backend": "reference",
+                "source": self.model_dir.as_uri(),
+                "gpu": {"vendor": "cpu"},
+                "serverless": {"minReplicas": 0, **serverless},
+            },
+        }
+        response = httpx.put(
+            f"{self.urls['controller']}/v1/admin/models/{name}", json=manifest, timeout=30
+        )
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+    def engine_processes(self) -> list[psutil.Process]:
+        """Live engine processes serving this stack's model directory."""
+        marker = str(self.model_dir)
+        found = []
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            cmdline = proc.info["cmdline"] or []
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if "flexinfer_engine" in cmdline and "serve" in cmdline and marker in cmdline:
+                found.append(proc)
+        return found
+
+    def wait_engines(self, count: int, timeout: float = 30) -> list[psutil.Process]:
+        """Wait until exactly ``count`` engines run; return them."""
+        deadline = time.monotonic() + timeout
+        while True:
+            engines = self.engine_processes()
+            if len(engines) == count or time.monotonic() > deadline:
+                return engines
+            time.sleep(0.1)
+
+
+class StackFactory:
+    """Starts stacks of one mode and stops everything they started."""
+
+    def __init__(self, mode: str, root: Path, model_template: Path, exit_stack: ExitStack) -> None:
+        self.mode = mode
+        self.root = root
+        self.model_template = model_template
+        self.exit_stack = exit_stack
+
+    def start(self, **env: str) -> Stack:
+        """A fresh stack; ``env`` adds FLEXINFER_* settings."""
+        data_dir = self.root / f"stack-{uuid.uuid4().hex[:8]}"
+        model_dir = data_dir / "models" / "tiny"
+        shutil.copytree(self.model_template, model_dir)
+        full_env = {**os.environ, "FLEXINFER_LOG_LEVEL": "INFO", **env}
+        stack = Stack(self.mode, data_dir, model_dir, full_env)
+        self.exit_stack.callback(self._cleanup, stack)
+        if self.mode == "distributed":
+            self._distributed_env(stack)
+        self.launch(stack)
+        return stack
+
+    def _distributed_env(self, stack: Stack) -> None:
+        redis_url = require_redis().rsplit("/", 1)[0] + "/0"
+        database = self.exit_stack.enter_context(postgres_database("flexinfer_e2e"))
+        stack.env.update({
+            "FLEXINFER_BUS_URL": redis_url,
+            "FLEXINFER_BUS_STREAM_PREFIX": f"e2e-{uuid.uuid4().hex[:8]}:",
+            "FLEXINFER_STORE_URL": database,
+            # A test stack must leave nothing behind when it is stopped gracefully.
+            "FLEXINFER_CONTROLLER_STOP_ENGINES_ON_SHUTDOWN": "true",
+        })
+
+    def launch(self, stack: Stack) -> None:
+        """Start (or restart) every process of the stack and wait until it serves."""
+        if self.mode == "embedded":
+            self._start(stack, "up", ["up", "--data-dir", str(stack.data_dir), "--port", "0",
+                                      "--no-demo"], stack.data_dir / "endpoints.json")
+        else:
+            self.start_controller(stack)
+            self._start(stack, "proxy", ["proxy", "--port", "0"],
+                        stack.data_dir / "proxy.ready.json")
+
+    def start_controller(self, stack: Stack) -> None:
+        """(Re)start the controller; in embedded mode that is the whole stack."""
+        if self.mode == "embedded":
+            self.launch(stack)
+            return
+        self._start(stack, "controller",
+                    ["controller", "--port", "0", "--data-dir", str(stack.data_dir / "engines")],
+                    stack.data_dir / "controller.ready.json")
+
+    def controller_process(self, stack: Stack) -> subprocess.Popen[bytes]:
+        """The process that runs the controller."""
+        return stack.procs["up" if self.mode == "embedded" else "controller"]
+
+    def _start(self, stack: Stack, name: str, args: list[str], ready: Path) -> None:
+        ready.unlink(missing_ok=True)
+        env = dict(stack.env)
+        if name != "up":
+            env["FLEXINFER_READY_FILE"] = str(ready)
+        log = (stack.data_dir / f"{name}.log").open("ab")
+        proc = subprocess.Popen(flexinfer_command(*args), env=env, stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL)
+        log.close()
+        stack.procs[name] = proc
+        urls = wait_for_file(ready, proc, START_TIMEOUT_S)
+        if name == "up":
+            stack.urls.update(urls)
+        else:
+            stack.urls[name] = next(iter(urls.values()))
+
+    @staticmethod
+    def _cleanup(stack: Stack) -> None:
+        for proc in reversed(list(stack.procs.values())):
+            stop_process(proc)
+        for engine in stack.engine_processes():
+            # An engine that outlives its stack is an orphan: a bug the tests must see.
+            engine.kill()
+            raise AssertionError(f"engine pid {engine.pid} outlived its stack")
+
+
+@contextmanager
+def stack_factory(mode: str, root: Path, model_template: Path) -> Iterator[StackFactory]:
+    """A StackFactory whose stacks are all stopped when the block exits."""
+    with ExitStack() as exit_stack:
+        yield StackFactory(mode, root, model_template, exit_stack)
