@@ -1,0 +1,1 @@
+"""Framework-free proxy logic: model names, endpoints, the cold-start queue, activity."""

@@ -1,0 +1,110 @@
+"""The models this proxy serves, by every name a client may use, cached from the store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from flexinfer_common.api import Model
+from flexinfer_common.store import ModelStore
+
+log = logging.getLogger(__name__)
+
+_MAX_MISS_ENTRIES = 10_000
+
+
+def build_name_index(models: list[Model]) -> dict[str, Model]:
+    """Map served names, then aliases, to Models; the first claimant (by key) wins a name."""
+    ordered = sorted(models, key=lambda m: m.key)
+    index: dict[str, Model] = {}
+    # Primary names first, so another model's alias can never shadow a served name.
+    for model in ordered:
+        index.setdefault(model.served_names[0], model)
+    for model in ordered:
+        for name in model.served_names[1:]:
+            index.setdefault(name, model)
+    return index
+
+
+class ModelCatalog:
+    """Resolves request ``model`` names to Models of one namespace."""
+
+    def __init__(
+        self,
+        store: ModelStore,
+        namespace: str,
+        *,
+        miss_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[dict[str, Model]], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._namespace = namespace
+        self._miss_interval_s = miss_interval_s
+        self._clock = clock
+        self._on_change = on_change
+        self._index: dict[str, Model] = {}
+        self._by_key: dict[str, Model] = {}
+        self._misses: dict[str, float] = {}
+        self._refreshing: asyncio.Task[None] | None = None
+        self.loaded = False
+
+    @property
+    def models(self) -> list[Model]:
+        """Every declared Model, ordered by key."""
+        return sorted(self._by_key.values(), key=lambda m: m.key)
+
+    def get(self, key: str) -> Model | None:
+        """The Model with this namespace/name key, if known."""
+        return self._by_key.get(key)
+
+    def lookup(self, name: str) -> Model | None:
+        """The Model a name resolves to in the cache, without touching the store."""
+        return self._index.get(name)
+
+    async def resolve(self, name: str) -> Model | None:
+        """The Model for ``name``; on a miss, re-read the store (throttled per name)."""
+        model = self._index.get(name)
+        if model is not None:
+            return model
+        now = self._clock()
+        last = self._misses.get(name)
+        if last is not None and now - last < self._miss_interval_s:
+            return None
+        if len(self._misses) >= _MAX_MISS_ENTRIES:
+            self._prune_misses(now)
+        self._misses[name] = now
+        await self.refresh()
+        return self._index.get(name)
+
+    async def refresh(self) -> None:
+        """Re-read every Model of the namespace; concurrent callers share one read."""
+        task = self._refreshing
+        if task is None or task.done():
+            task = asyncio.create_task(self._load(), name="proxy-models-refresh")
+            self._refreshing = task
+        await asyncio.shield(task)
+
+    def apply(self, models: list[Model]) -> None:
+        """Replace the cached models (also used when a caller already holds the list)."""
+        ours = [m for m in models if m.metadata.namespace == self._namespace]
+        self._index = build_name_index(ours)
+        self._by_key = {m.key: m for m in ours}
+        self.loaded = True
+        if self._on_change is not None:
+            self._on_change(self._by_key)
+
+    async def _load(self) -> None:
+        models = await self._store.list_models(self._namespace)
+        self.apply(models)
+
+    def _prune_misses(self, now: float) -> None:
+        stale = [n for n, t in self._misses.items() if now - t >= self._miss_interval_s]
+        for name in stale:
+            del self._misses[name]
+        if len(self._misses) >= _MAX_MISS_ENTRIES:
+            # Every entry is fresh: a flood of distinct names. Forget them all rather than
+            # grow without bound; the per-name throttle then restarts.
+            self._misses.clear()

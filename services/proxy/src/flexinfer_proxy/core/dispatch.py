@@ -1,0 +1,57 @@
+"""Pick an endpoint for a request, waiting in the cold-start queue when none is ready."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from flexinfer_common.api import Model
+from flexinfer_common.bus.topics import EndpointInfo
+from flexinfer_proxy.core.endpoints import EndpointTable
+from flexinfer_proxy.core.queue import ColdStartQueue
+
+
+def wait_budget(model: Model, queue_timeout_s: float, cold_start_timeout_s: float) -> float:
+    """Seconds a request may wait for ``model``: the longest of the three timeouts."""
+    spec_s = model.spec.serverless_or_default.cold_start_timeout.total_seconds()
+    return max(queue_timeout_s, cold_start_timeout_s, spec_s)
+
+
+class Dispatcher:
+    """Round-robin over ready endpoints; queue (and demand) when there are none."""
+
+    def __init__(self, table: EndpointTable, queue: ColdStartQueue) -> None:
+        self.table = table
+        self.queue = queue
+
+    def pick_now(self, model: str) -> EndpointInfo | None:
+        """A ready endpoint without waiting, unless earlier requests are still queued."""
+        if self.queue.depth(model):
+            return None
+        return self.table.pick(model)
+
+    async def acquire(
+        self, model: str, label: str, deadline: float, waited_from: float
+    ) -> EndpointInfo:
+        """An endpoint for ``model``, waiting in the queue until ``deadline`` if needed."""
+        endpoint = self.pick_now(model)
+        while endpoint is None:
+            await self.queue.wait(model, label, deadline, waited_from)
+            endpoint = self.table.pick(model)
+        return endpoint
+
+    def endpoint_failed(self, model: str, url: str) -> None:
+        """``url`` refused a connection: skip it, and retry waiters when it cools down."""
+        delay = self.table.mark_out(model, url)
+        loop = asyncio.get_running_loop()
+        loop.call_later(delay, self.available, model)
+
+    def available(self, model: str) -> None:
+        """Endpoints of ``model`` may be usable now: wake its waiters in order."""
+        if self.table.usable(model):
+            self.queue.release(model)
+
+
+def deadline_after(seconds: float) -> float:
+    """A monotonic deadline ``seconds`` from now."""
+    return time.monotonic() + seconds

@@ -1,0 +1,43 @@
+"""Errors the proxy answers clients with; each carries its OpenAI error code."""
+
+from __future__ import annotations
+
+from flexinfer_common.errors import NotFoundError, TemporaryError
+
+
+def format_seconds(seconds: float) -> str:
+    """60.0 -> "60s", 2.5 -> "2.5s": how timeouts read in messages."""
+    return f"{seconds:g}s"
+
+
+class ModelNotFoundError(NotFoundError):
+    """No Model of the proxy's namespace answers to the requested name."""
+
+    code = "model_not_found"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"The model '{name}' does not exist")
+        self.name = name
+
+
+class QueueFullError(TemporaryError):
+    """The model's cold-start queue holds max_queue_size requests already."""
+
+    code = "queue_full"
+
+    def __init__(self, model: str, size: int, *, delay: float) -> None:
+        super().__init__(
+            f"model {model} is starting and its queue is full ({size} requests waiting)",
+            delay=delay,
+        )
+
+
+class ActivationTimeoutError(TemporaryError):
+    """The model did not get a ready endpoint before the request's deadline."""
+
+    code = "activation_timeout"
+
+    def __init__(self, model: str, waited_s: float, *, delay: float) -> None:
+        super().__init__(
+            f"model {model} activation timed out after {format_seconds(waited_s)}", delay=delay
+        )

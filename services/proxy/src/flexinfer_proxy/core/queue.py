@@ -1,0 +1,169 @@
+"""The cold-start queue: bounded FIFO waiters per model and one demand in flight per model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from flexinfer_common.bus.topics import DemandEvent
+from flexinfer_common.errors import FlexInferError
+from flexinfer_proxy.core.errors import ActivationTimeoutError, QueueFullError
+
+log = logging.getLogger(__name__)
+
+PublishDemand = Callable[[DemandEvent], Awaitable[None]]
+RefreshEndpoints = Callable[[str], Awaitable[None]]
+
+
+@dataclass
+class _ModelQueue:
+    waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+    since: datetime = field(default_factory=lambda: datetime.now(UTC))
+    demand: asyncio.Task[None] | None = None
+
+
+class ColdStartQueue:
+    """Requests waiting for a model's first ready endpoint, released in arrival order."""
+
+    def __init__(
+        self,
+        *,
+        proxy_id: str,
+        max_size: int,
+        resend_interval_s: float,
+        retry_after_s: float,
+        publish_demand: PublishDemand,
+        refresh_endpoints: RefreshEndpoints | None = None,
+        on_depth: Callable[[str, int], None] | None = None,
+        on_cold_start: Callable[[str], None] | None = None,
+    ) -> None:
+        self._proxy_id = proxy_id
+        self._max_size = max_size
+        self._resend_interval_s = resend_interval_s
+        self._retry_after_s = retry_after_s
+        self._publish_demand = publish_demand
+        self._refresh_endpoints = refresh_endpoints
+        self._on_depth = on_depth
+        self._on_cold_start = on_cold_start
+        self._queues: dict[str, _ModelQueue] = {}
+
+    def depth(self, model: str) -> int:
+        """Requests now waiting for ``model``."""
+        queue = self._queues.get(model)
+        return len(queue.waiters) if queue else 0
+
+    async def wait(self, model: str, label: str, deadline: float, waited_from: float) -> None:
+        """Wait until ``release(model)`` or raise at ``deadline`` (monotonic seconds).
+
+        ``label`` names the model in messages; ``waited_from`` is when the request began
+        waiting, for the timeout message. Raises QueueFullError when the queue is full.
+        """
+        queue = self._queues.get(model)
+        if queue is None:
+            queue = self._queues[model] = _ModelQueue()
+        if len(queue.waiters) >= self._max_size:
+            raise QueueFullError(label, len(queue.waiters), delay=self._retry_after_s)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.waiters.append(future)
+        self._depth_changed(model, queue)
+        self._ensure_demand(model, queue)
+        try:
+            async with asyncio.timeout_at(_loop_time(deadline)):
+                await future
+        except TimeoutError:
+            raise ActivationTimeoutError(
+                label, time.monotonic() - waited_from, delay=self._retry_after_s
+            ) from None
+        finally:
+            # Timed out or the client went away (cancelled): free the slot.
+            if not future.done():
+                future.cancel()
+            self._discard(model, future)
+
+    def release(self, model: str) -> int:
+        """Wake every waiter of ``model`` in arrival order; returns how many."""
+        queue = self._queues.get(model)
+        if queue is None:
+            return 0
+        released = 0
+        while queue.waiters:
+            future = queue.waiters.popleft()
+            if not future.done():
+                future.set_result(None)
+                released += 1
+        self._cleanup(model, queue)
+        return released
+
+    async def aclose(self) -> None:
+        """Stop the demand loops (waiters are left to their own deadlines)."""
+        tasks = [q.demand for q in self._queues.values() if q.demand is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _discard(self, model: str, future: asyncio.Future[None]) -> None:
+        queue = self._queues.get(model)
+        if queue is None:
+            return
+        with contextlib.suppress(ValueError):
+            queue.waiters.remove(future)
+        self._cleanup(model, queue)
+
+    def _cleanup(self, model: str, queue: _ModelQueue) -> None:
+        self._depth_changed(model, queue)
+        if queue.waiters:
+            return
+        if queue.demand is not None and queue.demand is not asyncio.current_task():
+            queue.demand.cancel()
+        queue.demand = None
+        if self._queues.get(model) is queue:
+            del self._queues[model]
+
+    def _depth_changed(self, model: str, queue: _ModelQueue) -> None:
+        if self._on_depth is not None:
+            self._on_depth(model, len(queue.waiters))
+
+    def _ensure_demand(self, model: str, queue: _ModelQueue) -> None:
+        # Singleflight: one demand loop per model while anything waits.
+        if queue.demand is not None and not queue.demand.done():
+            return
+        queue.since = datetime.now(UTC)
+        if self._on_cold_start is not None:
+            self._on_cold_start(model)
+        queue.demand = asyncio.create_task(
+            self._demand_loop(model, queue), name=f"proxy-demand-{model}"
+        )
+
+    async def _demand_loop(self, model: str, queue: _ModelQueue) -> None:
+        while queue.waiters:
+            event = DemandEvent(
+                model=model,
+                queue_depth=len(queue.waiters),
+                since=queue.since,
+                proxy=self._proxy_id,
+            )
+            try:
+                await self._publish_demand(event)
+            except FlexInferError as exc:
+                log.warning("demand for %s not published (retrying): %s", model, exc)
+            await asyncio.sleep(self._resend_interval_s)
+            if self._refresh_endpoints is not None and queue.waiters:
+                # Endpoint events can be lost too: look at the store while waiting.
+                try:
+                    await self._refresh_endpoints(model)
+                except FlexInferError as exc:
+                    log.warning("endpoint refresh for %s failed: %s", model, exc)
+
+
+def _loop_time(deadline: float) -> float:
+    """Convert a time.monotonic() deadline to the running loop's clock."""
+    loop = asyncio.get_running_loop()
+    return loop.time() + (deadline - time.monotonic())

@@ -1,0 +1,133 @@
+"""Forward a request to an engine over pooled keep-alive connections and relay the answer.
+
+The answer is passed through chunk by chunk as raw bytes (no decoding, no buffering), so
+streams reach the client as the engine produces them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+
+import httpx
+from starlette.types import Scope, Send
+
+from flexinfer_common.errors import UnavailableError
+from flexinfer_proxy.settings import ProxySettings
+
+log = logging.getLogger(__name__)
+
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+# Request headers the client sets for its hop to us; httpx sets its own.
+_DROP_REQUEST = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
+# The server adds its own date and server headers.
+_DROP_RESPONSE = _HOP_BY_HOP | {b"date", b"server"}
+
+
+class UpstreamConnectError(UnavailableError):
+    """The engine refused or timed out the connection: nothing was sent, retry elsewhere."""
+
+
+class UpstreamError(UnavailableError):
+    """The engine failed after the request was sent (do not retry: it may have run)."""
+
+    code = "upstream_error"
+
+
+class UpstreamBrokenError(Exception):
+    """The engine died mid-response; raised so the server aborts the client connection."""
+
+
+def create_client(settings: ProxySettings) -> httpx.AsyncClient:
+    """The app's upstream client: pooled keep-alive connections, no env proxies."""
+    timeout = httpx.Timeout(
+        connect=settings.connect_timeout_s,
+        read=settings.read_timeout_s,
+        write=settings.read_timeout_s,
+        pool=settings.connect_timeout_s,
+    )
+    limits = httpx.Limits(
+        max_connections=settings.max_connections,
+        max_keepalive_connections=settings.max_keepalive_connections,
+        keepalive_expiry=30.0,
+    )
+    return httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False)
+
+
+def request_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
+    """The client's headers minus hop-by-hop ones, asking for an unencoded answer unless
+    the client accepts encodings itself (httpx would otherwise ask for gzip)."""
+    headers = [(k, v) for k, v in scope["headers"] if k not in _DROP_REQUEST]
+    if not any(k == b"accept-encoding" for k, _ in headers):
+        headers.append((b"accept-encoding", b"identity"))
+    return headers
+
+
+def response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The engine's response headers minus hop-by-hop ones."""
+    return [(k, v) for k, v in headers if k.lower() not in _DROP_RESPONSE]
+
+
+async def open_upstream(
+    client: httpx.AsyncClient, base_url: str, scope: Scope, body: bytes
+) -> httpx.Response:
+    """Send the request to ``base_url`` and return the response with its body unread."""
+    path = scope.get("raw_path") or scope["path"].encode()
+    query = scope.get("query_string") or b""
+    url = base_url.rstrip("/") + path.decode("latin-1")
+    if query:
+        url += "?" + query.decode("latin-1")
+    request = client.build_request(
+        scope["method"], url, content=body, headers=request_headers(scope)
+    )
+    try:
+        return await client.send(request, stream=True)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise UpstreamConnectError(f"cannot connect to {base_url}: {exc}") from exc
+    except httpx.HTTPError as exc:
+        raise UpstreamError(f"upstream {base_url} failed: {exc!r}") from exc
+
+
+def sse_error_event(message: str) -> bytes:
+    """A final SSE event carrying an OpenAI error, so stream readers stop with an error."""
+    body = {"error": {"message": message, "type": "server_error", "code": "upstream_error"}}
+    return b"\n\ndata: " + json.dumps(body).encode() + b"\n\n"
+
+
+async def relay(response: httpx.Response, send: Send) -> None:
+    """Stream ``response`` to the client; closes it whatever happens."""
+    try:
+        is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
+        headers = response_headers(response.headers.raw)
+        if is_sse:
+            # An SSE stream may get a final error event appended: no fixed length.
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+        await send(
+            {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        )
+        try:
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.HTTPError as exc:
+            log.warning("upstream %s broke mid-response: %r", response.url, exc)
+            if not is_sse:
+                raise UpstreamBrokenError(f"upstream broke mid-response: {exc!r}") from exc
+            tail = sse_error_event(f"the model server failed mid-stream: {exc!r}")
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        await response.aclose()

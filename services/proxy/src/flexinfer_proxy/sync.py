@@ -1,0 +1,103 @@
+"""Background loops that keep the proxy's view current: bus consumers and store resync."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import pydantic
+
+from flexinfer_common.bus import Consumer, Message, topics
+from flexinfer_common.bus.topics import EndpointsEvent, ModelChangedEvent
+from flexinfer_common.errors import FlexInferError
+from flexinfer_proxy.core.service import ProxyCore
+
+log = logging.getLogger(__name__)
+
+_BUS_RETRY_S = 1.0
+
+
+class ProxySync:
+    """Endpoint and model events from the bus, plus a periodic full re-read of the store."""
+
+    def __init__(self, core: ProxyCore) -> None:
+        self.core = core
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Join the broadcast groups, load the store, then start the loops."""
+        core = self.core
+        group = f"proxy-{core.settings.instance_id}"
+        name = core.settings.instance_id
+        # Join the groups before reading the store, so no event falls between the two.
+        endpoints = core.bus.consumer(topics.ENDPOINTS, group, name)
+        models = core.bus.consumer(topics.MODELS, group, name)
+        try:
+            await core.resync()
+        except FlexInferError as exc:
+            log.warning("initial store read failed (retrying in the background): %s", exc)
+        period = min(1.0, core.settings.activity_interval_s)
+        self._tasks = [
+            asyncio.create_task(self._consume(endpoints, self._on_endpoints), name="proxy-ep"),
+            asyncio.create_task(self._consume(models, self._on_models), name="proxy-models"),
+            asyncio.create_task(self._resync_loop(), name="proxy-resync"),
+            asyncio.create_task(core.activity.run(period), name="proxy-activity"),
+        ]
+
+    async def stop(self) -> None:
+        """Cancel the loops and wait for them."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def _consume(
+        self, consumer: Consumer, handle: Callable[[list[Message]], Awaitable[None]]
+    ) -> None:
+        while True:
+            try:
+                messages = await consumer.fetch(max_count=100, timeout_s=1.0)
+                if messages:
+                    await handle(messages)
+                    await consumer.ack(*(m.id for m in messages))
+            except FlexInferError as exc:
+                log.warning("bus consumer failed (retrying): %s", exc)
+                await asyncio.sleep(_BUS_RETRY_S)
+
+    async def _on_endpoints(self, messages: list[Message]) -> None:
+        for message in messages:
+            try:
+                event = EndpointsEvent.model_validate(message.payload)
+            except pydantic.ValidationError as exc:
+                log.warning("ignoring malformed endpoints event %s: %s", message.id, exc)
+                continue
+            if not self.core.table.apply_event(event):
+                log.debug("dropped stale endpoints event for %s", event.model)
+
+    async def _on_models(self, messages: list[Message]) -> None:
+        deleted: list[str] = []
+        for message in messages:
+            try:
+                event = ModelChangedEvent.model_validate(message.payload)
+            except pydantic.ValidationError as exc:
+                log.warning("ignoring malformed model event %s: %s", message.id, exc)
+                continue
+            if event.deleted:
+                deleted.append(event.model)
+        # One re-read covers a whole batch of changes.
+        await self.core.catalog.refresh()
+        if deleted:
+            known = {m.key for m in self.core.catalog.models}
+            self.core.table.forget_only([m for m in deleted if m not in known])
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.core.settings.resync_interval_s)
+            try:
+                await self.core.resync()
+            except FlexInferError as exc:
+                log.warning("store resync failed: %s", exc)
