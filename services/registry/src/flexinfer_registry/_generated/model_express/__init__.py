@@ -1,0 +1,1 @@
+"""Stubs of the model_express.* proto packages (proto/model_express/)."""
