@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flexinfer_common.bus.base import Consumer, EventBus, Message, validate_names
+from flexinfer_common.bus.codec import encode_payload
 from flexinfer_common.errors import BusError
 
 _Id = tuple[int, int]
@@ -32,16 +33,6 @@ def parse_id(text: str) -> _Id:
     """Parse a ``ms-seq`` id; ValueError if malformed."""
     ms, _, seq = text.partition("-")
     return int(ms), int(seq or 0)
-
-
-def encode_payload(payload: Mapping[str, Any]) -> str:
-    """The JSON text of a payload; ValueError for anything that is not a JSON object."""
-    if not isinstance(payload, Mapping):
-        raise ValueError("a bus payload must be a JSON object (a mapping)")
-    try:
-        return json.dumps(dict(payload), separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"bus payload is not JSON-serialisable: {exc}") from exc
 
 
 def _entry_id(entry: tuple[_Id, str]) -> _Id:
