@@ -1,0 +1,143 @@
+"""``python -m flexinfer_engine serve|generate``: the engine process and the model generator."""
+
+from __future__ import annotations
+
+import time
+
+# Taken before the heavy imports (torch, fastapi) so startup cost stays visible in logs.
+_ENTERED_AT = time.time()
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+
+from flexinfer_common.errors import FlexInferError  # noqa: E402
+from flexinfer_common.serving import ServerGroup, bind_socket, socket_url  # noqa: E402
+from flexinfer_engine.app import create_app, engine_info  # noqa: E402
+from flexinfer_engine.core.config import PRESETS, parameter_count  # noqa: E402
+from flexinfer_engine.core.runner import AsyncRunner  # noqa: E402
+from flexinfer_engine.core.weights import generate_model  # noqa: E402
+from flexinfer_engine.settings import EngineSettings  # noqa: E402
+
+log = logging.getLogger("flexinfer_engine")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flexinfer-engine", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve a model over the OpenAI API")
+    serve.add_argument("--model-dir", type=Path, help="directory with config.json + weights")
+    serve.add_argument("--served-model-name", help="model name clients use")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default 0: any free port)")
+    serve.add_argument("--ready-fd", type=int, help="fd to write one JSON ready line to")
+    serve.add_argument("--device", help="torch device (default cpu)")
+    serve.add_argument("--log-level", help="log level (default from FLEXINFER_LOG_LEVEL)")
+    generate = commands.add_parser("generate", help="write a deterministic random model")
+    generate.add_argument("name", help="model name (part of the weights' seed)")
+    generate.add_argument("--out", type=Path, required=True, help="output directory")
+    generate.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    generate.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "generate":
+            return _generate(args)
+        return _serve(args)
+    except (FlexInferError, OSError) as exc:
+        print(f"flexinfer-engine: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _generate(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    path = generate_model(args.out, name=args.name, preset=args.preset, seed=args.seed)
+    summary = {
+        "path": str(path),
+        "name": args.name,
+        "preset": args.preset,
+        "seed": args.seed,
+        "parameters": parameter_count(PRESETS[args.preset]),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {
+        "model_dir": args.model_dir,
+        "served_model_name": args.served_model_name,
+        "host": args.host,
+        "port": args.port,
+        "device": args.device,
+    }
+    settings = EngineSettings(**{k: v for k, v in overrides.items() if v is not None})
+    logging.basicConfig(
+        level=(args.log_level or settings.log.level).upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    if args.ready_fd is not None:
+        os.fstat(args.ready_fd)  # fail now, not after loading, when the fd is bad
+    sock = bind_socket(settings.host, settings.port)
+    url = socket_url(sock)
+    try:
+        app = create_app(settings, url=url)
+    except BaseException:
+        sock.close()
+        raise
+    runner: AsyncRunner = app.state.runner
+    group = ServerGroup(log_level=settings.log.level.lower())
+    # uvicorn's ASGI protocol types do not accept Starlette apps, though they are ASGI apps.
+    group.add_app("engine", app, sock)  # type: ignore[arg-type]
+    log.debug("entered main %.3fs after import", time.time() - _ENTERED_AT)
+    return asyncio.run(_run(group, runner, app.title, args.ready_fd, url))
+
+
+async def _run(
+    group: ServerGroup, runner: AsyncRunner, title: str, ready_fd: int | None, url: str
+) -> int:
+    group.install_signal_handlers()
+    outcome: list[int] = []
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def when_loaded() -> None:
+        if not await runner.wait_loaded():
+            print(f"flexinfer-engine: error: {runner.error}", file=sys.stderr)
+            outcome.append(1)
+            group.stop()
+            return
+        info = engine_info(runner, "", url)
+        line = {
+            k: info[k]
+            for k in ("pid", "url", "port", "process_start_seconds", "weight_load_seconds")
+        }
+        log.info("%s ready at %s: %s", title, url, line)
+        if ready_fd is not None:
+            with os.fdopen(ready_fd, "w", encoding="utf-8") as stream:
+                stream.write(json.dumps(line) + "\n")
+
+    async def on_ready() -> None:
+        task = asyncio.create_task(when_loaded())
+        tasks.add(task)  # keep a reference until it is done
+        task.add_done_callback(tasks.discard)
+
+    await group.run(on_ready)
+    return outcome[0] if outcome else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""HTTP edge of the engine: FastAPI routers over core/."""

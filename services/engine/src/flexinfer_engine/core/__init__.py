@@ -1,0 +1,1 @@
+"""Engine logic: model, tokenizer, sampling, generation, sleep/wake. No web framework here."""

@@ -1,0 +1,212 @@
+"""The synchronous engine: loads weights, generates token by token, sleeps and wakes.
+
+It is not thread-safe on purpose: the AsyncRunner serialises what may not overlap
+(generation vs. sleep/wake) and runs this code in worker threads.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from flexinfer_common.errors import ConfigError, PermanentError, UnavailableError
+from flexinfer_engine.core.config import ModelConfig, read_config
+from flexinfer_engine.core.model import DecoderLM, KVCache
+from flexinfer_engine.core.sampling import SamplingParams, make_generator, sample
+from flexinfer_engine.core.stops import StopMatcher
+from flexinfer_engine.core.tokenizer import EOS, ByteTokenizer, IncrementalDecoder
+from flexinfer_transfer import LoaderChain
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """New text of choice ``index``; ``tokens`` is how many tokens it consumed (0 or 1)."""
+
+    index: int
+    text: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Choice ``index`` ended: finish_reason "stop" or "length"."""
+
+    index: int
+    finish_reason: str
+    completion_tokens: int
+
+
+Event = Delta | Finished
+
+
+@dataclass(frozen=True)
+class LoadInfo:
+    """How a load went: when it started (epoch seconds), how long, which strategy."""
+
+    started_at: float
+    seconds: float
+    strategy: str
+
+
+class InferenceEngine:
+    """One model on one device."""
+
+    def __init__(self, model_dir: Path, loader: LoaderChain, device: str = "cpu") -> None:
+        self.model_dir = model_dir
+        self.loader = loader
+        self.device = _check_device(device)
+        self.config: ModelConfig = read_config(model_dir)
+        self.tokenizer = ByteTokenizer()
+        with torch.device("meta"):
+            self.model = DecoderLM(self.config).eval()
+        self.loaded = False
+        self.sleep_level = 0
+        self._host_copy: dict[str, torch.Tensor] | None = None
+        self.load_info: LoadInfo | None = None
+
+    def load(self) -> LoadInfo:
+        """Load the weights through the loader chain onto the device."""
+        started_at, started = time.time(), time.perf_counter()
+        report = self.loader.load_report(self.model_dir, str(self.device))
+        self._assign(report.tensors)
+        self.loaded = True
+        info = LoadInfo(started_at, time.perf_counter() - started, report.strategy)
+        self.load_info = info
+        log.info("loaded %s via %s in %.3fs", self.model_dir, info.strategy, info.seconds)
+        return info
+
+    def _assign(self, tensors: dict[str, torch.Tensor]) -> None:
+        try:
+            self.model.load_state_dict(tensors, strict=True, assign=True)
+        except RuntimeError as exc:
+            raise PermanentError(
+                f"weights in {self.model_dir} do not fit config.json: {exc}"
+            ) from exc
+
+    def sleep(self, level: int) -> None:
+        """Level 1: keep a host copy and free the model; level 2: discard the weights."""
+        if level not in (1, 2):
+            raise ConfigError("sleep level must be 1 or 2")
+        if self.sleep_level:
+            return
+        if level == 1:
+            pin = self.device.type == "cuda"
+            self._host_copy = {
+                k: (v.detach().to("cpu", copy=True).pin_memory() if pin else v.detach().clone())
+                for k, v in self.model.state_dict().items()
+            }
+        self.model.to("meta")
+        self.sleep_level = level
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def wake(self) -> None:
+        """Restore the weights from the host copy (level 1) or from disk (level 2)."""
+        if not self.sleep_level:
+            return
+        if self._host_copy is not None:
+            tensors = {k: v.to(self.device) for k, v in self._host_copy.items()}
+        else:
+            tensors = self.loader.load(self.model_dir, str(self.device))
+        self._assign(tensors)
+        self._host_copy = None
+        self.sleep_level = 0
+
+    def generate(
+        self, prompts: Sequence[list[int]], params: SamplingParams, cancel: threading.Event
+    ) -> Iterator[Event]:
+        """Events of every choice: ``params.n`` per prompt, indexed prompt-major."""
+        if not self.loaded or self.sleep_level:
+            raise UnavailableError("the model is not loaded")
+        generator = make_generator(params.seed, self.device)
+        with torch.inference_mode():
+            for number, prompt in enumerate(prompts):
+                yield from self._generate(prompt, params, generator, cancel, number * params.n)
+
+    def _generate(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        generator: torch.Generator,
+        cancel: threading.Event,
+        base: int,
+    ) -> Iterator[Event]:
+        n = params.n
+        cache = KVCache(self.config, n, self.device, self.config.dtype)
+        tokens = torch.tensor([prompt] * n, device=self.device)
+        logits = self.model(tokens, cache)[:, -1]
+        choices = [_Choice(base + row, params.stop) for row in range(n)]
+        for step in range(params.max_tokens):
+            if cancel.is_set():
+                return
+            next_ids = sample(logits, params, generator, allow_eos=not params.ignore_eos)
+            for choice, token in zip(choices, next_ids.tolist(), strict=True):
+                yield from choice.push(token)
+            if all(c.done for c in choices):
+                return
+            if step + 1 < params.max_tokens:
+                logits = self.model(next_ids.view(n, 1), cache)[:, -1]
+        for choice in choices:
+            yield from choice.finish("length")
+
+    def parameter_bytes(self) -> int:
+        """Bytes the model's parameters occupy on their device (0 while asleep)."""
+        return sum(
+            p.untyped_storage().nbytes() for p in self.model.parameters() if p.device.type != "meta"
+        )
+
+
+class _Choice:
+    """Decoding state of one choice: UTF-8 assembly, stop strings, token count."""
+
+    def __init__(self, index: int, stops: Sequence[str]) -> None:
+        self.index = index
+        self.decoder = IncrementalDecoder()
+        self.stops = StopMatcher(stops)
+        self.tokens = 0
+        self.done = False
+
+    def push(self, token: int) -> Iterator[Event]:
+        if self.done:
+            return
+        self.tokens += 1
+        if token == EOS:
+            yield Delta(self.index, "", 1)
+            yield from self.finish("stop")
+            return
+        yield Delta(self.index, self.stops.feed(self.decoder.push(token)), 1)
+        if self.stops.stopped:
+            self.done = True
+            yield Finished(self.index, "stop", self.tokens)
+
+    def finish(self, reason: str) -> Iterator[Event]:
+        if self.done:
+            return
+        self.done = True
+        text = self.stops.feed(self.decoder.flush())
+        text += "" if self.stops.stopped else self.stops.flush()
+        if text:
+            yield Delta(self.index, text, 0)
+        yield Finished(self.index, "stop" if self.stops.stopped else reason, self.tokens)
+
+
+def _check_device(device: str) -> torch.device:
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as exc:
+        raise ConfigError(f"invalid device {device!r}: {exc}") from exc
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} requested but CUDA is not available")
+    if parsed.type not in ("cpu", "cuda"):
+        raise ConfigError(f"unsupported device {device!r} (use cpu or cuda[:N])")
+    return parsed

@@ -1,0 +1,120 @@
+"""A small decoder-only transformer (GPT-2 style, pre-norm) with a real KV cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F  # noqa: N812 (the usual alias)
+from torch import nn
+
+from flexinfer_engine.core.config import ModelConfig
+
+
+@dataclass
+class LayerCache:
+    """Keys and values of one layer, preallocated to the context length."""
+
+    keys: torch.Tensor  # (batch, heads, max_len, head_dim)
+    values: torch.Tensor
+
+
+class KVCache:
+    """Per-request attention cache: ``length`` positions of every layer are filled."""
+
+    def __init__(
+        self, config: ModelConfig, batch: int, device: torch.device, dtype: torch.dtype
+    ) -> None:
+        shape = (batch, config.num_attention_heads, config.max_position_embeddings, config.head_dim)
+        self.layers = [
+            LayerCache(
+                torch.empty(shape, device=device, dtype=dtype),
+                torch.empty(shape, device=device, dtype=dtype),
+            )
+            for _ in range(config.num_hidden_layers)
+        ]
+        self.length = 0
+
+
+class Attention(nn.Module):
+    """Multi-head causal self-attention that appends to and reads from the cache."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.out = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, x: torch.Tensor, cache: LayerCache | None, past: int) -> torch.Tensor:
+        """Attend from the new positions to every earlier and new position."""
+        batch, steps, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=-1)
+        q, k, v = (
+            t.view(batch, steps, self.heads, self.head_dim).transpose(1, 2) for t in (q, k, v)
+        )
+        if cache is not None:
+            cache.keys[:, :, past : past + steps] = k
+            cache.values[:, :, past : past + steps] = v
+            k = cache.keys[:, :, : past + steps]
+            v = cache.values[:, :, : past + steps]
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=_mask(steps, past, x.device), is_causal=past == 0 and steps > 1
+        )
+        out: torch.Tensor = self.out(y.transpose(1, 2).reshape(batch, steps, width))
+        return out
+
+
+def _mask(steps: int, past: int, device: torch.device) -> torch.Tensor | None:
+    # No mask for a fresh prefill (is_causal does it) or one new token (it sees everything).
+    if past == 0 or steps == 1:
+        return None
+    rows = torch.arange(steps, device=device).unsqueeze(1) + past
+    cols = torch.arange(past + steps, device=device).unsqueeze(0)
+    return cols <= rows
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attn = Attention(config)
+        self.ln_2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.fc_in = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.fc_out = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, x: torch.Tensor, cache: LayerCache | None, past: int) -> torch.Tensor:
+        """One block over the new positions."""
+        x = x + self.attn(self.ln_1(x), cache, past)
+        mlp: torch.Tensor = self.fc_out(F.gelu(self.fc_in(self.ln_2(x))))
+        return x + mlp
+
+
+class DecoderLM(nn.Module):
+    """Token + learned position embeddings, blocks, final norm, lm_head with a bias."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Logits (batch, steps, vocab) for ``tokens`` following what ``cache`` holds."""
+        past = 0 if cache is None else cache.length
+        steps = tokens.shape[1]
+        if past + steps > self.config.max_position_embeddings:
+            raise ValueError("sequence longer than max_position_embeddings")
+        positions = torch.arange(past, past + steps, device=tokens.device)
+        x = self.embed_tokens(tokens) + self.embed_positions(positions)
+        for index, layer in enumerate(self.layers):
+            x = layer(x, None if cache is None else cache.layers[index], past)
+        if cache is not None:
+            cache.length = past + steps
+        logits: torch.Tensor = self.lm_head(self.norm(x))
+        return logits

@@ -1,0 +1,57 @@
+"""Engine settings (``FLEXINFER_ENGINE_*``); CLI flags override them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from flexinfer_common.settings import LogSettings, TelemetrySettings
+
+
+class EngineSettings(BaseSettings):
+    """Everything one engine process needs to serve one model."""
+
+    model_config = SettingsConfigDict(env_prefix="FLEXINFER_ENGINE_", extra="ignore")
+
+    model_dir: Path | None = None
+    """Directory holding config.json and the safetensors weights (required to serve)."""
+
+    served_model_name: str | None = None
+    """Name clients put in ``model``; defaults to the model directory's name."""
+
+    host: str = "127.0.0.1"
+    """Interface to listen on: loopback by default, the proxy sits in front."""
+
+    port: int = Field(default=0, ge=0, le=65535)
+    """TCP port; 0 picks a free one (reported on the ready fd)."""
+
+    device: str = "cpu"
+    """Torch device for the weights: ``cpu`` or ``cuda[:N]``."""
+
+    loaders: list[str] = Field(default_factory=lambda: ["safetensors"])
+    """Weight loader strategies tried in order (names from flexinfer_transfer's registry)."""
+
+    max_concurrent_generations: int = Field(default=1, ge=1, le=64)
+    """Generations running at once. 1 by default: a small model saturates the cores with
+    one, and a FIFO queue keeps latency fair instead of slicing every request thinner."""
+
+    max_waiting_requests: int = Field(default=256, ge=0)
+    """Requests allowed to queue for a slot before new ones get 503 with Retry-After."""
+
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    """Largest accepted request body in bytes (1 MiB: far beyond any prompt that fits
+    the context, small enough that a hostile client cannot exhaust memory)."""
+
+    default_max_tokens: int = Field(default=256, ge=1)
+    """Completion tokens when a chat request gives no max_tokens (capped by the context)."""
+
+    torch_threads: int | None = Field(default=None, ge=1)
+    """Intra-op CPU threads for torch; unset keeps torch's default (one per core)."""
+
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    """Metrics and traces."""
+
+    log: LogSettings = Field(default_factory=LogSettings)
+    """Logging."""
