@@ -1,0 +1,354 @@
+"""Deployment files: k8s manifests, compose.yaml, Dockerfiles, Prometheus/Grafana, Taskfile.
+
+There is no Docker engine or kube-apiserver here, so these are schema checks (the official
+Kubernetes schemas from kubernetes-validate, the compose-spec and Taskfile schemas vendored
+by check-jsonschema) plus the cross-references a schema cannot see.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+
+def _repo_root() -> Path:
+    """The monorepo root: the nearest parent holding k8s/, libs/ and the root pyproject."""
+    for parent in Path(__file__).resolve().parents:
+        if (
+            (parent / "k8s").is_dir()
+            and (parent / "libs").is_dir()
+            and (parent / "pyproject.toml").is_file()
+        ):
+            return parent
+    raise AssertionError(f"no repository root above {__file__}")
+
+
+ROOT = _repo_root()
+K8S_FILES = sorted((ROOT / "k8s").rglob("*.yaml"))
+SERVICE_PORTS = {
+    "proxy": [8080],
+    "controller": [8090],
+    "scheduler": [8888],
+    "registry": [8011, 8001],
+    "agent": [9100],
+    "engine": [8000],
+}
+DOCKERFILES = {svc: ROOT / "services" / svc / "Dockerfile" for svc in SERVICE_PORTS} | {
+    "cli": ROOT / "cli" / "Dockerfile"
+}
+# Custom kinds have no schema in kubernetes-validate; test_common_crd validates them.
+CUSTOM_KINDS = {"Model", "Kustomization"}
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+
+
+def _vendored_schema(name: str) -> dict[str, Any]:
+    text = (resources.files("check_jsonschema.builtin_schemas.vendor") / name).read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def _base_objects() -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((ROOT / "k8s/base/kustomization.yaml").read_text())
+    objects: list[dict[str, Any]] = []
+    for resource in kustomization["resources"]:
+        objects += _docs((ROOT / "k8s/base" / resource).resolve())
+    return objects
+
+
+# ---------------------------------------------------------------------------- Kubernetes
+
+
+def test_k8s_has_the_layout() -> None:
+    names = {str(p.relative_to(ROOT / "k8s")) for p in K8S_FILES}
+    assert {"crds/ai.flexinfer_models.yaml", "base/kustomization.yaml"} <= names
+    assert {"examples/model-tiny.yaml", "examples/model-llama-vllm.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", K8S_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_k8s_yaml_is_valid(path: Path) -> None:
+    docs = _docs(path)
+    assert docs, f"{path} has no documents"
+    for doc in docs:
+        assert isinstance(doc, dict)
+        assert doc.get("apiVersion"), f"{path}: apiVersion missing"
+        assert doc.get("kind"), f"{path}: kind missing"
+        if doc["kind"] == "Kustomization":
+            continue
+        assert doc.get("metadata", {}).get("name"), f"{path}: metadata.name missing"
+        if doc["kind"] not in CUSTOM_KINDS:
+            version = kubernetes_validate.latest_version()
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_kubernetes_validate_catches_mistakes() -> None:
+    # The check above can fail: a wrong type in a Deployment is rejected.
+    (deployment,) = [d for d in _docs(ROOT / "k8s/base/proxy.yaml") if d["kind"] == "Deployment"]
+    deployment["spec"]["replicas"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_kustomization_resources_exist_and_images_are_named() -> None:
+    kustomization = yaml.safe_load((ROOT / "k8s/base/kustomization.yaml").read_text())
+    assert kustomization["apiVersion"] == "kustomize.config.k8s.io/v1beta1"
+    assert kustomization["namespace"] == "flexinfer"
+    for resource in kustomization["resources"]:
+        assert (ROOT / "k8s/base" / resource).resolve().is_file(), resource
+    images = {i["name"] for i in kustomization["images"]}
+    for obj in _base_objects():
+        if obj["kind"] in ("Deployment", "DaemonSet"):
+            for container in obj["spec"]["template"]["spec"]["containers"]:
+                assert container["image"] in images, container["image"]
+
+
+def test_workloads_probe_health_and_reference_what_exists() -> None:
+    objects = _base_objects()
+    by_kind: dict[str, set[str]] = {}
+    for obj in objects:
+        by_kind.setdefault(obj["kind"], set()).add(obj["metadata"]["name"])
+    assert by_kind["Namespace"] == {"flexinfer"}
+    assert by_kind["DaemonSet"] == {"flexinfer-agent"}
+    deployments = {n.removeprefix("flexinfer-") for n in by_kind["Deployment"]}
+    assert deployments == {"proxy", "controller", "scheduler", "registry"}
+    for obj in objects:
+        if obj["kind"] not in ("Deployment", "DaemonSet"):
+            continue
+        pod = obj["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] in by_kind["ServiceAccount"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        svc = obj["metadata"]["name"].removeprefix("flexinfer-")
+        (container,) = pod["containers"]
+        ports = [p["containerPort"] for p in container["ports"]]
+        assert ports == SERVICE_PORTS[svc], svc
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": ports[0]}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": ports[0]}
+        for source in container["envFrom"]:
+            assert source["configMapRef"]["name"] in by_kind["ConfigMap"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env[f"FLEXINFER_{svc.upper()}_HOST"] == "0.0.0.0"
+
+
+def test_services_select_their_pods() -> None:
+    objects = _base_objects()
+    workloads = {
+        o["metadata"]["name"]: o for o in objects if o["kind"] in ("Deployment", "DaemonSet")
+    }
+    services = [o for o in objects if o["kind"] == "Service"]
+    assert {s["metadata"]["name"] for s in services} == {
+        "flexinfer-proxy",
+        "flexinfer-controller",
+        "flexinfer-scheduler",
+        "flexinfer-registry",
+    }
+    for service in services:
+        workload = workloads[service["metadata"]["name"]]
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= labels.items()
+        named = {p["name"] for p in workload["spec"]["template"]["spec"]["containers"][0]["ports"]}
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= named
+
+
+def test_configmap_points_at_redis_and_postgres() -> None:
+    (config,) = [o for o in _base_objects() if o["kind"] == "ConfigMap"]
+    data = config["data"]
+    assert data["FLEXINFER_BUS_URL"] == "redis://redis:6379/0"
+    assert data["FLEXINFER_STORE_URL"] == "postgresql+psycopg://postgres@postgres:5432/flexinfer"
+    assert all(key.startswith("FLEXINFER_") for key in data)
+
+
+def test_controller_role_covers_what_it_reconciles() -> None:
+    (role,) = [
+        o
+        for o in _base_objects()
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "flexinfer-controller"
+    ]
+    granted = {
+        (group, resource): set(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    for key in [("ai.flexinfer", "models"), ("apps", "deployments"), ("", "services")]:
+        assert {"get", "list", "watch", "create", "update", "delete"} <= granted[key], key
+    assert {"update", "patch"} <= granted[("ai.flexinfer", "models/status")]
+    assert {"get", "list", "watch"} <= granted[("", "pods")]
+    (binding,) = [
+        o
+        for o in _base_objects()
+        if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"] == "flexinfer-controller"
+    ]
+    assert binding["subjects"][0]["name"] == "flexinfer-controller"
+
+
+# ---------------------------------------------------------------------------- compose
+
+
+def _compose() -> dict[str, Any]:
+    compose: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    return compose
+
+
+STANDARD_ENV = ("FLEXINFER_", "POSTGRES_", "GF_")
+
+
+def test_compose_matches_the_compose_spec() -> None:
+    schema = _vendored_schema("compose-spec.json")
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    validator.validate(_compose())
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate({"services": {"x": {"image": "i", "ports": {"bad": 1}}}})
+
+
+def test_compose_services_are_the_topology() -> None:
+    services = _compose()["services"]
+    assert set(services) == {
+        "redis",
+        "postgres",
+        "proxy",
+        "controller",
+        "scheduler",
+        "registry",
+        "agent",
+        "prometheus",
+        "grafana",
+    }
+
+
+def test_compose_cross_references() -> None:
+    compose = _compose()
+    services: dict[str, Any] = compose["services"]
+    host_ports: list[str] = []
+    for name, svc in services.items():
+        assert ("image" in svc) != ("build" in svc), f"{name}: needs exactly one of image/build"
+        if "image" in svc:
+            assert re.search(r":[vV]?\d+(\.\d+)+", svc["image"]), f"{name}: pin the image tag"
+        if "build" in svc:
+            context = ROOT / svc["build"]["context"]
+            assert context.resolve() == ROOT, f"{name}: build context must be the repo root"
+            assert (context / svc["build"]["dockerfile"]).is_file(), name
+        depends = svc.get("depends_on", [])
+        for dep in depends:
+            assert dep in services, f"{name} depends on unknown {dep}"
+        mode = svc.get("network_mode", "")
+        if mode.startswith("service:"):
+            assert mode.removeprefix("service:") in services
+        host_ports += [p.split(":")[0] for p in svc.get("ports", [])]
+        for key in svc.get("environment", {}):
+            assert key.startswith(STANDARD_ENV), f"{name}: unexpected env {key}"
+        for volume in svc.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (ROOT / source).exists(), f"{name}: {source} is missing"
+            else:
+                assert source in compose["volumes"], f"{name}: volume {source} undeclared"
+    assert len(host_ports) == len(set(host_ports)), f"published ports collide: {host_ports}"
+
+
+def test_compose_services_use_the_shared_backing_services() -> None:
+    services = _compose()["services"]
+    for name in ("proxy", "controller", "scheduler", "registry", "agent"):
+        env = services[name]["environment"]
+        assert env["FLEXINFER_BUS_URL"] == "redis://redis:6379/0", name
+        assert env["FLEXINFER_STORE_URL"].startswith("postgresql+psycopg://postgres@postgres")
+
+
+def test_prometheus_scrapes_every_service() -> None:
+    config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    services = _compose()["services"]
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == {"proxy", "controller", "scheduler", "registry", "agent"}
+    for job in jobs.values():
+        for target in job["static_configs"][0]["targets"]:
+            host, port = target.rsplit(":", 1)
+            assert host in services
+            assert int(port) in SERVICE_PORTS[job["job_name"]]
+
+
+def test_grafana_is_provisioned_with_the_dashboard() -> None:
+    datasource = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/datasources/prometheus.yaml").read_text()
+    )
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+    dashboard = json.loads((ROOT / "deploy/grafana/dashboards/flexinfer-overview.json").read_text())
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    for metric in (
+        "flexinfer_proxy_requests_total",
+        "flexinfer_proxy_active_connections",
+        "flexinfer_proxy_cold_starts_total",
+    ):
+        assert metric in exprs
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+# ---------------------------------------------------------------------------- Dockerfiles
+
+
+def _instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", path.read_text(encoding="utf-8"))
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+@pytest.mark.parametrize("svc", sorted(DOCKERFILES))
+def test_dockerfile(svc: str) -> None:
+    path = DOCKERFILES[svc]
+    assert path.is_file(), f"{path} is missing"
+    steps = _instructions(path)
+    assert steps[0][0] == "FROM"
+    assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", steps[0][1]), "pin the base image"
+    by_word: dict[str, list[str]] = {}
+    for word, args in steps:
+        by_word.setdefault(word, []).append(args)
+    for args in by_word["COPY"]:
+        source = shlex.split(args)[0]
+        assert (ROOT / source).exists(), f"{path}: COPY {source} does not exist"
+    assert by_word["USER"][-1].split(":")[0] not in ("0", "root")
+    assert "HEALTHCHECK" in by_word
+    module = "flexinfer_cli" if svc == "cli" else f"flexinfer_{svc}"
+    cmd = json.loads(by_word["CMD"][-1])
+    assert cmd[:3] == ["python", "-m", module]
+    exposed = [int(p) for args in by_word["EXPOSE"] for p in args.split()]
+    assert exposed == ([8080] if svc == "cli" else SERVICE_PORTS[svc])
+    wants_torch = svc in ("engine", "cli")
+    runs = " ".join(by_word["RUN"])
+    assert ("download.pytorch.org/whl/cpu" in runs) == wants_torch
+
+
+def test_dockerignore_keeps_the_venv_out() -> None:
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert ".venv" in ignored
+    assert ".git" in ignored
+
+
+# ---------------------------------------------------------------------------- Taskfile
+
+
+def test_taskfile_mirrors_dev() -> None:
+    taskfile = yaml.safe_load((ROOT / "Taskfile.yml").read_text())
+    schema = _vendored_schema("taskfile.json")
+    jsonschema.validators.validator_for(schema)(schema).validate(taskfile)
+    dev = (ROOT / "dev").read_text()
+    commands = set(re.findall(r"^  (\w+)\)", dev, re.MULTILINE))
+    assert {"setup", "up", "test", "lint", "fmt", "crds", "bench"} <= commands
+    for command in commands:
+        assert command in taskfile["tasks"], f"Taskfile lacks `{command}`"
+        assert any(f"./dev {command}" in c for c in taskfile["tasks"][command]["cmds"])
