@@ -217,9 +217,13 @@ async def test_upstream_dying_mid_stream_ends_the_client_stream(stack: Stack) ->
             stream = await client.chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": "hi"}], stream=True
             )
-            with pytest.raises(openai.APIError, match="failed mid-stream"):
+
+            async def consume() -> None:
                 async for chunk in stream:
                     received.append(chunk.choices[0].delta.content or "")
+
+            with pytest.raises(openai.APIError, match="failed mid-stream"):
+                await consume()
     assert received == ["t0 ", "t1 "]
 
 
@@ -285,9 +289,7 @@ async def test_model_created_after_start_is_found(
     assert response.status_code == 200
 
 
-async def test_health_ready_and_metrics(
-    stack: Stack, upstream: tuple[FakeUpstream, str]
-) -> None:
+async def test_health_ready_and_metrics(stack: Stack, upstream: tuple[FakeUpstream, str]) -> None:
     _, url = upstream
     await stack.set_endpoints("default/tiny", [url])
     async with httpx.AsyncClient(base_url=stack.url) as client:
