@@ -1,1 +1,1 @@
-"""FlexInfer controller service."""
+"""FlexInfer controller service: reconciles declared Models onto a runtime."""

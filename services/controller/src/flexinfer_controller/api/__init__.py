@@ -1,0 +1,1 @@
+"""HTTP edge of the controller: the admin API."""

@@ -1,0 +1,81 @@
+"""The controller's FastAPI app: admin API, health, metrics, and the reconcile loop."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+
+from fastapi import FastAPI
+
+from flexinfer_common.bus import EventBus
+from flexinfer_common.store import ModelStore
+from flexinfer_common.telemetry import setup_telemetry
+from flexinfer_common.web import health_router, install_error_handlers
+from flexinfer_controller.api.admin import install_admin
+from flexinfer_controller.backends import LaunchContext, default_backends
+from flexinfer_controller.core.controller import Controller, ControllerConfig
+from flexinfer_controller.core.metrics import ControllerMetrics
+from flexinfer_controller.core.models import ModelService
+from flexinfer_controller.runtime import create_runtime
+from flexinfer_controller.settings import ControllerSettings
+
+log = logging.getLogger(__name__)
+
+
+def controller_config(settings: ControllerSettings) -> ControllerConfig:
+    """The core's slice of the settings."""
+    return ControllerConfig(
+        namespace=settings.namespace,
+        instance_id=settings.instance_id,
+        workers=settings.workers,
+        resync_interval_s=settings.resync_interval_s,
+        reclaim_idle_s=settings.bus.reclaim_idle_s,
+        stop_grace_s=settings.stop_grace_s,
+        crash_backoff_initial_s=settings.crash_backoff_initial_s,
+        crash_backoff_max_s=settings.crash_backoff_max_s,
+        crash_loop_limit=settings.crash_loop_limit,
+        crash_loop_window_s=settings.crash_loop_window_s,
+        launch=LaunchContext(runtime=settings.runtime, engine_python=settings.engine_python),
+    )
+
+
+def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore) -> FastAPI:
+    """The controller app; its lifespan adopts engines and runs the reconciler."""
+    controller: Controller | None = None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await controller_.start()
+        log.info("controller ready (runtime %s, data dir %s)", settings.runtime, settings.data_dir)
+        try:
+            yield
+        finally:
+            await controller_.stop(stop_engines=settings.stop_engines_on_shutdown)
+
+    app = FastAPI(title="FlexInfer controller", lifespan=lifespan)
+    telemetry = setup_telemetry(app, "controller", settings.telemetry)
+    metrics = ControllerMetrics(telemetry.registry)
+    controller = Controller(
+        controller_config(settings),
+        store=store,
+        bus=bus,
+        runtime_factory=partial(create_runtime, settings),
+        backends=default_backends(),
+        metrics=metrics,
+    )
+    controller_ = controller
+    service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)
+    app.state.settings = settings
+    app.state.controller = controller
+    app.state.model_service = service
+    app.state.metrics = metrics
+
+    async def ready() -> bool:
+        return controller_.ready
+
+    install_error_handlers(app)
+    install_admin(app)
+    app.include_router(health_router(ready))
+    return app

@@ -1,0 +1,1 @@
+"""Controller logic that imports no web framework: queue, reconciler, scaling, documents."""

@@ -1,0 +1,219 @@
+"""The controller's moving parts: work queue, workers, event consumers and periodic resync."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pydantic import BaseModel
+
+from flexinfer_common.api.meta import utcnow
+from flexinfer_common.bus import EventBus, topics
+from flexinfer_common.errors import FlexInferError, TemporaryError
+from flexinfer_common.store import ModelStore
+from flexinfer_controller.backends import BackendRegistry, LaunchContext
+from flexinfer_controller.core.consumers import EventLoop
+from flexinfer_controller.core.crashes import CrashTracker
+from flexinfer_controller.core.endpoints import EndpointPublisher
+from flexinfer_controller.core.metrics import ControllerMetrics
+from flexinfer_controller.core.queue import ShutDownError, WorkQueue
+from flexinfer_controller.core.reconciler import Reconciler
+from flexinfer_controller.runtime import ReplicaEvent, ReplicaListener, Runtime
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """The knobs the controller core needs (a slice of ControllerSettings)."""
+
+    namespace: str
+    instance_id: str
+    workers: int
+    resync_interval_s: float
+    reclaim_idle_s: float
+    stop_grace_s: float
+    crash_backoff_initial_s: float
+    crash_backoff_max_s: float
+    crash_loop_limit: int
+    crash_loop_window_s: float
+    launch: LaunchContext
+
+
+class Controller:
+    """Owns the runtime and drives reconciles from every trigger."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        *,
+        store: ModelStore,
+        bus: EventBus,
+        runtime_factory: Callable[[ReplicaListener], Runtime],
+        backends: BackendRegistry,
+        metrics: ControllerMetrics | None = None,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._bus = bus
+        self._metrics = metrics
+        self.queue = WorkQueue()
+        self.runtime = runtime_factory(self._on_replica_event)
+        self._crashes = CrashTracker(
+            initial_s=config.crash_backoff_initial_s,
+            max_s=config.crash_backoff_max_s,
+            limit=config.crash_loop_limit,
+            window_s=config.crash_loop_window_s,
+        )
+        self.reconciler = Reconciler(
+            store=store,
+            runtime=self.runtime,
+            backends=backends,
+            publisher=EndpointPublisher(bus, store),
+            crashes=self._crashes,
+            queue=self.queue,
+            launch_context=config.launch,
+            metrics=metrics,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._failures: dict[str, int] = {}
+        self._loops: list[EventLoop] = []
+        self.ready = False
+
+    async def start(self) -> None:
+        """Adopt engines, start workers and consumers, and queue every model."""
+        adopted = await self.runtime.adopt()
+        self._loops = [
+            self._event_loop(topics.DEMAND, topics.DemandEvent),
+            self._event_loop(topics.ACTIVITY, topics.ActivityEvent),
+        ]
+        for index in range(self._config.workers):
+            self._spawn(self._worker(), f"reconcile-worker-{index}")
+        for loop in self._loops:
+            self._spawn(loop.run(), "controller-consumer")
+        await self.resync()
+        for replica in adopted:
+            self.queue.add(replica.model)
+        self._spawn(self._resync_loop(), "controller-resync")
+        self.ready = True
+
+    def _event_loop(self, topic: str, event_type: type[BaseModel]) -> EventLoop:
+        return EventLoop(
+            self._bus,
+            topic,
+            event_type,
+            self._on_events,
+            name=self._config.instance_id,
+            reclaim_idle_s=self._config.reclaim_idle_s,
+        )
+
+    def _spawn(self, coro: object, name: str) -> None:
+        assert asyncio.iscoroutine(coro)
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def stop(self, *, stop_engines: bool) -> None:
+        """Stop consumers and workers; stop engines too when ``stop_engines``."""
+        self.ready = False
+        self.queue.shut_down()
+        for task in self._tasks:
+            if not task.get_name().startswith("reconcile-worker"):
+                task.cancel()
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=10)
+            for task in pending:
+                task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.runtime.close(stop_replicas=stop_engines)
+
+    def enqueue(self, key: str) -> int:
+        """Queue a reconcile of ``key``; the ticket can be awaited with ``wait``."""
+        return self.queue.add(key)
+
+    async def sync(self, key: str, timeout_s: float = 30.0) -> bool:
+        """Reconcile ``key`` and wait until that reconcile finished."""
+        ticket = self.queue.add(key)
+        return await self.queue.wait_done(key, ticket, timeout_s)
+
+    def note_activity(self, key: str, at: datetime) -> int:
+        """Record activity of ``key`` and reconcile it at once (the cold-start path)."""
+        self.reconciler.note_activity(key, at)
+        return self.queue.add(key)
+
+    def _model_key(self, model: str) -> str:
+        return model if "/" in model else f"{self._config.namespace}/{model}"
+
+    async def _on_events(self, events: list[BaseModel]) -> None:
+        now = utcnow()
+        tickets: dict[str, int] = {}
+        for event in events:
+            if isinstance(event, topics.DemandEvent):
+                key, at = self._model_key(event.model), now
+            elif isinstance(event, topics.ActivityEvent):
+                at = event.at if event.at.tzinfo else event.at.replace(tzinfo=UTC)
+                key, at = self._model_key(event.model), min(at, now)
+            else:
+                continue
+            tickets[key] = self.note_activity(key, at)
+        # Ack only once the reconcile that persists lastActiveTime has run.
+        await asyncio.gather(
+            *(self.queue.wait_done(key, ticket, 30.0) for key, ticket in tickets.items())
+        )
+
+    def _on_replica_event(self, event: ReplicaEvent) -> None:
+        replica = event.replica
+        if event.kind == "exited" and not event.expected:
+            self._crashes.record(replica.model, replica.generation, time.monotonic(), event.message)
+            if self._metrics is not None:
+                self._metrics.engine_crashes.inc()
+        self.queue.add(replica.model)
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except ShutDownError:
+                return
+            try:
+                await self.reconciler.reconcile(key)
+            except Exception as exc:  # a worker must survive any one model's failure
+                self._retry(key, exc)
+            else:
+                self._failures.pop(key, None)
+                if self._metrics is not None:
+                    self._metrics.reconciles.labels("ok").inc()
+            finally:
+                self.queue.done(key)
+
+    def _retry(self, key: str, exc: Exception) -> None:
+        count = self._failures[key] = self._failures.get(key, 0) + 1
+        delay = min(30.0, 0.1 * 2 ** min(count, 10))
+        if isinstance(exc, TemporaryError):
+            delay = max(delay, min(exc.delay, 30.0))
+        level = logging.WARNING if isinstance(exc, FlexInferError) else logging.ERROR
+        log.log(level, "reconcile of %s failed (retry in %.1fs): %s", key, delay, exc,
+                exc_info=not isinstance(exc, FlexInferError))  # fmt: skip
+        if self._metrics is not None:
+            self._metrics.reconciles.labels("error").inc()
+        self.queue.add_after(key, delay)
+
+    async def resync(self) -> None:
+        """Queue every stored model and every model the runtime runs replicas of."""
+        keys = {m.key for m in await self._store.list_models()}
+        keys |= {r.model for r in self.runtime.list()}
+        for key in sorted(keys):
+            self.queue.add(key)
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.resync_interval_s)
+            try:
+                await self.resync()
+            except FlexInferError as exc:
+                log.warning("resync failed: %s", exc)
+            for loop in self._loops:
+                await loop.reclaim()

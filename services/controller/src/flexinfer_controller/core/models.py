@@ -1,0 +1,86 @@
+"""Admin operations on Models: store writes, change events and reconcile triggers."""
+
+from __future__ import annotations
+
+import logging
+
+from flexinfer_common.api import Model
+from flexinfer_common.bus import EventBus, topics
+from flexinfer_common.errors import BusError, ConflictError, NotFoundError
+from flexinfer_common.store import EndpointRecord, ModelStore
+from flexinfer_controller.core.controller import Controller
+
+log = logging.getLogger(__name__)
+
+
+class ModelService:
+    """What the admin API does; knows nothing of HTTP."""
+
+    def __init__(
+        self, store: ModelStore, bus: EventBus, controller: Controller, *, delete_wait_s: float
+    ) -> None:
+        self._store = store
+        self._bus = bus
+        self._controller = controller
+        self._delete_wait_s = delete_wait_s
+
+    async def create(self, model: Model) -> Model:
+        """Insert a new Model; ConflictError if it exists."""
+        model.metadata.resource_version = None
+        stored = await self._store.create_model(model)
+        await self._changed(stored)
+        return stored
+
+    async def apply(self, model: Model) -> tuple[Model, bool]:
+        """Create or replace; (stored model, created)."""
+        meta = model.metadata
+        for _ in range(3):
+            try:
+                await self._store.get_model(meta.namespace, meta.name)
+            except NotFoundError:
+                if meta.resource_version is not None:
+                    raise ConflictError(
+                        f"model {model.key} does not exist, but resourceVersion "
+                        f"{meta.resource_version!r} was given"
+                    ) from None
+                try:
+                    stored = await self._store.create_model(model)
+                except ConflictError:
+                    continue  # created concurrently: replace it instead
+                await self._changed(stored)
+                return stored, True
+            stored = await self._store.replace_model(model)
+            await self._changed(stored)
+            return stored, False
+        raise ConflictError(f"model {model.key} is being changed concurrently; retry")
+
+    async def get(self, namespace: str, name: str) -> Model:
+        """The stored Model, or NotFoundError."""
+        return await self._store.get_model(namespace, name)
+
+    async def list_models(self, namespace: str | None) -> list[Model]:
+        """Models of one namespace (all namespaces when None)."""
+        return await self._store.list_models(namespace)
+
+    async def delete(self, namespace: str, name: str) -> None:
+        """Delete the Model and wait (briefly) until its engines are being stopped."""
+        await self._store.delete_model(namespace, name)
+        key = f"{namespace}/{name}"
+        await self._publish(topics.ModelChangedEvent(model=key, generation=0, deleted=True))
+        await self._controller.sync(key, self._delete_wait_s)
+
+    async def endpoints(self, model: str | None = None) -> list[EndpointRecord]:
+        """The store's endpoint records (for debugging)."""
+        return await self._store.list_endpoints(model)
+
+    async def _changed(self, model: Model) -> None:
+        event = topics.ModelChangedEvent(model=model.key, generation=model.metadata.generation or 0)
+        await self._publish(event)
+        self._controller.enqueue(model.key)
+
+    async def _publish(self, event: topics.ModelChangedEvent) -> None:
+        try:
+            await self._bus.publish(topics.MODELS, event.model_dump(mode="json"))
+        except BusError as exc:
+            # The store is the source of truth and the periodic resync catches up.
+            log.warning("could not publish %s change: %s", event.model, exc)

@@ -1,0 +1,209 @@
+"""Reconcile one model: read it, decide desired replicas, act on the runtime, write status.
+
+Level-triggered and idempotent: every decision is made from the stored Model and the
+runtime's live replica list, never from the event that triggered the reconcile, so running
+it twice, late or for no reason changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from flexinfer_common.api import Model
+from flexinfer_common.api.meta import utcnow
+from flexinfer_common.errors import ConflictError, FlexInferError, NotFoundError, TemporaryError
+from flexinfer_common.store import ModelStore
+from flexinfer_controller.backends import (
+    BackendRegistry,
+    LaunchContext,
+    LaunchSpec,
+    UnsupportedBackendError,
+)
+from flexinfer_controller.core.crashes import CrashTracker
+from flexinfer_controller.core.desired import desired_replicas
+from flexinfer_controller.core.endpoints import EndpointPublisher
+from flexinfer_controller.core.metrics import ControllerMetrics
+from flexinfer_controller.core.queue import WorkQueue
+from flexinfer_controller.core.sources import SourceState, resolve_source
+from flexinfer_controller.core.status import Verdict, build_status
+from flexinfer_controller.runtime import Replica, ReplicaState, Runtime
+
+log = logging.getLogger(__name__)
+
+_MAX_CONFLICT_RETRIES = 5
+_IDLE_SLACK_S = 0.01
+"""Reconcile just after the idle deadline so the comparison sees it expired."""
+
+
+class Reconciler:
+    """Reconciles one model key at a time (the WorkQueue guarantees no key runs twice)."""
+
+    def __init__(
+        self,
+        *,
+        store: ModelStore,
+        runtime: Runtime,
+        backends: BackendRegistry,
+        publisher: EndpointPublisher,
+        crashes: CrashTracker,
+        queue: WorkQueue,
+        launch_context: LaunchContext,
+        metrics: ControllerMetrics | None = None,
+    ) -> None:
+        self._store = store
+        self._runtime = runtime
+        self._backends = backends
+        self._publisher = publisher
+        self._crashes = crashes
+        self._queue = queue
+        self._ctx = launch_context
+        self._metrics = metrics
+        self._activity: dict[str, datetime] = {}
+
+    def note_activity(self, key: str, at: datetime) -> None:
+        """Remember that ``key`` was active at ``at`` (moves forward only)."""
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+        previous = self._activity.get(key)
+        if previous is None or at > previous:
+            self._activity[key] = at
+
+    async def reconcile(self, key: str) -> None:
+        """Converge ``key``: re-read and redo on write conflicts."""
+        namespace, _, name = key.partition("/")
+        for _ in range(_MAX_CONFLICT_RETRIES):
+            try:
+                model = await self._store.get_model(namespace, name)
+            except NotFoundError:
+                await self._teardown(key)
+                return
+            try:
+                await self._reconcile_model(model)
+                return
+            except ConflictError:
+                log.debug("status of %s changed while reconciling; retrying", key)
+        raise TemporaryError(f"{key}: the stored model kept changing during reconcile", delay=0.5)
+
+    def _last_active(self, model: Model) -> datetime | None:
+        stored, noted = model.status.last_active_time, self._activity.get(model.key)
+        if stored is not None and stored.tzinfo is None:
+            stored = stored.replace(tzinfo=UTC)
+        candidates = [t for t in (stored, noted) if t is not None]
+        return max(candidates) if candidates else None
+
+    async def _reconcile_model(self, model: Model) -> None:
+        key = model.key
+        generation = model.metadata.generation or 1
+        last_active = self._last_active(model)
+        verdict, launch, desired = self._plan(model, last_active)
+        replicas = self._runtime.list(key)
+        current = [r for r in replicas if r.generation == generation]
+        stale = [r for r in replicas if r.generation != generation]
+        to_stop: list[Replica] = []
+        if desired == 0:
+            to_stop = list(replicas)
+        else:
+            if len(current) > desired:
+                keep = sorted(current, key=lambda r: r.state is not ReplicaState.READY)[:desired]
+                to_stop += [r for r in current if r not in keep]
+                current = keep
+            elif len(current) < desired and launch is not None:
+                started, verdict = await self._scale_up(
+                    model, launch, desired - len(current), verdict
+                )
+                current += started
+            ready_now = sum(r.state is ReplicaState.READY for r in current)
+            stale_ready = any(r.state is ReplicaState.READY for r in stale)
+            # Replace on spec change: start new replicas, stop old ones once the new serve.
+            if stale and (ready_now >= desired or not stale_ready):
+                to_stop += stale
+                stale = []
+        running = current + [r for r in stale if r not in to_stop]
+        status = build_status(
+            model, verdict, desired=desired, replicas=running, last_active=last_active
+        )
+        ready = [r for r in running if r.state is ReplicaState.READY]
+        await self._publisher.sync(key, ready, status.phase.value)
+        for replica in to_stop:
+            await self._runtime.stop(replica.id)
+        if status.model_dump() != model.status.model_dump():
+            await self._store.update_status(
+                model.metadata.namespace,
+                model.metadata.name,
+                status,
+                resource_version=model.metadata.resource_version,
+            )
+        if self._metrics is not None:
+            self._metrics.observe_replicas(self._runtime.list())
+
+    def _plan(
+        self, model: Model, last_active: datetime | None
+    ) -> tuple[Verdict, LaunchSpec | None, int]:
+        """(verdict, how to launch, desired replicas) from the spec alone."""
+        spec = model.spec
+        backend = self._backends.get(spec.backend)
+        if backend is None:
+            known = ", ".join(self._backends.names())
+            message = f"unknown backend {spec.backend!r}; known backends: {known}"
+            return Verdict(config_valid=(False, "BackendUnsupported", message)), None, 0
+        source = resolve_source(spec.source)
+        if source.state is SourceState.INVALID:
+            return Verdict(config_valid=(False, source.reason, source.message)), None, 0
+        try:
+            launch = backend.launch(model, source.path or Path("/"), self._ctx)
+        except UnsupportedBackendError as exc:
+            return Verdict(schedulable=(False, "BackendUnsupported", str(exc))), None, 0
+        if source.state is SourceState.PENDING:
+            # Cache gate, as the operator: no replicas until the weights are in place.
+            return Verdict(cached=(False, source.reason, source.message)), None, 0
+        cached = (True, "Cached", f"model directory {source.path}")
+        generation = model.metadata.generation or 1
+        crashes = self._crashes.crash_looping(model.key, generation, time.monotonic())
+        if crashes:
+            last = self._crashes.last_message(model.key)
+            message = f"engine crashed {crashes} times; fix the spec to retry. Last: {last}"
+            return Verdict(cached=cached, crash_loop=message[:2000]), None, 0
+        wanted = desired_replicas(spec, last_active, utcnow())
+        if wanted.idle_at is not None:
+            delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
+            self._queue.add_after(model.key, delay)
+        return Verdict(cached=cached), launch, wanted.replicas
+
+    async def _scale_up(
+        self, model: Model, launch: LaunchSpec, count: int, verdict: Verdict
+    ) -> tuple[list[Replica], Verdict]:
+        generation = model.metadata.generation or 1
+        now = time.monotonic()
+        delay = self._crashes.restart_delay(model.key, generation, now)
+        if delay > 0:
+            self._queue.add_after(model.key, delay)
+            return [], replace(verdict, waiting=f"restarting after a crash in {delay:.1f}s")
+        started: list[Replica] = []
+        for _ in range(count):
+            try:
+                replica = await self._runtime.start(model.key, generation, launch)
+            except FlexInferError as exc:
+                log.warning("cannot start an engine for %s: %s", model.key, exc)
+                self._crashes.record(model.key, generation, now, str(exc))
+                self._queue.add_after(
+                    model.key, self._crashes.restart_delay(model.key, generation, now)
+                )
+                return started, replace(verdict, waiting=str(exc))
+            started.append(replica)
+            if self._metrics is not None:
+                self._metrics.engine_starts.labels(model.spec.backend).inc()
+        return started, verdict
+
+    async def _teardown(self, key: str) -> None:
+        """The model is gone: withdraw its endpoints, then stop its replicas."""
+        replicas = self._runtime.list(key)
+        if replicas or self._publisher.known(key):
+            await self._publisher.clear(key)
+        for replica in replicas:
+            await self._runtime.stop(replica.id)
+        self._activity.pop(key, None)
+        self._crashes.forget(key)

@@ -1,0 +1,95 @@
+"""Build a Model's status from what the reconciler decided and observed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from flexinfer_common.api import Condition, Model, ModelPhase, ModelStatus
+from flexinfer_common.api.meta import ConditionStatus, set_condition
+from flexinfer_common.api.status import ConditionType
+from flexinfer_controller.runtime import Replica, ReplicaState
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The reconciler's findings for one model, before status is written."""
+
+    config_valid: tuple[bool, str, str] = (True, "ConfigValid", "")
+    """(ok, reason, message) of spec validation (backend known, source well-formed)."""
+    schedulable: tuple[bool, str, str] = (True, "Schedulable", "")
+    """(ok, reason, message): can this runtime run the backend."""
+    cached: tuple[bool, str, str] | None = None
+    """(ok, reason, message) of source resolution; None when not evaluated."""
+    crash_loop: str | None = None
+    """A message when the model is in a crash loop."""
+    waiting: str | None = None
+    """A message when a restart is delayed by crash backoff."""
+
+
+def phase_of(verdict: Verdict, desired: int, running: int, ready: int) -> ModelPhase:
+    """Failed > Pending (source) > Ready > Idle > Loading, as the seed's status flow."""
+    if not verdict.config_valid[0] or not verdict.schedulable[0] or verdict.crash_loop:
+        return ModelPhase.FAILED
+    if verdict.cached is not None and not verdict.cached[0]:
+        return ModelPhase.PENDING
+    if ready > 0:
+        return ModelPhase.READY
+    if desired == 0 and running == 0:
+        return ModelPhase.IDLE
+    return ModelPhase.LOADING
+
+
+def build_status(
+    model: Model,
+    verdict: Verdict,
+    *,
+    desired: int,
+    replicas: list[Replica],
+    last_active: datetime | None,
+) -> ModelStatus:
+    """The new status; conditions keep their transition time when their status is unchanged."""
+    ready = [r for r in replicas if r.state is ReplicaState.READY]
+    phase = phase_of(verdict, desired, len(replicas), len(ready))
+    gen = model.metadata.generation
+    loaded = _loaded(verdict, phase, desired)
+    checks: list[tuple[ConditionType, tuple[bool | None, str, str]]] = [
+        (ConditionType.CONFIG_VALID, verdict.config_valid),
+        (ConditionType.SCHEDULABLE, verdict.schedulable),
+        (ConditionType.CACHED, verdict.cached or (None, "Unknown", "")),
+        (ConditionType.LOADED, loaded),
+        (ConditionType.READY, loaded),
+    ]
+    conditions = list(model.status.conditions)
+    for kind, (ok, reason, message) in checks:
+        value: ConditionStatus = "Unknown" if ok is None else ("True" if ok else "False")
+        cond = Condition(
+            type=kind.value, status=value, reason=reason, message=message, observed_generation=gen
+        )
+        conditions = set_condition(conditions, cond)
+    summary = next((m for _, (ok, _, m) in checks if ok is False and m), None)
+    return model.status.model_copy(
+        update={
+            "phase": phase,
+            "conditions": conditions,
+            "replicas": len(replicas),
+            "ready_replicas": len(ready),
+            "desired_replicas": desired,
+            "observed_generation": gen,
+            "endpoint": ready[0].url if ready else None,
+            "last_active_time": last_active,
+            "message": summary,
+        }
+    )
+
+
+def _loaded(verdict: Verdict, phase: ModelPhase, desired: int) -> tuple[bool | None, str, str]:
+    if verdict.crash_loop:
+        return False, "CrashLoopBackOff", verdict.crash_loop
+    if phase is ModelPhase.READY:
+        return True, "BackendReady", "at least one replica serves"
+    if phase in (ModelPhase.FAILED, ModelPhase.PENDING):
+        return False, "NotStarted", "the model cannot start yet"
+    if desired == 0:
+        return False, "WaitingForActivation", "scaled to zero; the next request activates it"
+    return False, "StartingBackend", verdict.waiting or "engine is starting"

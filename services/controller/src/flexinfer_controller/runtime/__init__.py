@@ -1,0 +1,20 @@
+"""Runtimes: where engine replicas run (``local`` subprocesses; ``kubernetes`` later)."""
+
+from flexinfer_controller.runtime.base import (
+    Replica,
+    ReplicaEvent,
+    ReplicaListener,
+    ReplicaState,
+    Runtime,
+)
+from flexinfer_controller.runtime.registry import create_runtime, runtime_names
+
+__all__ = [
+    "Replica",
+    "ReplicaEvent",
+    "ReplicaListener",
+    "ReplicaState",
+    "Runtime",
+    "create_runtime",
+    "runtime_names",
+]

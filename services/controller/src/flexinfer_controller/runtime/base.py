@@ -1,0 +1,81 @@
+"""The Runtime interface: start, stop, list and adopt engine replicas; report their exits."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from flexinfer_controller.backends import LaunchSpec
+
+
+class ReplicaState(StrEnum):
+    """Lifecycle of one replica as the runtime sees it."""
+
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """A snapshot of one engine replica."""
+
+    id: str
+    model: str
+    """namespace/name of the Model it serves."""
+    generation: int
+    """metadata.generation of the spec it was started from."""
+    state: ReplicaState
+    url: str | None = None
+    pid: int | None = None
+    node: str | None = None
+    started_at: float = 0.0
+    """Wall-clock start time (seconds since the epoch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaEvent:
+    """Something happened to a replica: it became ready, or it exited."""
+
+    kind: str
+    """``ready`` or ``exited``."""
+    replica: Replica
+    expected: bool = True
+    """False for a crash, a failed start or a startup timeout."""
+    message: str = ""
+
+
+ReplicaListener = Callable[[ReplicaEvent], None]
+"""Called on the event loop for every ReplicaEvent; must not block."""
+
+
+class Runtime(ABC):
+    """Runs engine replicas. Every method is called from the event loop."""
+
+    name: str = ""
+
+    @abstractmethod
+    async def adopt(self) -> list[Replica]:
+        """Take over replicas a previous controller left running; clean up the rest."""
+
+    @abstractmethod
+    async def start(self, model: str, generation: int, spec: LaunchSpec) -> Replica:
+        """Launch one replica; returns at once in STARTING, a ``ready`` event follows."""
+
+    @abstractmethod
+    async def stop(self, replica_id: str) -> None:
+        """Begin stopping a replica (it leaves ``list`` at once); an ``exited`` event follows."""
+
+    @abstractmethod
+    async def wait_stopped(self, replica_id: str, timeout_s: float) -> bool:
+        """Wait until the replica's process is gone; False on timeout."""
+
+    @abstractmethod
+    def list(self, model: str | None = None) -> list[Replica]:
+        """Live replicas (STARTING or READY), of one model or all."""
+
+    @abstractmethod
+    async def close(self, *, stop_replicas: bool) -> None:
+        """Stop watching; stop every replica too when ``stop_replicas``."""

@@ -1,0 +1,282 @@
+"""The local runtime: engines are subprocesses of this machine, tracked by state files."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flexinfer_controller.backends import LaunchSpec
+from flexinfer_controller.runtime import procs
+from flexinfer_controller.runtime.adoption import Adopter
+from flexinfer_controller.runtime.base import (
+    Replica,
+    ReplicaEvent,
+    ReplicaListener,
+    ReplicaState,
+    Runtime,
+)
+from flexinfer_controller.runtime.statefile import EngineState, StateDir
+from flexinfer_controller.settings import ControllerSettings
+
+log = logging.getLogger(__name__)
+
+RUNTIME_ID_ENV = "FLEXINFER_RUNTIME_ID"
+"""Marks every engine with the runtime that started it, so it can be found without a state file."""
+REPLICA_ID_ENV = "FLEXINFER_REPLICA_ID"
+
+
+def runtime_id(data_dir: Path) -> str:
+    """A stable id of a data dir: the same dir gives the same id across restarts."""
+    return hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
+
+
+def replica_id(model: str) -> str:
+    """``<namespace>_<name>-<random>``: unique, readable, safe as a file name."""
+    return f"{model.replace('/', '_')}-{secrets.token_hex(4)}"
+
+
+@dataclass
+class _Engine:
+    """One engine this runtime watches."""
+
+    replica: Replica
+    state: EngineState
+    exit_task: asyncio.Task[int | None] | None = None
+    ready_task: asyncio.Task[None] | None = None
+    failure: str | None = None
+    """Why the runtime killed it (startup timeout, bad ready line): the exit is a failure."""
+    stopping: bool = False
+
+
+class LocalRuntime(Runtime):
+    """Engines as local processes (own session, logs and state files under data_dir)."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        listener: ReplicaListener,
+        startup_timeout_s: float = 300.0,
+        stop_grace_s: float = 10.0,
+        probe_timeout_s: float = 2.0,
+        poll_interval_s: float = 1.0,
+    ) -> None:
+        self.id = runtime_id(data_dir)
+        self._states = StateDir(data_dir / "engines")
+        self._logs = data_dir / "logs"
+        self._logs.mkdir(parents=True, exist_ok=True)
+        self._listener = listener
+        self._startup_timeout_s = startup_timeout_s
+        self._stop_grace_s = stop_grace_s
+        self._poll_interval_s = poll_interval_s
+        self._adopter = Adopter(
+            self._states, self.id, RUNTIME_ID_ENV, REPLICA_ID_ENV, probe_timeout_s, stop_grace_s
+        )
+        self._engines: dict[str, _Engine] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_settings(cls, settings: ControllerSettings, listener: ReplicaListener) -> LocalRuntime:
+        """A LocalRuntime configured by the controller settings."""
+        return cls(
+            data_dir=settings.data_dir,
+            listener=listener,
+            startup_timeout_s=settings.engine_startup_timeout_s,
+            stop_grace_s=settings.stop_grace_s,
+            probe_timeout_s=settings.adopt_probe_timeout_s,
+            poll_interval_s=settings.exit_poll_interval_s,
+        )
+
+    def log_path(self, replica: str) -> Path:
+        """Where the replica's stdout and stderr go."""
+        return self._logs / f"{replica}.log"
+
+    async def adopt(self) -> list[Replica]:
+        """Adopt healthy ready engines from state files; kill everything else of ours."""
+        adopted = []
+        for state in await self._adopter.run():
+            replica = Replica(
+                id=state.replica,
+                model=state.model,
+                generation=state.generation,
+                state=ReplicaState.READY,
+                url=state.url,
+                pid=state.pid,
+                started_at=state.started_at,
+            )
+            engine = _Engine(replica=replica, state=state)
+            self._engines[state.replica] = engine
+            self._watch_exit(engine)
+            adopted.append(replica)
+            log.info("adopted engine %s (pid %d) at %s", state.replica, state.pid, state.url)
+        return adopted
+
+    async def start(self, model: str, generation: int, spec: LaunchSpec) -> Replica:
+        """Spawn one engine; readiness arrives on its ready pipe."""
+        rid = replica_id(model)
+        argv = [*spec.argv, spec.ready_fd_flag, str(procs.READY_FD)]
+        env = {**os.environ, **spec.env, RUNTIME_ID_ENV: self.id, REPLICA_ID_ENV: rid}
+        pid, ready_fd = procs.spawn(argv, env, self.log_path(rid))
+        started = time.time()
+        state = EngineState(
+            replica=rid,
+            pid=pid,
+            create_time=procs.create_time(pid),
+            model=model,
+            generation=generation,
+            state="starting",
+            runtime_id=self.id,
+            served_name=spec.served_name,
+            health_path=spec.health_path,
+            started_at=started,
+        )
+        try:
+            self._states.write(state)
+        except OSError:
+            os.close(ready_fd)
+            procs.signal_group(pid, signal.SIGKILL)
+            await procs.wait_exit(pid, self._poll_interval_s)
+            raise
+        replica = Replica(
+            rid, model, generation, ReplicaState.STARTING, pid=pid, started_at=started
+        )
+        engine = _Engine(replica=replica, state=state)
+        self._engines[rid] = engine
+        self._watch_exit(engine)
+        engine.ready_task = asyncio.create_task(self._await_ready(engine, ready_fd))
+        log.info("started engine %s (pid %d) for %s", rid, pid, model)
+        return replica
+
+    def _watch_exit(self, engine: _Engine) -> None:
+        pid = engine.replica.pid
+        assert pid is not None
+        engine.exit_task = asyncio.create_task(procs.wait_exit(pid, self._poll_interval_s))
+        engine.exit_task.add_done_callback(lambda task: self._on_exit(engine, task))
+
+    async def _await_ready(self, engine: _Engine, ready_fd: int) -> None:
+        try:
+            line = await asyncio.wait_for(procs.read_ready_line(ready_fd), self._startup_timeout_s)
+        except TimeoutError:
+            await self._fail(engine, f"not ready within {self._startup_timeout_s:g}s")
+            return
+        url = _parse_ready_line(line)
+        if url is None:
+            assert engine.exit_task is not None
+            # EOF usually means the engine died: let the exit watcher report it first.
+            await asyncio.wait({engine.exit_task}, timeout=1.0)
+            if not engine.exit_task.done():
+                await self._fail(engine, f"bad ready line {line[:200]!r}")
+            return
+        if engine.stopping or engine.replica.id not in self._engines:
+            return
+        engine.state = engine.state.model_copy(update={"state": "ready", "url": url})
+        self._states.write(engine.state)
+        engine.replica = dataclasses.replace(engine.replica, state=ReplicaState.READY, url=url)
+        self._listener(ReplicaEvent("ready", engine.replica))
+
+    async def _fail(self, engine: _Engine, reason: str) -> None:
+        log.warning("engine %s failed: %s", engine.replica.id, reason)
+        engine.failure = reason
+        assert engine.exit_task is not None
+        assert engine.replica.pid is not None
+        await procs.terminate(engine.replica.pid, self._stop_grace_s, engine.exit_task)
+
+    def _on_exit(self, engine: _Engine, task: asyncio.Task[int | None]) -> None:
+        if task.cancelled():
+            return
+        code = task.result()
+        self._engines.pop(engine.replica.id, None)
+        self._states.remove(engine.replica.id)
+        if engine.ready_task is not None and not engine.ready_task.done():
+            engine.ready_task.cancel()
+        expected = engine.stopping and engine.failure is None
+        message = engine.failure or f"exited with code {code}"
+        if not expected:
+            message += f"; log tail: {self._log_tail(engine.replica.id)}"
+            log.warning("engine %s of %s: %s", engine.replica.id, engine.replica.model, message)
+        self._listener(ReplicaEvent("exited", engine.replica, expected=expected, message=message))
+
+    def _log_tail(self, replica: str, limit: int = 400) -> str:
+        try:
+            with self.log_path(replica).open("rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - limit))
+                return fh.read().decode(errors="replace").strip().replace("\n", " | ")
+        except OSError:
+            return "(no log)"
+
+    async def stop(self, replica_id: str) -> None:
+        """SIGTERM the engine's group now; SIGKILL it after the grace period in the background."""
+        engine = self._engines.get(replica_id)
+        if engine is None or engine.stopping:
+            return
+        engine.stopping = True
+        engine.replica = dataclasses.replace(engine.replica, state=ReplicaState.STOPPING)
+        if engine.ready_task is not None:
+            engine.ready_task.cancel()
+        assert engine.exit_task is not None
+        assert engine.replica.pid is not None
+        task = asyncio.create_task(
+            procs.terminate(engine.replica.pid, self._stop_grace_s, engine.exit_task)
+        )
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def wait_stopped(self, replica_id: str, timeout_s: float) -> bool:
+        """Wait for the replica's exit watcher to finish."""
+        engine = self._engines.get(replica_id)
+        if engine is None or engine.exit_task is None:
+            return True
+        done, _ = await asyncio.wait({engine.exit_task}, timeout=timeout_s)
+        return bool(done)
+
+    def list(self, model: str | None = None) -> list[Replica]:
+        """Live replicas (not stopping), optionally of one model."""
+        return [
+            e.replica
+            for e in self._engines.values()
+            if not e.stopping and (model is None or e.replica.model == model)
+        ]
+
+    async def close(self, *, stop_replicas: bool) -> None:
+        """Stop all engines, or only starting ones (ready ones stay for adoption)."""
+        engines = list(self._engines.values())
+        for engine in engines:
+            if stop_replicas or engine.replica.state is not ReplicaState.READY:
+                await self.stop(engine.replica.id)
+        waits = [e.exit_task for e in engines if e.stopping and e.exit_task is not None]
+        if waits:
+            await asyncio.wait(waits, timeout=self._stop_grace_s + 5)
+        for stopper in list(self._background):
+            await asyncio.wait({stopper}, timeout=1.0)
+        pending: list[asyncio.Future[Any]] = []
+        for engine in self._engines.values():
+            for watcher in (engine.exit_task, engine.ready_task):
+                if watcher is not None and not watcher.done():
+                    watcher.cancel()
+                    pending.append(watcher)
+        await asyncio.gather(*pending, return_exceptions=True)
+        self._engines.clear()
+
+
+def _parse_ready_line(line: bytes) -> str | None:
+    try:
+        info = json.loads(line)
+    except ValueError:
+        return None
+    url = info.get("url") if isinstance(info, dict) else None
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        return None
+    return url.rstrip("/")

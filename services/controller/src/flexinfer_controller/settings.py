@@ -1,0 +1,95 @@
+"""Controller settings (``FLEXINFER_CONTROLLER_*``)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sys
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings, TelemetrySettings
+
+
+def default_instance_id() -> str:
+    """hostname-pid-random: unique per process, used as this replica's bus consumer name."""
+    host = socket.gethostname().split(".")[0] or "controller"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class ControllerSettings(BaseSettings):
+    """The controller service (``FLEXINFER_CONTROLLER_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="FLEXINFER_CONTROLLER_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    """Admin API listen address: loopback, because the admin API has no auth of its own."""
+
+    port: int = Field(default=8090, ge=0, le=65535)
+    """Admin API port (0 picks a free one); 8090 keeps clear of the proxy's 8080."""
+
+    namespace: str = Field(default="default", min_length=1, max_length=63)
+    """Namespace used when a request names none, like kubectl's default namespace."""
+
+    runtime: str = "local"
+    """Where engines run: ``local`` (subprocesses on this machine); ``kubernetes`` comes later."""
+
+    data_dir: Path = Path(".flexinfer/controller")
+    """Engine state files (``engines/``) and logs (``logs/``) of the local runtime. Its
+    resolved path also identifies the runtime, so two data dirs never adopt each other's
+    engines."""
+
+    engine_python: str = sys.executable
+    """Python interpreter that runs ``-m flexinfer_engine`` (the controller's own by default,
+    which has the engine installed in the same environment)."""
+
+    instance_id: str = Field(default_factory=default_instance_id, min_length=1, max_length=100)
+    """This controller replica's consumer name in the shared ``controller`` group."""
+
+    workers: int = Field(default=4, ge=1, le=64)
+    """Concurrent reconcile workers; one key is never reconciled twice at once."""
+
+    resync_interval_s: float = Field(default=10.0, gt=0)
+    """Seconds between level-triggered reconciles of every Model: a safety net for missed
+    events, cheap because a no-op reconcile writes nothing."""
+
+    engine_startup_timeout_s: float = Field(default=300.0, gt=0)
+    """Seconds an engine may take to report ready before it is killed (vLLM's 300 s)."""
+
+    stop_grace_s: float = Field(default=10.0, ge=0)
+    """Seconds between SIGTERM and SIGKILL when stopping an engine: enough to finish
+    in-flight requests, short enough that scale-down frees memory promptly."""
+
+    stop_engines_on_shutdown: bool = False
+    """Stop engines when the controller exits. False lets a restarted controller adopt
+    them without a cold start; the embedded stack sets True so it leaves no orphans."""
+
+    adopt_probe_timeout_s: float = Field(default=2.0, gt=0)
+    """Seconds to wait for an adopted engine's /readyz before treating it as unresponsive."""
+
+    exit_poll_interval_s: float = Field(default=1.0, gt=0)
+    """Poll period for exits of engines that cannot be watched with a pidfd."""
+
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    """Largest admin API request body (1 MiB): a Model document is a few kilobytes."""
+
+    crash_backoff_initial_s: float = Field(default=1.0, ge=0)
+    """Delay before restarting an engine after its first crash; doubles per crash."""
+
+    crash_backoff_max_s: float = Field(default=60.0, ge=0)
+    """Upper bound of the restart delay after repeated crashes."""
+
+    crash_loop_limit: int = Field(default=5, ge=1)
+    """Crashes within ``crash_loop_window_s`` after which the Model goes Failed and stays
+    so until its spec changes (a crash loop will not fix itself)."""
+
+    crash_loop_window_s: float = Field(default=600.0, gt=0)
+    """Window in seconds over which crashes are counted."""
+
+    bus: BusSettings = Field(default_factory=BusSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    log: LogSettings = Field(default_factory=LogSettings)
