@@ -114,7 +114,9 @@ def generate_model(out_dir: Path, *, name: str, preset: str = "tiny", seed: int 
         raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})")
     out_dir.mkdir(parents=True, exist_ok=True)
     tensors = random_state_dict(config, _seed_for(name, preset, seed))
-    save_file(tensors, out_dir / "model.safetensors", metadata={"format": "pt"})
+    weights = out_dir / "model.safetensors"
+    save_file(tensors, weights, metadata={"format": "pt"})
+    weights.chmod(0o644)  # safetensors creates it owner-only; engines may run as another user
     _write_json(
         out_dir / "config.json",
         {
