@@ -44,20 +44,32 @@ def start_stack(mode: str, work: Path) -> tuple[dict[str, str], list[subprocess.
     flexinfer = [sys.executable, "-m", "flexinfer_cli"]
     env = dict(os.environ)
     if mode == "embedded":
-        proc = _start([*flexinfer, "up", "--data-dir", str(work), "--port", "0", "--no-demo"],
-                      env, work / "endpoints.json", work / "up.log")
+        proc = _start(
+            [*flexinfer, "up", "--data-dir", str(work), "--port", "0", "--no-demo"],
+            env,
+            work / "endpoints.json",
+            work / "up.log",
+        )
         return json.loads((work / "endpoints.json").read_text()), [proc]
-    env.update({
-        "FLEXINFER_BUS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        "FLEXINFER_BUS_STREAM_PREFIX": f"bench-{uuid.uuid4().hex[:8]}:",
-        "FLEXINFER_STORE_URL": f"sqlite:///{work}/store.db",
-        "FLEXINFER_CONTROLLER_STOP_ENGINES_ON_SHUTDOWN": "true",
-    })
+    env.update(
+        {
+            "FLEXINFER_BUS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
+            "FLEXINFER_BUS_STREAM_PREFIX": f"bench-{uuid.uuid4().hex[:8]}:",
+            "FLEXINFER_STORE_URL": f"sqlite:///{work}/store.db",
+            "FLEXINFER_CONTROLLER_STOP_ENGINES_ON_SHUTDOWN": "true",
+        }
+    )
     procs, urls = [], {}
     for name, extra in (("controller", ["--data-dir", str(work / "engines")]), ("proxy", [])):
         ready = work / f"{name}.json"
-        procs.append(_start([*flexinfer, name, "--port", "0", *extra],
-                            {**env, "FLEXINFER_READY_FILE": str(ready)}, ready, work / f"{name}.log"))
+        procs.append(
+            _start(
+                [*flexinfer, name, "--port", "0", *extra],
+                {**env, "FLEXINFER_READY_FILE": str(ready)},
+                ready,
+                work / f"{name}.log",
+            )
+        )
         urls[name] = next(iter(json.loads(ready.read_text()).values()))
     return urls, procs
 
@@ -65,9 +77,15 @@ def start_stack(mode: str, work: Path) -> tuple[dict[str, str], list[subprocess.
 def apply_model(controller: str, model_dir: Path) -> None:
     """Declare the benchmark model with a 1 s idle timeout, so it returns to zero quickly."""
     manifest = {
-        "apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model", "metadata": {"name": MODEL},
-        "spec": {"backend": "reference", "source": model_dir.as_uri(), "gpu": {"vendor": "cpu"},
-                 "serverless": {"minReplicas": 0, "idleTimeout": "1s"}},
+        "apiVersion": "ai.flexinfer/v1alpha2",
+        "kind": "Model",
+        "metadata": {"name": MODEL},
+        "spec": {
+            "backend": "reference",
+            "source": model_dir.as_uri(),
+            "gpu": {"vendor": "cpu"},
+            "serverless": {"minReplicas": 0, "idleTimeout": "1s"},
+        },
     }
     httpx.put(f"{controller}/v1/admin/models/{MODEL}", json=manifest, timeout=30).raise_for_status()
 
@@ -93,22 +111,33 @@ def wait_zero(model_dir: Path, timeout: float = 60) -> None:
 
 def one_run(urls: dict[str, str]) -> dict[str, float]:
     """Cold-start the model with one streaming request; return timings in seconds."""
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-            "stream": True}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4,
+        "stream": True,
+    }
     start = time.perf_counter()
     ttft = None
-    with httpx.stream("POST", f"{urls['proxy']}/v1/chat/completions", json=body,
-                      timeout=120) as response:
+    with httpx.stream(
+        "POST", f"{urls['proxy']}/v1/chat/completions", json=body, timeout=120
+    ) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if ttft is None and '"content"' in line:
                 ttft = time.perf_counter() - start
     assert ttft is not None, "no token arrived"
     status = httpx.get(f"{urls['controller']}/v1/admin/models/{MODEL}", timeout=10).json()
-    info: dict[str, Any] = httpx.get(f"{status['status']['endpoint']}/engine/info", timeout=10).json()
+    info: dict[str, Any] = httpx.get(
+        f"{status['status']['endpoint']}/engine/info", timeout=10
+    ).json()
     engine = info["process_start_seconds"] + info["weight_load_seconds"]
-    return {"ttft": ttft, "process_start": info["process_start_seconds"],
-            "weight_load": info["weight_load_seconds"], "overhead": ttft - engine}
+    return {
+        "ttft": ttft,
+        "process_start": info["process_start_seconds"],
+        "weight_load": info["weight_load_seconds"],
+        "overhead": ttft - engine,
+    }
 
 
 def main() -> int:
@@ -120,8 +149,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="flexinfer-bench-") as tmp:
         work = Path(tmp)
         model_dir = work / "models" / "tiny"
-        subprocess.run([sys.executable, "-m", "flexinfer_engine", "generate", "tiny", "--out",
-                        str(model_dir)], check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "flexinfer_engine", "generate", "tiny", "--out", str(model_dir)],
+            check=True,
+            capture_output=True,
+        )
         urls, procs = start_stack(args.mode, work)
         try:
             apply_model(urls["controller"], model_dir)
@@ -129,15 +161,20 @@ def main() -> int:
             for i in range(args.runs):
                 wait_zero(model_dir)
                 runs.append(one_run(urls))
-                print(f"run {i + 1}: " + ", ".join(f"{k}={v * 1000:.1f}ms"
-                                                  for k, v in runs[-1].items()), flush=True)
+                print(
+                    f"run {i + 1}: "
+                    + ", ".join(f"{k}={v * 1000:.1f}ms" for k, v in runs[-1].items()),
+                    flush=True,
+                )
         finally:
             for proc in procs:
                 proc.terminate()
                 proc.wait(30)
     med = {k: statistics.median(r[k] for r in runs) * 1000 for k in runs[0]}
-    print(f"\n| {args.mode} | {args.runs} | {med['ttft']:.0f} | {med['process_start']:.0f} | "
-          f"{med['weight_load']:.1f} | **{med['overhead']:.1f}** |")
+    print(
+        f"\n| {args.mode} | {args.runs} | {med['ttft']:.0f} | {med['process_start']:.0f} | "
+        f"{med['weight_load']:.1f} | **{med['overhead']:.1f}** |"
+    )
     return 0
 
 

@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
-
 from flexinfer_testing.stack import Stack, StackFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -23,9 +22,9 @@ MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [
 ]
 
 
-def client(stack: Stack, **kwargs: float) -> openai.OpenAI:
+def client(stack: Stack, timeout: float) -> openai.OpenAI:
     """An openai SDK client pointed at the stack's proxy."""
-    return openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, **kwargs)
+    return openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=timeout)
 
 
 def chat(stack: Stack, model: str = "tiny", max_tokens: int = 16) -> str:
@@ -66,7 +65,9 @@ def test_stream_delivers_chunks_incrementally(stacks: StackFactory) -> None:
     assert len(arrivals) > 10
     assert "".join(pieces)
     spread = arrivals[-1] - arrivals[0]
-    assert spread > 0.05, f"all chunks arrived within {spread * 1000:.1f} ms: buffered, not streamed"
+    assert spread > 0.05, (
+        f"all chunks arrived within {spread * 1000:.1f} ms: buffered, not streamed"
+    )
 
 
 def test_ten_concurrent_cold_requests_start_one_engine(stacks: StackFactory) -> None:
@@ -156,7 +157,7 @@ def test_restarted_controller_adopts_the_running_engine(stacks: StackFactory) ->
             try:
                 chat(stack, max_tokens=2)
                 served += 1
-            except Exception as exc:  # noqa: BLE001 - every failure is a lost request
+            except Exception as exc:  # every failure is a lost request
                 failures.append(exc)
 
     traffic = threading.Thread(target=keep_calling)

@@ -46,7 +46,9 @@ def wait_for_file(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> 
     raise TimeoutError(f"{path} did not appear within {timeout}s")
 
 
-def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+def stop_process(
+    proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20
+) -> int:
     """Signal ``proc`` and wait for it (SIGKILL after ``timeout``)."""
     if proc.poll() is None:
         proc.send_signal(sig)
@@ -141,32 +143,42 @@ class StackFactory:
     def _distributed_env(self, stack: Stack) -> None:
         redis_url = require_redis().rsplit("/", 1)[0] + "/0"
         database = self.exit_stack.enter_context(postgres_database("flexinfer_e2e"))
-        stack.env.update({
-            "FLEXINFER_BUS_URL": redis_url,
-            "FLEXINFER_BUS_STREAM_PREFIX": f"e2e-{uuid.uuid4().hex[:8]}:",
-            "FLEXINFER_STORE_URL": database,
-            # A test stack must leave nothing behind when it is stopped gracefully.
-            "FLEXINFER_CONTROLLER_STOP_ENGINES_ON_SHUTDOWN": "true",
-        })
+        stack.env.update(
+            {
+                "FLEXINFER_BUS_URL": redis_url,
+                "FLEXINFER_BUS_STREAM_PREFIX": f"e2e-{uuid.uuid4().hex[:8]}:",
+                "FLEXINFER_STORE_URL": database,
+                # A test stack must leave nothing behind when it is stopped gracefully.
+                "FLEXINFER_CONTROLLER_STOP_ENGINES_ON_SHUTDOWN": "true",
+            }
+        )
 
     def launch(self, stack: Stack) -> None:
         """Start (or restart) every process of the stack and wait until it serves."""
         if self.mode == "embedded":
-            self._start(stack, "up", ["up", "--data-dir", str(stack.data_dir), "--port", "0",
-                                      "--no-demo"], stack.data_dir / "endpoints.json")
+            self._start(
+                stack,
+                "up",
+                ["up", "--data-dir", str(stack.data_dir), "--port", "0", "--no-demo"],
+                stack.data_dir / "endpoints.json",
+            )
         else:
             self.start_controller(stack)
-            self._start(stack, "proxy", ["proxy", "--port", "0"],
-                        stack.data_dir / "proxy.ready.json")
+            self._start(
+                stack, "proxy", ["proxy", "--port", "0"], stack.data_dir / "proxy.ready.json"
+            )
 
     def start_controller(self, stack: Stack) -> None:
         """(Re)start the controller; in embedded mode that is the whole stack."""
         if self.mode == "embedded":
             self.launch(stack)
             return
-        self._start(stack, "controller",
-                    ["controller", "--port", "0", "--data-dir", str(stack.data_dir / "engines")],
-                    stack.data_dir / "controller.ready.json")
+        self._start(
+            stack,
+            "controller",
+            ["controller", "--port", "0", "--data-dir", str(stack.data_dir / "engines")],
+            stack.data_dir / "controller.ready.json",
+        )
 
     def controller_process(self, stack: Stack) -> subprocess.Popen[bytes]:
         """The process that runs the controller."""
@@ -178,8 +190,9 @@ class StackFactory:
         if name != "up":
             env["FLEXINFER_READY_FILE"] = str(ready)
         log = (stack.data_dir / f"{name}.log").open("ab")
-        proc = subprocess.Popen(flexinfer_command(*args), env=env, stdout=log, stderr=log,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            flexinfer_command(*args), env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL
+        )
         log.close()
         stack.procs[name] = proc
         urls = wait_for_file(ready, proc, START_TIMEOUT_S)

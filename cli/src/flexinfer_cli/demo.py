@@ -39,8 +39,11 @@ def demo_manifest(model_dir: Path, idle_timeout: str) -> dict[str, Any]:
             "backend": "reference",
             "source": model_dir.resolve().as_uri(),
             "gpu": {"vendor": "cpu"},
-            "serverless": {"minReplicas": 0, "idleTimeout": idle_timeout,
-                           "coldStartTimeout": "60s"},
+            "serverless": {
+                "minReplicas": 0,
+                "idleTimeout": idle_timeout,
+                "coldStartTimeout": "60s",
+            },
         },
     }
 

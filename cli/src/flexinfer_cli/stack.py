@@ -46,8 +46,10 @@ class EmbeddedStack:
         try:
             group = ServerGroup(log_level="warning", ready_file=None)
             apps = self._build_apps(bus=bus, store=store)
-            urls = {name: group.add_app(name, app, bind_socket(self.host, self.ports[name]))
-                    for name, app in apps.items()}
+            urls = {
+                name: group.add_app(name, app, bind_socket(self.host, self.ports[name]))
+                for name, app in apps.items()
+            }
             group.install_signal_handlers()
 
             async def ready() -> None:

@@ -11,8 +11,10 @@ from flexinfer_cli.args import parser
 def model_main(argv: list[str]) -> int:
     """``flexinfer model generate NAME [...]``: delegate to the engine's generator."""
     if not argv or argv[0] != "generate":
-        print("usage: flexinfer model generate NAME [--out DIR] [--preset P] [--seed N]",
-              file=sys.stderr)
+        print(
+            "usage: flexinfer model generate NAME [--out DIR] [--preset P] [--seed N]",
+            file=sys.stderr,
+        )
         return 2
     from flexinfer_engine.__main__ import main as engine_main
 
@@ -31,8 +33,9 @@ def crd_main(argv: list[str]) -> int:
     changed = write_crds(args.out, check=args.check)
     if args.check and changed:
         names = ", ".join(str(path) for path in changed)
-        print(f"flexinfer crd: out of date: {names} (run 'flexinfer crd generate')",
-              file=sys.stderr)
+        print(
+            f"flexinfer crd: out of date: {names} (run 'flexinfer crd generate')", file=sys.stderr
+        )
         return 1
     for path in changed:
         print(f"wrote {path}")

@@ -23,8 +23,13 @@ from flexinfer_cli.stack import EmbeddedStack
 
 log = logging.getLogger("flexinfer.up")
 
-DEFAULT_PORTS = {"proxy": 8080, "controller": 8090, "scheduler": 8888, "registry_http": 8011,
-                 "registry_grpc": 8001}
+DEFAULT_PORTS = {
+    "proxy": 8080,
+    "controller": 8090,
+    "scheduler": 8888,
+    "registry_http": 8011,
+    "registry_grpc": 8001,
+}
 
 
 @dataclass(frozen=True)
@@ -42,12 +47,19 @@ class UpOptions:
 def parse_options(argv: list[str]) -> UpOptions:
     """Parse ``flexinfer up`` flags."""
     p = parser("up", "Run the embedded FlexInfer stack in one process.")
-    p.add_argument("--data-dir", type=Path,
-                   default=Path(os.environ.get("FLEXINFER_DATA_DIR", ".flexinfer")),
-                   help="all state: SQLite, model cache, engine logs (default ./.flexinfer)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(os.environ.get("FLEXINFER_DATA_DIR", ".flexinfer")),
+        help="all state: SQLite, model cache, engine logs (default ./.flexinfer)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="interface every service listens on")
-    p.add_argument("--port", type=int, default=DEFAULT_PORTS["proxy"],
-                   help="proxy port (default 8080); 0 gives every service a free port")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORTS["proxy"],
+        help="proxy port (default 8080); 0 gives every service a free port",
+    )
     p.add_argument("--controller-port", type=int, default=None)
     p.add_argument("--registry-grpc-port", type=int, default=None)
     p.add_argument("--no-demo", action="store_true", help="do not generate and apply the demo")
@@ -75,8 +87,10 @@ def parse_options(argv: list[str]) -> UpOptions:
 def _configure_logging(level: str, log_file: Path) -> None:
     log_file.parent.mkdir(parents=True, exist_ok=True)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr),
-                                       logging.FileHandler(log_file)]
+    handlers: list[logging.Handler] = [
+        logging.StreamHandler(sys.stderr),
+        logging.FileHandler(log_file),
+    ]
     for handler in handlers:
         handler.setFormatter(fmt)
     logging.basicConfig(level=level.upper(), handlers=handlers, force=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvicorn
-from uvicorn._types import ASGIApplication
+from starlette.types import ASGIApp
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class ServerGroup:
     _servers: list[tuple[str, _Server, socket.socket]] = field(default_factory=list)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def add_app(self, name: str, app: ASGIApplication, sock: socket.socket) -> str:
+    def add_app(self, name: str, app: ASGIApp, sock: socket.socket) -> str:
         """Serve ``app`` on ``sock`` once ``run`` starts; returns its URL."""
         config = uvicorn.Config(
             app,
@@ -146,9 +146,7 @@ class ServerGroup:
             for sock in (s for _, _, s in self._servers):
                 sock.close()
         for result in results:
-            if isinstance(result, BaseException) and not isinstance(
-                result, asyncio.CancelledError
-            ):
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 raise result
         for name, server, _ in self._servers:
             if not server.started:

@@ -67,7 +67,9 @@ def _setup_tracing(app: FastAPI, service: str, settings: TelemetrySettings) -> b
             log.warning("OTLP exporter package not installed; traces are not exported")
         else:
             provider.add_span_processor(BatchSpanProcessor(exporter))
-    FastAPIInstrumentor.instrument_app(app, tracer_provider=provider, excluded_urls="metrics,healthz,readyz")
+    FastAPIInstrumentor.instrument_app(
+        app, tracer_provider=provider, excluded_urls="metrics,healthz,readyz"
+    )
     return True
 
 

@@ -1,6 +1,7 @@
 """FlexInfer API types (group ``ai.flexinfer``): the single source of the CRD schemas."""
 
 from flexinfer_common.api.duration import Duration, format_duration, parse_duration
+from flexinfer_common.api.meta import Condition, ObjectMeta
 from flexinfer_common.api.model import (
     API_GROUP,
     API_VERSION,
@@ -11,7 +12,6 @@ from flexinfer_common.api.model import (
     ModelSpec,
     ServerlessSpec,
 )
-from flexinfer_common.api.meta import Condition, ObjectMeta
 from flexinfer_common.api.status import ModelPhase, ModelStatus
 
 __all__ = [

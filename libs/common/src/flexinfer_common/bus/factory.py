@@ -19,7 +19,9 @@ def _memory(settings: BusSettings) -> EventBus:
 def _redis(settings: BusSettings) -> EventBus:
     from flexinfer_common.bus.redis import RedisBus
 
-    return RedisBus.from_url(settings.url, prefix=settings.stream_prefix, retention=settings.retention)
+    return RedisBus.from_url(
+        settings.url, prefix=settings.stream_prefix, retention=settings.retention
+    )
 
 
 _FACTORIES: dict[str, Callable[[BusSettings], EventBus]] = {
