@@ -1,0 +1,247 @@
+"""Test helpers: serve an app on a real socket, a stand-in engine, and process cleanup.
+
+The stand-in engine is a stdlib-only HTTP server that honours the engine CLI's
+``--ready-fd`` contract; it starts in tens of milliseconds, so runtime tests stay fast.
+Its behaviour is scripted by ``fake.json`` in the model directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import stat
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from flexinfer_common.serving import ServerGroup, bind_socket
+
+FAKE_ENGINE = r"""
+import argparse, json, os, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+p = argparse.ArgumentParser()
+p.add_argument("command")
+p.add_argument("--model-dir", required=True)
+p.add_argument("--served-model-name", required=True)
+p.add_argument("--host", default="127.0.0.1")
+p.add_argument("--port", type=int, default=0)
+p.add_argument("--ready-fd", type=int)
+args = p.parse_args()
+try:
+    with open(os.path.join(args.model_dir, "fake.json")) as fh:
+        cfg = json.load(fh)
+except FileNotFoundError:
+    cfg = {}
+mode = cfg.get("mode", "ok")
+if mode == "crash":
+    print("fake engine: crashing on purpose", flush=True)
+    sys.exit(3)
+started = time.time()
+
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/readyz" and mode == "unready":
+            self.send_response(503); self.end_headers(); return
+        body = json.dumps({"status": "ok", "pid": os.getpid(), "model": args.served_model_name,
+                           "data": [{"id": args.served_model_name, "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+
+srv = ThreadingHTTPServer((args.host, args.port), H)
+port = srv.server_address[1]
+if args.ready_fd is not None and mode != "never-ready":
+    time.sleep(float(cfg.get("ready_delay_s", 0)))
+    line = {"pid": os.getpid(), "url": f"http://{args.host}:{port}", "port": port,
+            "process_start_seconds": time.time() - started, "weight_load_seconds": 0.0}
+    os.write(args.ready_fd, (json.dumps(line) + "\n").encode())
+    os.close(args.ready_fd)
+print("fake engine serving", port, flush=True)
+if mode == "die-after-ready":
+    time.sleep(float(cfg.get("die_after_s", 0.2)))
+    sys.exit(4)
+srv.serve_forever()
+"""
+
+
+def fake_engine_python(directory: Path) -> str:
+    """An ``engine_python`` that runs the stand-in engine instead of ``-m flexinfer_engine``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "fake_engine.py"
+    script.write_text(FAKE_ENGINE)
+    wrapper = directory / "fake-python"
+    # The runtime calls "<engine_python> -m flexinfer_engine serve ...": drop "-m NAME".
+    wrapper.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{script}" "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return str(wrapper)
+
+
+def fake_model_dir(directory: Path, **behaviour: Any) -> Path:
+    """A model directory (config.json) whose fake.json scripts the stand-in engine."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text("{}")
+    (directory / "fake.json").write_text(json.dumps(behaviour))
+    return directory
+
+
+def kill_marked(runtime_id: str) -> list[int]:
+    """SIGKILL (and reap) every process carrying this runtime's marker; returns their pids."""
+    killed = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("FLEXINFER_RUNTIME_ID") != runtime_id:
+                continue
+        except psutil.Error:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        killed.append(proc.pid)
+    for pid in killed:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).wait(timeout=5)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return killed
+
+
+@asynccontextmanager
+async def serve_asgi(app: Any, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve ``app`` on a free port (lifespan included) for the block; yields its URL."""
+    group = ServerGroup(log_level="error")
+    url = group.add_app("test", app, bind_socket(host, 0))
+    started = asyncio.Event()
+
+    async def on_ready() -> None:
+        started.set()
+
+    task = asyncio.create_task(group.run(on_ready=on_ready))
+    waiter = asyncio.create_task(started.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if not started.is_set():
+        waiter.cancel()
+        await task  # raises the startup error
+    try:
+        yield url
+    finally:
+        group.stop()
+        await task
+
+
+def model_doc(
+    name: str,
+    source: str,
+    *,
+    backend: str = "reference",
+    idle_timeout: str = "300s",
+    **serverless: Any,
+) -> dict[str, Any]:
+    """A Model document as a client would send it."""
+    return {
+        "apiVersion": "ai.flexinfer/v1alpha2",
+        "kind": "Model",
+        "metadata": {"name": name},
+        "spec": {
+            "backend": backend,
+            "source": source,
+            "serverless": {"idleTimeout": idle_timeout, **serverless},
+        },
+    }
+
+
+class Harness:
+    """A running controller app on a MemoryBus and a SQLite store, with test probes."""
+
+    def __init__(self, url: str, client: Any, app: Any, store: Any, bus: Any, probe: Any) -> None:
+        self.url = url
+        self.client = client
+        self.app = app
+        self.store = store
+        self.bus = bus
+        self._probe = probe
+
+    async def publish(self, topic: str, event: Any) -> None:
+        """Publish a bus event as a proxy would."""
+        await self.bus.publish(topic, event.model_dump(mode="json"))
+
+    async def endpoints_event(
+        self, model: str, timeout_s: float = 10.0, *, count: int | None = None
+    ) -> Any:
+        """The next EndpointsEvent of ``model`` (with ``count`` endpoints, if given)."""
+        from flexinfer_common.bus import topics
+
+        async with asyncio.timeout(timeout_s):
+            while True:
+                for message in await self._probe.fetch(timeout_s=0.2):
+                    await self._probe.ack(message.id)
+                    event = topics.EndpointsEvent.model_validate(message.payload)
+                    if event.model == model and count in (None, len(event.endpoints)):
+                        return event
+
+    async def wait_phase(self, name: str, phase: str, timeout_s: float = 10.0) -> Any:
+        """Poll the store until the Model reaches ``phase``; returns it."""
+        model = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    model = await self.store.get_model("default", name)
+                    if model.status.phase == phase:
+                        return model
+                    await asyncio.sleep(0.02)
+        except TimeoutError:
+            status = model.status.model_dump(mode="json") if model else None
+            raise AssertionError(f"{name} never reached {phase}; last status {status}") from None
+
+
+@asynccontextmanager
+async def run_controller(
+    tmp_path: Path, *, store: Any = None, bus: Any = None, **overrides: Any
+) -> AsyncIterator[Harness]:
+    """Run the controller app (fake engine, fast timings) until the block ends."""
+    import httpx
+
+    from flexinfer_common.bus import topics
+    from flexinfer_common.bus.memory import MemoryBus
+    from flexinfer_common.settings import StoreSettings
+    from flexinfer_common.store import create_store
+    from flexinfer_controller.app import create_app
+    from flexinfer_controller.settings import ControllerSettings
+
+    values: dict[str, Any] = {
+        "port": 0,
+        "data_dir": tmp_path / "data",
+        "engine_python": fake_engine_python(tmp_path / "bin"),
+        "stop_grace_s": 2.0,
+        "stop_engines_on_shutdown": True,
+        "crash_backoff_initial_s": 0.05,
+        "crash_backoff_max_s": 0.2,
+        "crash_loop_limit": 3,
+        "engine_startup_timeout_s": 20.0,
+    }
+    values.update(overrides)
+    settings = ControllerSettings(**values)
+    own_store = store is None
+    own_bus = bus is None
+    store = store or create_store(StoreSettings(url=f"sqlite:///{tmp_path / 'store.db'}"))
+    bus = bus or MemoryBus()
+    probe = bus.consumer(topics.ENDPOINTS, f"probe-{os.urandom(3).hex()}", "probe")
+    app = create_app(settings, bus=bus, store=store)
+    try:
+        async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+            yield Harness(url, client, app, store, bus, probe)
+    finally:
+        if own_store:
+            await store.close()
+        if own_bus:
+            await bus.close()

@@ -1,0 +1,237 @@
+"""The whole controller app on a MemoryBus and SQLite: demand, idle, adoption, crashes, delete."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psutil
+import pytest
+
+from flexinfer_common.bus import topics
+from flexinfer_common.bus.memory import MemoryBus
+from flexinfer_common.settings import StoreSettings
+from flexinfer_common.store import create_store
+from flexinfer_controller.runtime.local import runtime_id
+from flexinfer_controller.testing import (
+    Harness,
+    fake_model_dir,
+    kill_marked,
+    model_doc,
+    run_controller,
+)
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers(tmp_path: Path) -> Iterator[None]:
+    yield
+    assert kill_marked(runtime_id(tmp_path / "data")) == [], "a test left engines running"
+
+
+def demand(model: str = "default/tiny") -> topics.DemandEvent:
+    return topics.DemandEvent(model=model, queue_depth=1, since=datetime.now(UTC), proxy="test")
+
+
+async def apply(h: Harness, doc: dict[str, object]) -> None:
+    name = doc["metadata"]["name"]  # type: ignore[index]
+    response = await h.client.put(f"/v1/admin/models/{name}", json=doc)
+    assert response.status_code in (200, 201), response.text
+
+
+def engine_pids(tmp_path: Path) -> list[int]:
+    rid = runtime_id(tmp_path / "data")
+    pids = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("FLEXINFER_RUNTIME_ID") == rid:
+                pids.append(proc.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+async def test_demand_starts_then_idle_timeout_stops(tmp_path: Path) -> None:
+    source = fake_model_dir(tmp_path / "m").as_uri()
+    async with run_controller(tmp_path) as h:
+        await apply(h, model_doc("tiny", source, idle_timeout="1s"))
+        idle = await h.wait_phase("tiny", "Idle")
+        assert idle.status.desired_replicas == 0
+        assert engine_pids(tmp_path) == []
+
+        began = time.monotonic()
+        await h.publish(topics.DEMAND, demand())
+        event = await h.endpoints_event("default/tiny", count=1)
+        activation_s = time.monotonic() - began
+        assert len(event.endpoints) == 1
+        url = event.endpoints[0].url
+        assert url.startswith("http://127.0.0.1:")
+        assert event.phase == "Ready"
+        assert activation_s < 5, activation_s
+        ready = await h.wait_phase("tiny", "Ready")
+        assert ready.status.endpoint == url
+        assert ready.status.ready_replicas == 1
+        assert ready.status.last_active_time is not None
+        records = (await h.client.get("/v1/admin/endpoints")).json()["items"]
+        assert [r["url"] for r in records] == [url]
+        assert len(engine_pids(tmp_path)) == 1
+
+        # No more demand: the idle timeout (1 s) expires and the engine is stopped.
+        empty = await h.endpoints_event("default/tiny", timeout_s=5)
+        assert empty.endpoints == []
+        assert empty.revision > event.revision
+        idle = await h.wait_phase("tiny", "Idle")
+        assert idle.status.replicas == 0
+        assert await h.store.list_endpoints("default/tiny") == []
+        await _wait_no_engines(tmp_path)
+
+
+async def _wait_no_engines(tmp_path: Path) -> None:
+    async with asyncio.timeout(5):
+        while engine_pids(tmp_path):
+            await asyncio.sleep(0.05)
+
+
+async def test_activity_moves_last_active_forward_only(tmp_path: Path) -> None:
+    async with run_controller(tmp_path) as h:
+        await apply(h, model_doc("tiny", "HF://org/tiny"))
+        await h.wait_phase("tiny", "Pending")
+        at = datetime.now(UTC) - timedelta(seconds=30)
+        await h.publish(
+            topics.ACTIVITY, topics.ActivityEvent(model="default/tiny", at=at, active=1)
+        )
+        async with asyncio.timeout(5):
+            while (await h.store.get_model("default", "tiny")).status.last_active_time != at:
+                await asyncio.sleep(0.02)
+        older = at - timedelta(seconds=60)
+        await h.publish(
+            topics.ACTIVITY, topics.ActivityEvent(model="default/tiny", at=older, active=0)
+        )
+        await asyncio.sleep(0.3)
+        model = await h.store.get_model("default", "tiny")
+        assert model.status.last_active_time == at
+
+
+async def test_restarted_controller_adopts_engine(tmp_path: Path) -> None:
+    source = fake_model_dir(tmp_path / "m").as_uri()
+    store = create_store(StoreSettings(url=f"sqlite:///{tmp_path / 'store.db'}"))
+    bus = MemoryBus()
+    try:
+        async with run_controller(
+            tmp_path, store=store, bus=bus, stop_engines_on_shutdown=False
+        ) as h:
+            await apply(h, model_doc("tiny", source, minReplicas=1))
+            first = await h.wait_phase("tiny", "Ready")
+        pids = engine_pids(tmp_path)
+        assert len(pids) == 1, "the engine must survive a controller that does not stop it"
+        async with run_controller(tmp_path, store=store, bus=bus) as h:
+            # Adoption happens before the app reports ready: the same engine serves at once.
+            again = await h.wait_phase("tiny", "Ready", timeout_s=2)
+            assert again.status.endpoint == first.status.endpoint
+            assert (await h.client.get("/readyz")).status_code == 200
+            await asyncio.sleep(0.3)  # give a wrongly started second engine time to appear
+            assert engine_pids(tmp_path) == pids
+        await _wait_no_engines(tmp_path)
+    finally:
+        await store.close()
+        await bus.close()
+
+
+async def test_crash_loop_goes_failed(tmp_path: Path) -> None:
+    source = fake_model_dir(tmp_path / "m", mode="crash").as_uri()
+    async with run_controller(tmp_path) as h:
+        await apply(h, model_doc("tiny", source, minReplicas=1))
+        failed = await h.wait_phase("tiny", "Failed")
+        loaded = {c.type: c for c in failed.status.conditions}["Loaded"]
+        assert loaded.reason == "CrashLoopBackOff"
+        assert "crashing on purpose" in loaded.message
+        starts = h.app.state.metrics.engine_starts.labels("reference")._value.get()
+        assert starts == 3  # restarted after each crash, until the crash-loop limit
+        await asyncio.sleep(0.3)
+        assert engine_pids(tmp_path) == []
+
+
+async def test_crash_after_ready_restarts(tmp_path: Path) -> None:
+    source = fake_model_dir(tmp_path / "m", mode="die-after-ready", die_after_s=0.3).as_uri()
+    async with run_controller(tmp_path, crash_loop_limit=50) as h:
+        await apply(h, model_doc("tiny", source, minReplicas=1))
+        first = await h.endpoints_event("default/tiny", count=1)
+        gone = await h.endpoints_event("default/tiny")
+        assert gone.endpoints == []
+        back = await h.endpoints_event("default/tiny", count=1)
+        assert len(back.endpoints) == 1
+        assert back.endpoints[0].replica != first.endpoints[0].replica
+
+
+async def test_delete_stops_engine(tmp_path: Path) -> None:
+    source = fake_model_dir(tmp_path / "m").as_uri()
+    async with run_controller(tmp_path) as h:
+        await apply(h, model_doc("tiny", source, scaleToZero=False))
+        await h.endpoints_event("default/tiny", count=1)
+        await h.wait_phase("tiny", "Ready")
+        response = await h.client.delete("/v1/admin/models/tiny")
+        assert response.status_code == 204
+        down = await h.endpoints_event("default/tiny")
+        assert down.endpoints == []
+        await _wait_no_engines(tmp_path)
+        assert await h.store.list_endpoints() == []
+        assert (await h.client.get("/v1/admin/models/tiny")).status_code == 404
+
+
+async def test_spec_change_replaces_replica(tmp_path: Path) -> None:
+    source = fake_model_dir(tmp_path / "m").as_uri()
+    async with run_controller(tmp_path) as h:
+        doc = model_doc("tiny", source, minReplicas=1)
+        await apply(h, doc)
+        old = await h.endpoints_event("default/tiny", count=1)
+        doc["spec"]["litellm"] = {"servedModelName": "renamed"}  # type: ignore[index]
+        await apply(h, doc)
+        new = await h.endpoints_event("default/tiny")
+        # The new replica is published alone, only after it is ready (start, then stop old).
+        assert len(new.endpoints) == 1
+        assert new.endpoints[0].replica != old.endpoints[0].replica
+        model = await h.wait_phase("tiny", "Ready")
+        assert model.status.observed_generation == 2
+        async with asyncio.timeout(5):
+            while len(engine_pids(tmp_path)) != 1:
+                await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("backend", "condition", "mentions"),
+    [
+        ("vllm", "Schedulable", "'vllm' is not runnable on the 'local' runtime"),
+        ("llama.cpp", "Schedulable", "'llamacpp' is not runnable"),  # alias, canonical name
+        ("nope", "ConfigValid", "unknown backend 'nope'"),
+    ],
+)
+async def test_unsupported_backend_fails(
+    tmp_path: Path, backend: str, condition: str, mentions: str
+) -> None:
+    source = fake_model_dir(tmp_path / "m").as_uri()
+    async with run_controller(tmp_path) as h:
+        await apply(h, model_doc("tiny", source, backend=backend, minReplicas=1))
+        failed = await h.wait_phase("tiny", "Failed")
+        cond = {c.type: c for c in failed.status.conditions}[condition]
+        assert cond.status == "False"
+        assert cond.reason == "BackendUnsupported"
+        assert mentions in cond.message
+        assert failed.status.message
+        assert engine_pids(tmp_path) == []
+
+
+async def test_source_not_ready_is_pending(tmp_path: Path) -> None:
+    async with run_controller(tmp_path) as h:
+        await apply(h, model_doc("remote", "HF://org/model", minReplicas=1))
+        await apply(h, model_doc("missing", (tmp_path / "nowhere").as_uri(), minReplicas=1))
+        for name in ("remote", "missing"):
+            pending = await h.wait_phase(name, "Pending")
+            cached = {c.type: c for c in pending.status.conditions}["Cached"]
+            assert cached.reason == "CacheNotReady"
+            assert pending.status.desired_replicas == 0
+        # The directory appears later: the next reconcile (here: a demand) starts it.
+        fake_model_dir(tmp_path / "nowhere")
+        await h.publish(topics.DEMAND, demand("default/missing"))
+        await h.wait_phase("missing", "Ready")
