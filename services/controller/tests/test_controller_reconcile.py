@@ -18,6 +18,7 @@ from flexinfer_common.store import create_store
 from flexinfer_controller.runtime.local import runtime_id
 from flexinfer_controller.testing import (
     Harness,
+    eventually,
     fake_model_dir,
     kill_marked,
     model_doc,
@@ -89,9 +90,7 @@ async def test_demand_starts_then_idle_timeout_stops(tmp_path: Path) -> None:
 
 
 async def _wait_no_engines(tmp_path: Path) -> None:
-    async with asyncio.timeout(5):
-        while engine_pids(tmp_path):
-            await asyncio.sleep(0.05)
+    await eventually(lambda: not engine_pids(tmp_path))
 
 
 async def test_activity_moves_last_active_forward_only(tmp_path: Path) -> None:
@@ -102,9 +101,12 @@ async def test_activity_moves_last_active_forward_only(tmp_path: Path) -> None:
         await h.publish(
             topics.ACTIVITY, topics.ActivityEvent(model="default/tiny", at=at, active=1)
         )
-        async with asyncio.timeout(5):
-            while (await h.store.get_model("default", "tiny")).status.last_active_time != at:
-                await asyncio.sleep(0.02)
+
+        async def stored() -> bool:
+            model = await h.store.get_model("default", "tiny")
+            return model.status.last_active_time == at
+
+        await eventually(stored)
         older = at - timedelta(seconds=60)
         await h.publish(
             topics.ACTIVITY, topics.ActivityEvent(model="default/tiny", at=older, active=0)
@@ -186,7 +188,7 @@ async def test_spec_change_replaces_replica(tmp_path: Path) -> None:
         doc = model_doc("tiny", source, minReplicas=1)
         await apply(h, doc)
         old = await h.endpoints_event("default/tiny", count=1)
-        doc["spec"]["litellm"] = {"servedModelName": "renamed"}  # type: ignore[index]
+        doc["spec"]["litellm"] = {"servedModelName": "renamed"}
         await apply(h, doc)
         new = await h.endpoints_event("default/tiny")
         # The new replica is published alone, only after it is ready (start, then stop old).
@@ -194,9 +196,7 @@ async def test_spec_change_replaces_replica(tmp_path: Path) -> None:
         assert new.endpoints[0].replica != old.endpoints[0].replica
         model = await h.wait_phase("tiny", "Ready")
         assert model.status.observed_generation == 2
-        async with asyncio.timeout(5):
-            while len(engine_pids(tmp_path)) != 1:
-                await asyncio.sleep(0.05)
+        await eventually(lambda: len(engine_pids(tmp_path)) == 1)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -64,8 +64,22 @@ def make_runtime(data_dir: Path, events: Events, **kw: float) -> LocalRuntime:
 
 
 @pytest.fixture
-async def events() -> AsyncIterator[Events]:
+def events() -> Events:
     return Events()
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def marked_sleeper(rid: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, "FLEXINFER_RUNTIME_ID": rid},
+        start_new_session=True,
+    )
 
 
 async def test_start_ready_stop(tmp_path: Path, data_dir: Path, events: Events) -> None:
@@ -154,9 +168,7 @@ async def test_adoption_cleans_dead_unready_and_orphans(
 ) -> None:
     states = StateDir(data_dir / "engines")
     rid = runtime_id(data_dir)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    states.write(EngineState(replica="default_gone-1", pid=dead.pid, create_time=1.0,
+    states.write(EngineState(replica="default_gone-1", pid=dead_pid(), create_time=1.0,
                              model="default/gone", generation=1, state="ready",
                              url="http://127.0.0.1:9", runtime_id=rid))  # fmt: skip
     # A live engine whose /readyz answers 503 is killed, not adopted.
@@ -165,11 +177,7 @@ async def test_adoption_cleans_dead_unready_and_orphans(
     await events.wait("ready")
     await first.close(stop_replicas=False)
     # A marked process without a state file (controller died between spawn and write).
-    orphan = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)"],
-        env={**os.environ, "FLEXINFER_RUNTIME_ID": rid},
-        start_new_session=True,
-    )
+    orphan = marked_sleeper(rid)
     try:
         second = make_runtime(data_dir, Events())
         assert await second.adopt() == []

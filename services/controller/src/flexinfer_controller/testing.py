@@ -14,14 +14,22 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
+from fastapi import FastAPI
+from pydantic import BaseModel
 
+from flexinfer_common.api import Model
+from flexinfer_common.bus import Consumer, EventBus, topics
 from flexinfer_common.serving import ServerGroup, bind_socket
+from flexinfer_common.settings import StoreSettings
+from flexinfer_common.store import ModelStore, create_store
+from flexinfer_controller.settings import ControllerSettings
 
 FAKE_ENGINE = r"""
 import argparse, json, os, sys, time
@@ -163,7 +171,15 @@ def model_doc(
 class Harness:
     """A running controller app on a MemoryBus and a SQLite store, with test probes."""
 
-    def __init__(self, url: str, client: Any, app: Any, store: Any, bus: Any, probe: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        client: httpx.AsyncClient,
+        app: FastAPI,
+        store: ModelStore,
+        bus: EventBus,
+        probe: Consumer,
+    ) -> None:
         self.url = url
         self.client = client
         self.app = app
@@ -171,16 +187,14 @@ class Harness:
         self.bus = bus
         self._probe = probe
 
-    async def publish(self, topic: str, event: Any) -> None:
+    async def publish(self, topic: str, event: BaseModel) -> None:
         """Publish a bus event as a proxy would."""
         await self.bus.publish(topic, event.model_dump(mode="json"))
 
     async def endpoints_event(
         self, model: str, timeout_s: float = 10.0, *, count: int | None = None
-    ) -> Any:
+    ) -> topics.EndpointsEvent:
         """The next EndpointsEvent of ``model`` (with ``count`` endpoints, if given)."""
-        from flexinfer_common.bus import topics
-
         async with asyncio.timeout(timeout_s):
             while True:
                 for message in await self._probe.fetch(timeout_s=0.2):
@@ -189,7 +203,7 @@ class Harness:
                     if event.model == model and count in (None, len(event.endpoints)):
                         return event
 
-    async def wait_phase(self, name: str, phase: str, timeout_s: float = 10.0) -> Any:
+    async def wait_phase(self, name: str, phase: str, timeout_s: float = 10.0) -> Model:
         """Poll the store until the Model reaches ``phase``; returns it."""
         model = None
         try:
@@ -213,10 +227,7 @@ async def run_controller(
 
     from flexinfer_common.bus import topics
     from flexinfer_common.bus.memory import MemoryBus
-    from flexinfer_common.settings import StoreSettings
-    from flexinfer_common.store import create_store
     from flexinfer_controller.app import create_app
-    from flexinfer_controller.settings import ControllerSettings
 
     values: dict[str, Any] = {
         "port": 0,
@@ -245,3 +256,19 @@ async def run_controller(
             await store.close()
         if own_bus:
             await bus.close()
+
+
+async def eventually(
+    check: Callable[[], bool | Awaitable[bool]], timeout_s: float = 5.0, interval_s: float = 0.02
+) -> None:
+    """Poll ``check`` until it holds; AssertionError after ``timeout_s``."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        result = check()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        await asyncio.sleep(interval_s)
