@@ -29,6 +29,7 @@ class WorkQueue:
         self._tickets = 0
         self._latest: dict[str, int] = {}
         self._taken: dict[str, int] = {}
+        self._finished: dict[str, int] = {}
         self._waiters: list[tuple[str, int, asyncio.Future[None]]] = []
 
     def add(self, key: str) -> int:
@@ -81,6 +82,7 @@ class WorkQueue:
         """Mark ``key`` processed; re-queue it if it was added while in progress."""
         self._processing.discard(key)
         finished = self._taken.pop(key, 0)
+        self._finished[key] = max(finished, self._finished.get(key, 0))
         if key in self._dirty:
             self._queue.append(key)
             self._wakeup.set()
@@ -98,6 +100,8 @@ class WorkQueue:
         """Wait until a processing of ``key`` that took ``ticket`` (or a later one) ends."""
         if self._shutdown:
             return False
+        if self._finished.get(key, 0) >= ticket:
+            return True
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiter = (key, ticket, future)
         self._waiters.append(waiter)
