@@ -55,6 +55,7 @@ class EventLoop:
         """Fetch and handle until cancelled."""
         await self.reclaim()
         while True:
+            began = asyncio.get_running_loop().time()
             try:
                 messages = await self._consumer.fetch(max_count=100, timeout_s=1.0)
             except BusError as exc:
@@ -63,6 +64,9 @@ class EventLoop:
                 continue
             if messages:
                 await self._handle(messages)
+            elif asyncio.get_running_loop().time() - began < 0.01:
+                # A closed bus answers at once: don't spin while the app shuts down.
+                await asyncio.sleep(0.1)
 
     async def _handle(self, messages: list[Message]) -> None:
         events: list[BaseModel] = []

@@ -1,0 +1,64 @@
+"""The controller with the real reference engine (python -m flexinfer_engine serve)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flexinfer_common.bus import topics
+from flexinfer_controller.runtime.local import runtime_id
+from flexinfer_controller.testing import kill_marked, model_doc, run_controller
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Iterator[Path]:
+    out = tmp_path / "tiny"
+    subprocess.run(
+        [sys.executable, "-m", "flexinfer_engine", "generate", "tiny", "--out", str(out),
+         "--preset", "tiny"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    yield out
+    assert kill_marked(runtime_id(tmp_path / "data")) == [], "a test left engines running"
+
+
+async def test_real_engine_cold_start_serve_and_delete(tmp_path: Path, model_dir: Path) -> None:
+    async with run_controller(tmp_path, engine_python=sys.executable) as h:
+        doc = model_doc("tiny", model_dir.as_uri(), idle_timeout="60s")
+        doc["spec"]["litellm"] = {"servedModelName": "tiny-chat"}
+        assert (await h.client.put("/v1/admin/models/tiny", json=doc)).status_code == 201
+        await h.wait_phase("tiny", "Idle")
+        began = time.monotonic()
+        await h.publish(
+            topics.DEMAND,
+            topics.DemandEvent(model="default/tiny", queue_depth=1, since=datetime.now(UTC),
+                               proxy="test"),
+        )  # fmt: skip
+        event = await h.endpoints_event("default/tiny", timeout_s=120, count=1)
+        cold_start_s = time.monotonic() - began
+        url = event.endpoints[0].url
+        async with httpx.AsyncClient(base_url=url, timeout=30) as engine:
+            models = (await engine.get("/v1/models")).json()
+            assert [m["id"] for m in models["data"]] == ["tiny-chat"]
+            info = (await engine.get("/engine/info")).json()
+            reply = await engine.post(
+                "/v1/completions", json={"model": "tiny-chat", "prompt": "hi", "max_tokens": 2}
+            )
+            assert reply.status_code == 200
+        assert cold_start_s < 120
+        ready = await h.wait_phase("tiny", "Ready")
+        assert ready.status.endpoint == url
+        state = (tmp_path / "data" / "engines" / f"{event.endpoints[0].replica}.json").read_text()
+        assert f'"pid":{info["pid"]}' in state
+        assert (await h.client.delete("/v1/admin/models/tiny")).status_code == 204
+        empty = await h.endpoints_event("default/tiny", count=0)
+        assert empty.endpoints == []
