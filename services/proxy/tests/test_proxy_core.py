@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from flexinfer_common.bus.topics import DemandEvent, EndpointInfo, EndpointsEvent
@@ -162,3 +166,43 @@ async def test_queue_full_timeout_and_cancellation_free_slots() -> None:
 def test_activity_interval_is_capped_by_a_third_of_the_idle_timeout() -> None:
     assert activity_interval(60, 300) == 60
     assert activity_interval(60, 30) == 10
+
+
+def test_main_rejects_bad_settings_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flexinfer_proxy.__main__ import main
+
+    monkeypatch.setenv("PROXY_QUEUE_TIMEOUT", "never")
+    assert main(["--port", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("flexinfer-proxy: invalid setting")
+    assert "\n" not in err
+
+
+async def test_main_serves_until_terminated(tmp_path: Path) -> None:
+    env = {**os.environ, "FLEXINFER_STORE_URL": f"sqlite:///{tmp_path}/s.db"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "flexinfer_proxy",
+        "--port",
+        "0",
+        "--log-level",
+        "info",
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    try:
+        async with asyncio.timeout(30):
+            while b"serving on" not in (line := await proc.stderr.readline()):
+                assert line, "the proxy exited before serving"
+        url = line.decode().rsplit(" ", 1)[1].strip()
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(f"{url}/readyz")).status_code == 200
+            models = (await client.get(f"{url}/v1/models")).json()
+        assert models == {"object": "list", "data": []}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0

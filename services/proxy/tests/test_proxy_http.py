@@ -301,3 +301,22 @@ async def test_health_ready_and_metrics(stack: Stack, upstream: tuple[FakeUpstre
     assert ready.status_code == 200
     assert 'flexinfer_proxy_requests_total{code="200",model="default/tiny"} 1.0' in metrics
     assert "flexinfer_proxy_active_connections" in metrics
+
+
+async def test_client_disconnect_mid_stream_cancels_the_request(stack: Stack) -> None:
+    fake = FakeUpstream(chunks=20, chunk_delay_s=0.2)
+    async with serve_asgi(fake) as url:
+        await stack.set_endpoints("default/tiny", [url])
+        body = {"model": "tiny", "messages": [], "stream": True}
+        async with httpx.AsyncClient() as client:
+            async with client.stream(
+                "POST", f"{stack.url}/v1/chat/completions", json=body
+            ) as response:
+                async for _ in response.aiter_raw():
+                    break
+            assert stack.core.activity.active("default/tiny") == 1
+        # The proxy notices the disconnect and drops the upstream stream long before the
+        # upstream's 4 s would be over.
+        await wait_until(lambda: fake.aborted == 1, 2.0)
+        assert stack.core.activity.active("default/tiny") == 0
+        assert not fake.finished_at

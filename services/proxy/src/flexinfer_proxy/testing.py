@@ -94,6 +94,8 @@ class FakeUpstream:
     status: int = 200
     seen: list[Seen] = field(default_factory=list)
     finished_at: list[float] = field(default_factory=list)
+    aborted: int = 0
+    """Streams that stopped because the proxy closed the connection."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one request."""
@@ -113,7 +115,14 @@ class FakeUpstream:
             await _send_json(send, {"error": {"message": "bad json"}}, 400)
             return
         if request.get("stream"):
-            await self._stream(send, request)
+            gone = asyncio.create_task(_wait_disconnect(receive))
+            try:
+                await self._stream(send, request, gone)
+            finally:
+                gone.cancel()
+            if gone.done() and not gone.cancelled():
+                self.aborted += 1
+                return
         else:
             await _send_json(send, self._completion(scope["path"], request), 200)
         self.finished_at.append(time.monotonic())
@@ -137,7 +146,7 @@ class FakeUpstream:
             "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
         }
 
-    async def _stream(self, send: Send, request: dict[str, Any]) -> None:
+    async def _stream(self, send: Send, request: dict[str, Any], gone: asyncio.Task[None]) -> None:
         headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         for index in range(self.chunks):
@@ -145,6 +154,8 @@ class FakeUpstream:
                 raise ConnectionAbortedError("fake upstream dies mid-stream")
             if index and self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
+            if gone.done():
+                return
             chunk = {
                 "id": "chatcmpl-1",
                 "object": "chat.completion.chunk",
@@ -157,6 +168,11 @@ class FakeUpstream:
             data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
             await send({"type": "http.response.body", "body": data, "more_body": True})
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _read_all(receive: Receive) -> bytes:
