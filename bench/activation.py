@@ -60,7 +60,7 @@ def start_stack(mode: str, work: Path) -> tuple[dict[str, str], list[subprocess.
         }
     )
     procs, urls = [], {}
-    for name, extra in (("controller", ["--data-dir", str(work / "engines")]), ("proxy", [])):
+    for name, extra in (("controller", ["--data-dir", str(work / "controller")]), ("proxy", [])):
         ready = work / f"{name}.json"
         procs.append(
             _start(

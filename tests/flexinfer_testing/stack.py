@@ -176,7 +176,7 @@ class StackFactory:
         self._start(
             stack,
             "controller",
-            ["controller", "--port", "0", "--data-dir", str(stack.data_dir / "engines")],
+            ["controller", "--port", "0", "--data-dir", str(stack.data_dir / "controller")],
             stack.data_dir / "controller.ready.json",
         )
 

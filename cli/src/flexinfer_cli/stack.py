@@ -81,7 +81,7 @@ class EmbeddedStack:
         controller = ControllerSettings(
             host=host,
             port=ports["controller"],
-            data_dir=self.data_dir / "engines",
+            data_dir=self.data_dir / "controller",
             # Embedded means one process owns everything: its engines go when it goes.
             stop_engines_on_shutdown=True,
         )

@@ -20,12 +20,13 @@ from flexinfer_common.bus.topics import (
     EndpointInfo,
     EndpointsEvent,
 )
+from flexinfer_common.serving import serve_in_background as serve_asgi
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import EndpointRecord, ModelStore, create_store
 from flexinfer_proxy.app import create_app
 from flexinfer_proxy.core.service import ProxyCore
 from flexinfer_proxy.settings import ProxySettings
-from flexinfer_proxy.testing import FakeUpstream, make_model, serve_asgi
+from flexinfer_proxy.testing import FakeUpstream, make_model
 
 KEY = "default/tiny"
 

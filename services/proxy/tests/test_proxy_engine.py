@@ -16,11 +16,12 @@ import pytest
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.bus.topics import DemandEvent, EndpointInfo, EndpointsEvent
+from flexinfer_common.serving import serve_in_background as serve_asgi
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import create_store
 from flexinfer_proxy.app import create_app
 from flexinfer_proxy.settings import ProxySettings
-from flexinfer_proxy.testing import make_model, serve_asgi
+from flexinfer_proxy.testing import make_model
 
 pytestmark = pytest.mark.slow
 

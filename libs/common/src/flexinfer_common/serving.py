@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,3 +157,26 @@ class ServerGroup:
             if any(task.done() for task in tasks):
                 raise RuntimeError("a server failed to start (see the log above)")
             await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def serve_in_background(app: ASGIApp, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve ``app`` (lifespan included) on a free port for the block; yields its URL."""
+    group = ServerGroup(log_level="error", ready_file=None)
+    url = group.add_app("app", app, bind_socket(host, 0))
+    started = asyncio.Event()
+
+    async def on_ready() -> None:
+        started.set()
+
+    task = asyncio.create_task(group.run(on_ready=on_ready))
+    waiter = asyncio.create_task(started.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if not started.is_set():
+        waiter.cancel()
+        await task  # raises the startup error
+    try:
+        yield url
+    finally:
+        group.stop()
+        await task

@@ -7,7 +7,6 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -44,7 +43,7 @@ async def _serve(settings: ControllerSettings) -> None:
         sock = bind_socket(settings.host, settings.port)
         group = ServerGroup(log_level=settings.log.level.lower())
         # uvicorn's ASGIApplication type does not describe FastAPI, although FastAPI is one.
-        app: Any = create_app(settings, bus=bus, store=store)
+        app = create_app(settings, bus=bus, store=store)
         url = group.add_app("controller", app, sock)
         group.install_signal_handlers()
 

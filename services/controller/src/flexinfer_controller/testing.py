@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from flexinfer_common.api import Model
 from flexinfer_common.bus import Consumer, EventBus, topics
-from flexinfer_common.serving import ServerGroup, bind_socket
+from flexinfer_common.serving import serve_in_background as serve_asgi
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import ModelStore, create_store
 from flexinfer_controller.settings import ControllerSettings
@@ -122,29 +122,6 @@ def kill_marked(runtime_id: str) -> list[int]:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
     return killed
-
-
-@asynccontextmanager
-async def serve_asgi(app: Any, host: str = "127.0.0.1") -> AsyncIterator[str]:
-    """Serve ``app`` on a free port (lifespan included) for the block; yields its URL."""
-    group = ServerGroup(log_level="error")
-    url = group.add_app("test", app, bind_socket(host, 0))
-    started = asyncio.Event()
-
-    async def on_ready() -> None:
-        started.set()
-
-    task = asyncio.create_task(group.run(on_ready=on_ready))
-    waiter = asyncio.create_task(started.wait())
-    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    if not started.is_set():
-        waiter.cancel()
-        await task  # raises the startup error
-    try:
-        yield url
-    finally:
-        group.stop()
-        await task
 
 
 def model_doc(

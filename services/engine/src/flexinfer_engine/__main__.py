@@ -101,8 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise
     runner: AsyncRunner = app.state.runner
     group = ServerGroup(log_level=settings.log.level.lower())
-    # uvicorn's ASGI protocol types do not accept Starlette apps, though they are ASGI apps.
-    group.add_app("engine", app, sock)  # type: ignore[arg-type]
+    group.add_app("engine", app, sock)
     log.debug("entered main %.3fs after import", time.time() - _ENTERED_AT)
     return asyncio.run(_run(group, runner, app.title, args.ready_fd, url))
 

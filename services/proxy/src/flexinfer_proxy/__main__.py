@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import logging
 import sys
-from typing import Any
 
 import pydantic
 
@@ -56,7 +55,7 @@ async def _serve(settings: ProxySettings) -> int:
     store = create_store(settings.store)
     try:
         group = ServerGroup(log_level="warning")
-        app: Any = create_app(settings, bus=bus, store=store)
+        app = create_app(settings, bus=bus, store=store)
         url = group.add_app("proxy", app, sock)
         group.install_signal_handlers()
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -19,30 +17,6 @@ from starlette.types import Receive, Scope, Send
 
 from flexinfer_common.api import Model, ModelSpec, ObjectMeta
 from flexinfer_common.api.model import LiteLLMSpec, ServerlessSpec
-from flexinfer_common.serving import ServerGroup, bind_socket
-
-
-@asynccontextmanager
-async def serve_asgi(app: Any, host: str = "127.0.0.1") -> AsyncIterator[str]:
-    """Serve ``app`` on a free port for the duration of the block; yields its URL."""
-    group = ServerGroup(log_level="error")
-    url = group.add_app("test", app, bind_socket(host, 0))
-    started = asyncio.Event()
-
-    async def on_ready() -> None:
-        started.set()
-
-    task = asyncio.create_task(group.run(on_ready=on_ready))
-    waiter = asyncio.create_task(started.wait())
-    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    if not started.is_set():
-        waiter.cancel()
-        await task  # raises the startup error
-    try:
-        yield url
-    finally:
-        group.stop()
-        await task
 
 
 def make_model(

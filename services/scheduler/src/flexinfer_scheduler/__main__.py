@@ -28,7 +28,7 @@ def _parse(argv: list[str] | None) -> dict[str, Any]:
 async def _serve(settings: SchedulerSettings) -> None:
     group = ServerGroup(log_level=settings.log.level.lower())
     # uvicorn's ASGIApplication type does not describe FastAPI, although FastAPI is one.
-    app: Any = create_app(settings)
+    app = create_app(settings)
     url = group.add_app("scheduler", app, bind_socket(settings.host, settings.port))
     group.install_signal_handlers()
     logging.getLogger(PROG).info("scheduler listening on %s", url)

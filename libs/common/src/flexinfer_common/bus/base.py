@@ -58,9 +58,7 @@ class EventBus(ABC):
         """Append ``payload`` to ``topic``; return the message id."""
 
     @abstractmethod
-    def consumer(
-        self, topic: str, group: str, name: str, *, from_start: bool = False
-    ) -> Consumer:
+    def consumer(self, topic: str, group: str, name: str, *, from_start: bool = False) -> Consumer:
         """A consumer named ``name`` in ``group`` (created on first use) of ``topic``."""
 
     @abstractmethod
