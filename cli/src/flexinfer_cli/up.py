@@ -94,6 +94,8 @@ def _configure_logging(level: str, log_file: Path) -> None:
     for handler in handlers:
         handler.setFormatter(fmt)
     logging.basicConfig(level=level.upper(), handlers=handlers, force=True)
+    # httpx logs every proxied request at INFO: far too chatty for a terminal.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def main(argv: list[str]) -> int:
