@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 
 from fastapi import FastAPI
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from prometheus_client import CollectorRegistry
 from prometheus_fastapi_instrumentator import Instrumentator
@@ -29,13 +30,26 @@ class Telemetry:
 
     service: str
     registry: CollectorRegistry
-    tracing: bool
+    tracer_provider: TracerProvider | None
+
+    @property
+    def tracing(self) -> bool:
+        """Whether requests are traced."""
+        return self.tracer_provider is not None
 
 
 def setup_telemetry(
-    app: FastAPI, service: str, settings: TelemetrySettings, *, instrument_requests: bool = True
+    app: FastAPI,
+    service: str,
+    settings: TelemetrySettings,
+    *,
+    instrument_requests: bool = True,
+    span_exporter: SpanExporter | None = None,
 ) -> Telemetry:
-    """Expose /metrics (per-app registry) and, when enabled, export OTel traces."""
+    """Expose /metrics (per-app registry) and, when enabled, export OTel traces.
+
+    ``span_exporter`` replaces the OTLP exporter (an in-process collector, or tests).
+    """
     registry = CollectorRegistry(auto_describe=True)
     if settings.metrics_enabled:
         instrumentator = Instrumentator(
@@ -46,14 +60,17 @@ def setup_telemetry(
         if instrument_requests:
             instrumentator.instrument(app)
         instrumentator.expose(app, endpoint="/metrics", include_in_schema=False)
-    tracing = settings.otel_enabled and _setup_tracing(app, service, settings)
-    return Telemetry(service=service, registry=registry, tracing=tracing)
+    provider = None
+    if settings.otel_enabled:
+        provider = _setup_tracing(app, service, settings, span_exporter)
+    return Telemetry(service=service, registry=registry, tracer_provider=provider)
 
 
-def _setup_tracing(app: FastAPI, service: str, settings: TelemetrySettings) -> bool:
+def _setup_tracing(
+    app: FastAPI, service: str, settings: TelemetrySettings, exporter: SpanExporter | None
+) -> TracerProvider:
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     attributes = {"service.name": f"flexinfer-{service}"}
@@ -61,16 +78,16 @@ def _setup_tracing(app: FastAPI, service: str, settings: TelemetrySettings) -> b
         attributes["service.namespace"] = settings.service_namespace
     provider = TracerProvider(resource=Resource.create(attributes))
     endpoint = settings.otel_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    if endpoint:
+    if exporter is None and endpoint:
         exporter = _otlp_exporter(endpoint)
         if exporter is None:
             log.warning("OTLP exporter package not installed; traces are not exported")
-        else:
-            provider.add_span_processor(BatchSpanProcessor(exporter))
+    if exporter is not None:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
     FastAPIInstrumentor.instrument_app(
         app, tracer_provider=provider, excluded_urls="metrics,healthz,readyz"
     )
-    return True
+    return provider
 
 
 def _otlp_exporter(endpoint: str) -> SpanExporter | None:

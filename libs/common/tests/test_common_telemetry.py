@@ -1,0 +1,70 @@
+"""Telemetry bootstrap: a metrics registry per app, and OpenTelemetry spans when enabled."""
+
+from __future__ import annotations
+
+import httpx
+from fastapi import FastAPI
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import Counter
+
+from flexinfer_common.settings import TelemetrySettings
+from flexinfer_common.telemetry import setup_telemetry
+
+
+def make_app() -> FastAPI:
+    """A tiny app with one route."""
+    app = FastAPI()
+
+    @app.get("/hello")
+    async def hello() -> dict[str, str]:
+        return {"hello": "world"}
+
+    return app
+
+
+async def test_two_apps_in_one_process_keep_separate_metrics() -> None:
+    apps = [make_app(), make_app()]
+    telemetry = [setup_telemetry(app, "svc", TelemetrySettings()) for app in apps]
+    # The same metric name on both registries: the global registry would reject the second.
+    counters = [Counter("flexinfer_test_things", "things", registry=t.registry) for t in telemetry]
+    counters[0].inc(3)
+    for app, expected in zip(apps, ("3.0", "0.0"), strict=True):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            assert (await client.get("/hello")).status_code == 200
+            text = (await client.get("/metrics")).text
+        assert f"flexinfer_test_things_total {expected}" in text
+        assert 'handler="/hello"' in text
+
+
+async def test_metrics_can_be_turned_off() -> None:
+    app = make_app()
+    setup_telemetry(app, "svc", TelemetrySettings(metrics_enabled=False))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        assert (await client.get("/metrics")).status_code == 404
+
+
+async def test_tracing_records_a_span_per_request() -> None:
+    app = make_app()
+    exporter = InMemorySpanExporter()
+    telemetry = setup_telemetry(
+        app, "svc", TelemetrySettings(otel_enabled=True), span_exporter=exporter
+    )
+    assert telemetry.tracing
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        assert (await client.get("/hello")).status_code == 200
+        assert (await client.get("/healthz")).status_code == 404
+    provider = telemetry.tracer_provider
+    assert provider is not None
+    provider.force_flush()
+    spans = exporter.get_finished_spans()
+    assert any(span.name == "GET /hello" for span in spans)
+    assert all(span.resource.attributes["service.name"] == "flexinfer-svc" for span in spans)
+    provider.shutdown()
+
+
+def test_tracing_is_off_by_default() -> None:
+    telemetry = setup_telemetry(make_app(), "svc", TelemetrySettings())
+    assert not telemetry.tracing
