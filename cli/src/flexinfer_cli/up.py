@@ -8,18 +8,16 @@ PostgreSQL instead.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from flexinfer_cli import demo
 from flexinfer_cli.args import parser
 from flexinfer_cli.stack import EmbeddedStack
+from flexinfer_common.service import run_async
 
 log = logging.getLogger("flexinfer.up")
 
@@ -108,17 +106,8 @@ def main(argv: list[str]) -> int:
         model_dir = demo.ensure_demo_model(options.data_dir)
         stack.on_ready(lambda urls: demo.apply_demo(urls, model_dir, options.idle_timeout))
     try:
-        _run(stack.run())
+        run_async(stack.run())
     except OSError as exc:
         print(f"flexinfer up: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def _run(coro: Coroutine[Any, Any, None]) -> None:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
-        asyncio.run(coro)
-        return
-    uvloop.run(coro)

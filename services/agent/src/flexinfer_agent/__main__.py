@@ -3,59 +3,33 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import sys
-from typing import Any
-
-from pydantic import ValidationError
 
 from flexinfer_agent.app import create_app
 from flexinfer_agent.settings import AgentSettings
-from flexinfer_common.serving import ServerGroup, bind_socket
+from flexinfer_common.service import flag_overrides, run_main, serve_app
 
 PROG = "flexinfer-agent"
 
 
-def _parse(argv: list[str] | None) -> dict[str, Any]:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="FlexInfer node agent.")
     parser.add_argument("--host", help="listen address (FLEXINFER_AGENT_HOST)")
     parser.add_argument(
         "--port", type=int, help="metrics/health port, 0 = any (FLEXINFER_AGENT_PORT)"
     )
     parser.add_argument("--node-name", help="node reported for (NODE_NAME; default: hostname)")
-    args = parser.parse_args(argv)
-    return {k: v for k, v in vars(args).items() if v is not None}
+    return parser
 
 
 async def _serve(settings: AgentSettings) -> None:
-    group = ServerGroup(log_level=settings.log.level.lower())
-    # uvicorn's ASGIApplication type does not describe FastAPI, although FastAPI is one.
-    app = create_app(settings)
-    url = group.add_app("agent", app, bind_socket(settings.host, settings.port))
-    group.install_signal_handlers()
-    logging.getLogger(PROG).info("agent listening on %s", url)
-    await group.run()
+    await serve_app("agent", create_app(settings), settings.host, settings.port)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, build settings from FLEXINFER_AGENT_*, serve until SIGTERM."""
-    overrides = _parse(argv)
-    try:
-        settings = AgentSettings(**overrides)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        print(f"{PROG}: {'.'.join(map(str, first['loc']))}: {first['msg']}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=settings.log.level.upper(), format="%(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        asyncio.run(_serve(settings))
-    except OSError as exc:
-        print(f"{PROG}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    return 0
+    args = _parser().parse_args(argv)
+    return run_main(PROG, lambda: AgentSettings(**flag_overrides(args)), _serve)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,139 @@
+"""What every service's ``main`` shares: settings, logging, serving and exit codes.
+
+Exit codes are the same for every service, so scripts and supervisors can rely on them:
+0 after a clean stop (SIGINT/SIGTERM), 1 when starting or running failed, 2 when flags or
+settings are invalid. Failures print one readable line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any, Protocol, TypeVar
+
+from pydantic import ValidationError
+from starlette.types import ASGIApp
+
+from flexinfer_common.bus import EventBus, create_bus
+from flexinfer_common.errors import FlexInferError
+from flexinfer_common.serving import ServerGroup, bind_socket
+from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings
+from flexinfer_common.store import ModelStore, create_store
+
+
+class _Configured(Protocol):
+    @property
+    def log(self) -> LogSettings: ...
+
+
+SettingsT = TypeVar("SettingsT", bound=_Configured)
+
+
+def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags the user actually gave, as settings overrides (None means "not given")."""
+    return {key: value for key, value in vars(args).items() if value is not None}
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(settings: LogSettings) -> None:
+    """Root logging as ``settings`` asks: level, and text or one JSON object per line."""
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.json_format:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=settings.level.upper(), handlers=[handler], force=True)
+    # httpx logs every request at INFO: far too chatty for a proxy or a controller.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def run_main(
+    prog: str,
+    build_settings: Callable[[], SettingsT],
+    serve: Callable[[SettingsT], Coroutine[Any, Any, None]],
+) -> int:
+    """Build settings, configure logging, run ``serve`` until stopped; return the exit code."""
+    try:
+        settings = build_settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        print(f"{prog}: invalid setting {where}: {first['msg']}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log)
+    try:
+        run_async(serve(settings))
+    except (FlexInferError, OSError, RuntimeError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    except SystemExit:
+        # uvicorn exits with SystemExit(3) when an app's lifespan fails, after logging why.
+        print(f"{prog}: startup failed (see the log above)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def run_async(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` on uvloop where installed (it ships with uvicorn[standard])."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        asyncio.run(coro)
+        return
+    uvloop.run(coro)
+
+
+async def serve_app(
+    name: str,
+    app: ASGIApp,
+    host: str,
+    port: int,
+    *,
+    on_ready: Callable[[str], Awaitable[None]] | None = None,
+) -> None:
+    """Serve one app until SIGINT/SIGTERM; ``on_ready(url)`` runs once it accepts requests."""
+    group = ServerGroup()
+    url = group.add_app(name, app, bind_socket(host, port))
+    group.install_signal_handlers()
+
+    async def ready() -> None:
+        logging.getLogger(f"flexinfer_{name}").info("%s serving on %s", name, url)
+        if on_ready is not None:
+            await on_ready(url)
+
+    await group.run(on_ready=ready)
+
+
+@asynccontextmanager
+async def bus_and_store(
+    bus_settings: BusSettings, store_settings: StoreSettings
+) -> AsyncIterator[tuple[EventBus, ModelStore]]:
+    """The configured bus and store, closed when the block exits."""
+    bus = create_bus(bus_settings)
+    try:
+        store = create_store(store_settings)
+        try:
+            yield bus, store
+        finally:
+            await store.close()
+    finally:
+        await bus.close()
