@@ -89,6 +89,24 @@ async def test_demand_starts_then_idle_timeout_stops(tmp_path: Path) -> None:
         await _wait_no_engines(tmp_path)
 
 
+async def test_engine_slower_than_the_idle_timeout_is_not_stopped(tmp_path: Path) -> None:
+    # Regression: the idle clock counted from the demand, so an engine that took longer to
+    # start than idleTimeout was stopped before the queued requests could reach it.
+    source = fake_model_dir(tmp_path / "m", ready_delay_s=1.5).as_uri()
+    async with run_controller(tmp_path) as h:
+        await apply(h, model_doc("tiny", source, idle_timeout="1s"))
+        await h.wait_phase("tiny", "Idle")
+        await h.publish(topics.DEMAND, demand())
+        event = await h.endpoints_event("default/tiny", count=1, timeout_s=10)
+        assert len(event.endpoints) == 1
+        assert len(engine_pids(tmp_path)) == 1, "exactly one start, no stop-and-restart"
+        ready = await h.wait_phase("tiny", "Ready")
+        assert ready.status.ready_replicas == 1
+        # Once ready it gets a whole idle timeout, then goes back to zero.
+        await h.wait_phase("tiny", "Idle", timeout_s=10)
+        await _wait_no_engines(tmp_path)
+
+
 async def _wait_no_engines(tmp_path: Path) -> None:
     await eventually(lambda: not engine_pids(tmp_path))
 

@@ -13,9 +13,10 @@ from flexinfer_common.api import ModelSpec
 from flexinfer_controller.__main__ import build_settings
 from flexinfer_controller.backends import default_backends
 from flexinfer_controller.core.crashes import CrashTracker
-from flexinfer_controller.core.desired import desired_replicas
+from flexinfer_controller.core.desired import busy_until, desired_replicas
 from flexinfer_controller.core.queue import ShutDownError, WorkQueue
 from flexinfer_controller.core.sources import SourceState, resolve_source
+from flexinfer_controller.runtime.base import Replica, ReplicaState
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -140,3 +141,29 @@ def test_main_flags_override_settings(tmp_path: Path, monkeypatch: pytest.Monkey
     assert settings.data_dir == tmp_path
     assert settings.resync_interval_s == 2.5
     assert settings.stop_engines_on_shutdown is False
+
+
+def _replica(state: ReplicaState, ready_at: float | None = None) -> Replica:
+    return Replica(id="r", model="default/tiny", generation=1, state=state, ready_at=ready_at)
+
+
+def test_busy_until_is_the_last_request_without_replicas() -> None:
+    last = NOW - timedelta(minutes=3)
+    assert busy_until(last, []) == last
+    assert busy_until(None, []) is None
+
+
+def test_a_starting_replica_keeps_the_model_busy() -> None:
+    last = datetime.now(UTC) - timedelta(hours=1)
+    busy = busy_until(last, [_replica(ReplicaState.STARTING)])
+    assert busy is not None
+    assert busy > datetime.now(UTC) - timedelta(seconds=5)
+
+
+def test_the_idle_clock_restarts_when_a_replica_becomes_ready() -> None:
+    last = NOW - timedelta(minutes=10)
+    ready_at = NOW - timedelta(seconds=30)
+    replica = _replica(ReplicaState.READY, ready_at=ready_at.timestamp())
+    assert busy_until(last, [replica]) == ready_at
+    later = NOW - timedelta(seconds=5)
+    assert busy_until(later, [replica]) == later

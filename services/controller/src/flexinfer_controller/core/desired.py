@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from flexinfer_common.api import ModelSpec
+from flexinfer_controller.runtime.base import Replica, ReplicaState
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +41,20 @@ def desired_replicas(spec: ModelSpec, last_active: datetime | None, now: datetim
         # Idle expiry would change nothing: the floor holds the count anyway.
         idle_at = None
     return Desired(replicas=wanted, idle_at=idle_at)
+
+
+def busy_until(last_active: datetime | None, replicas: Sequence[Replica]) -> datetime | None:
+    """The moment the idle timeout counts from: the last request, or a replica coming up.
+
+    A replica that is still starting was asked for by requests that wait in a proxy queue,
+    so the model is busy now; a replica that just became ready gets a whole idle timeout
+    to serve them. Counting only from the last request would let a slow engine start eat
+    the idle timeout and stop the engine before the queued requests reach it.
+    """
+    moments = [last_active] if last_active is not None else []
+    for replica in replicas:
+        if replica.state is ReplicaState.STARTING:
+            moments.append(datetime.now(UTC))
+        elif replica.ready_at is not None:
+            moments.append(datetime.fromtimestamp(replica.ready_at, UTC))
+    return max(moments) if moments else None

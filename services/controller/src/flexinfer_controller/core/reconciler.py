@@ -24,7 +24,7 @@ from flexinfer_controller.backends import (
     UnsupportedBackendError,
 )
 from flexinfer_controller.core.crashes import CrashTracker
-from flexinfer_controller.core.desired import desired_replicas
+from flexinfer_controller.core.desired import busy_until, desired_replicas
 from flexinfer_controller.core.endpoints import EndpointPublisher
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.queue import WorkQueue
@@ -99,8 +99,8 @@ class Reconciler:
         key = model.key
         generation = model.metadata.generation or 1
         last_active = self._last_active(model)
-        verdict, launch, desired = self._plan(model, last_active)
         replicas = self._runtime.list(key)
+        verdict, launch, desired = self._plan(model, busy_until(last_active, replicas))
         current = [r for r in replicas if r.generation == generation]
         stale = [r for r in replicas if r.generation != generation]
         to_stop: list[Replica] = []
@@ -141,7 +141,7 @@ class Reconciler:
             self._metrics.observe_replicas(self._runtime.list())
 
     def _plan(
-        self, model: Model, last_active: datetime | None
+        self, model: Model, active_at: datetime | None
     ) -> tuple[Verdict, LaunchSpec | None, int]:
         """(verdict, how to launch, desired replicas) from the spec alone."""
         spec = model.spec
@@ -167,7 +167,7 @@ class Reconciler:
             last = self._crashes.last_message(model.key)
             message = f"engine crashed {crashes} times; fix the spec to retry. Last: {last}"
             return Verdict(cached=cached, crash_loop=message[:2000]), None, 0
-        wanted = desired_replicas(spec, last_active, utcnow())
+        wanted = desired_replicas(spec, active_at, utcnow())
         if wanted.idle_at is not None:
             delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
             self._queue.add_after(model.key, delay)

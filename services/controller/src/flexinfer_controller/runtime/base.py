@@ -33,6 +33,8 @@ class Replica:
     node: str | None = None
     started_at: float = 0.0
     """Wall-clock start time (seconds since the epoch)."""
+    ready_at: float | None = None
+    """Wall-clock time it became ready (for adopted replicas: when it was adopted)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,6 +112,7 @@ class LocalRuntime(Runtime):
                 model=state.model,
                 generation=state.generation,
                 state=ReplicaState.READY,
+                ready_at=time.time(),
                 url=state.url,
                 pid=state.pid,
                 started_at=state.started_at,
@@ -183,7 +184,9 @@ class LocalRuntime(Runtime):
             return
         engine.state = engine.state.model_copy(update={"state": "ready", "url": url})
         self._states.write(engine.state)
-        engine.replica = dataclasses.replace(engine.replica, state=ReplicaState.READY, url=url)
+        engine.replica = dataclasses.replace(
+            engine.replica, state=ReplicaState.READY, url=url, ready_at=time.time()
+        )
         self._listener(ReplicaEvent("ready", engine.replica))
 
     async def _fail(self, engine: _Engine, reason: str) -> None:
