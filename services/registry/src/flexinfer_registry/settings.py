@@ -1,17 +1,35 @@
-"""Registry settings (``FLEXINFER_REGISTRY_*``)."""
+"""Registry settings (``FLEXINFER_REGISTRY_*``, plus the ModelExpress server's own env names).
+
+Where the ModelExpress server has an environment variable for a setting (``MX_*``,
+``MODEL_EXPRESS_*``, ``REDIS_URL``, ``POD_NAMESPACE``), it is accepted as an alias, so a
+ModelExpress deployment's environment configures this registry unchanged.
+"""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from flexinfer_common.settings import LogSettings, TelemetrySettings
+
+PREFIX = "FLEXINFER_REGISTRY_"
+
+
+def _env(name: str, *aliases: str) -> AliasChoices:
+    """Accept the field's name, ``FLEXINFER_REGISTRY_<NAME>``, then the ModelExpress aliases."""
+    return AliasChoices(name, PREFIX + name.upper(), *aliases)
+
+
+def _default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "flexinfer" / "registry"
 
 
 class RegistrySettings(BaseSettings):
     """The model registry (``FLEXINFER_REGISTRY_*``): REST admin plus ModelExpress gRPC."""
 
-    model_config = SettingsConfigDict(env_prefix="FLEXINFER_REGISTRY_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", populate_by_name=True)
 
     host: str = "127.0.0.1"
     """HTTP listen address: loopback by default so a dev machine does not expose it;
@@ -21,16 +39,111 @@ class RegistrySettings(BaseSettings):
     """HTTP (health, metrics, admin REST) port: 8011, beside the gRPC port
     (0 picks a free port)."""
 
-    grpc_host: str = "127.0.0.1"
+    grpc_host: str = Field(default="127.0.0.1", validation_alias=_env("grpc_host"))
     """gRPC listen address; loopback by default for the same reason as ``host``."""
 
-    grpc_port: int = Field(default=8001, ge=0, le=65535)
+    grpc_port: int = Field(
+        default=8001,
+        ge=0,
+        le=65535,
+        validation_alias=_env("grpc_port", "MODEL_EXPRESS_SERVER_PORT"),
+    )
     """gRPC port: 8001, the ModelExpress server's default, so ModelExpress clients need no
     flag (0 picks a free port; the bound address is ``app.state.grpc_address``)."""
 
     grpc_grace_s: float = Field(default=5.0, ge=0, le=300)
     """Seconds in-flight gRPC calls get to finish at shutdown: file streams are long, but a
     pod's termination grace period (30 s) must still cover the whole shutdown."""
+
+    grpc_max_message_bytes: int = Field(default=100 * 1024 * 1024, ge=4 * 1024 * 1024)
+    """Largest gRPC message in either direction: 100 MB, the ModelExpress server's limit
+    (WorkerMetadata with many tensor descriptors is large)."""
+
+    cache_dir: Path = Field(
+        default_factory=_default_cache_dir,
+        validation_alias=_env("cache_dir", "MODEL_EXPRESS_CACHE_DIRECTORY"),
+    )
+    """Where downloaded models live (one folder per model); in-progress downloads sit in
+    its ``.tmp`` folder and are renamed into place only when complete."""
+
+    store: str = Field(default="memory", validation_alias=_env("store", "MX_METADATA_BACKEND"))
+    """Record store: ``memory`` (one process, embedded mode), ``redis``, ``sql`` or
+    ``kubernetes`` (``k8s``/``crd``): every replica of a cluster must share one."""
+
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0", validation_alias=_env("redis_url", "REDIS_URL")
+    )
+    """Redis for ``store=redis`` (keys ``mx:model:*`` and ``mx:source:*``, as ModelExpress)."""
+
+    sql_url: str = Field(default="sqlite:///flexinfer-registry.db")
+    """SQLAlchemy URL for ``store=sql`` (SQLite or PostgreSQL)."""
+
+    kubernetes_namespace: str = Field(
+        default="default", validation_alias=_env("kubernetes_namespace", "POD_NAMESPACE")
+    )
+    """Namespace of the ModelCacheEntry/ModelMetadata resources for ``store=kubernetes``."""
+
+    auth_token: SecretStr | None = None
+    """When set, gRPC calls need ``authorization: Bearer <token>`` metadata and admin REST
+    calls the same header; health probes stay open. Unset = no auth (loopback default)."""
+
+    default_chunk_size: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    """StreamModelFiles chunk size when the request says 0: 1 MiB (ModelExpress's default)."""
+
+    max_chunk_size: int = Field(default=16 * 1024 * 1024, ge=1024)
+    """Largest chunk a client may ask for: bounds per-call memory against hostile sizes."""
+
+    download_heartbeat_s: float = Field(default=5.0, gt=0)
+    """How often a downloader refreshes its DOWNLOADING claim, so other replicas know it lives."""
+
+    download_stale_s: float = Field(default=60.0, gt=0)
+    """A DOWNLOADING claim not refreshed for this long has lost its downloader (crash) and is
+    reclaimed: many heartbeats long, so a slow store round trip never steals a live claim."""
+
+    download_poll_s: float = Field(default=0.1, gt=0)
+    """How often a replica that lost the claim polls the store for the winner's progress."""
+
+    heartbeat_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        validation_alias=_env("heartbeat_interval_s", "MX_HEARTBEAT_INTERVAL_SECS"),
+    )
+    """How often P2P workers heartbeat (the client's setting; informational on the server)."""
+
+    heartbeat_timeout_s: float = Field(
+        default=90.0,
+        gt=0,
+        validation_alias=_env("heartbeat_timeout_s", "MX_HEARTBEAT_TIMEOUT_SECS"),
+    )
+    """A READY source silent this long is hidden from ListSources and marked STALE: three
+    missed 30 s heartbeats."""
+
+    reaper_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        validation_alias=_env("reaper_interval_s", "MX_REAPER_SCAN_INTERVAL_SECS"),
+    )
+    """How often the reaper marks silent sources STALE and garbage-collects old ones."""
+
+    gc_timeout_s: float = Field(
+        default=3600.0, gt=0, validation_alias=_env("gc_timeout_s", "MX_GC_TIMEOUT_SECS")
+    )
+    """STALE sources silent this long are deleted: an hour keeps them visible for debugging."""
+
+    eviction_enabled: bool = Field(
+        default=True,
+        validation_alias=_env("eviction_enabled", "MODEL_EXPRESS_CACHE_EVICTION_ENABLED"),
+    )
+    """Run the LRU eviction task (ModelExpress's ``cache.eviction.enabled``)."""
+
+    eviction_interval_s: float = Field(default=3600.0, gt=0)
+    """How often eviction runs: hourly (``check_interval: 1h``)."""
+
+    eviction_unused_threshold_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    """Evict DOWNLOADED models unused this long: 7 days (``unused_threshold: 7d``)."""
+
+    eviction_max_models: int | None = Field(default=None, ge=0)
+    """Keep at most this many DOWNLOADED models, evicting least recently used (None = no cap)."""
 
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     """Metrics and traces (``FLEXINFER_TELEMETRY_*``)."""
