@@ -10,16 +10,26 @@ OUT="${1:-$ROOT/services/registry/src/flexinfer_registry/_generated}"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 PKG="flexinfer_registry._generated"
 
+# model.proto and p2p.proto are the modelexpress package's own files: they are compiled from
+# inside model_express/ so their descriptor names are "model.proto" and "p2p.proto", exactly
+# as in that package, and both sets of modules can share protobuf's default descriptor pool.
+SHIPPED=(model.proto p2p.proto)
+
 mkdir -p "$OUT/model_express"
 cd "$ROOT/proto"
 "$PY" -m grpc_tools.protoc -I . \
   --python_out="$OUT" --pyi_out="$OUT" --grpc_python_out="$OUT" \
-  model_express/*.proto
+  model_express/api.proto model_express/health.proto
+cd "$ROOT/proto/model_express"
+"$PY" -m grpc_tools.protoc -I . \
+  --python_out="$OUT/model_express" --pyi_out="$OUT/model_express" \
+  --grpc_python_out="$OUT/model_express" "${SHIPPED[@]}"
 
-# protoc writes absolute imports of the proto package ("from model_express import x_pb2");
-# inside our package they must name the package they live in.
+# protoc writes absolute imports of the proto package ("from model_express import x_pb2",
+# "import model_pb2"); inside our package they must name the package they live in.
 for f in "$OUT"/model_express/*_pb2_grpc.py; do
   sed -i "s/^from model_express import /from ${PKG}.model_express import /" "$f"
+  sed -i -E "s/^import (model|p2p)_pb2 as /from ${PKG}.model_express import \1_pb2 as /" "$f"
   # The generated servicers are untyped; callers wrap them, mypy need not check them.
   sed -i '1i # mypy: ignore-errors' "$f"
 done
