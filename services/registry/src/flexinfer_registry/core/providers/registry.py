@@ -44,10 +44,38 @@ def _file_factory(config: ProviderConfig) -> ModelProvider:
     return LocalProvider(config)
 
 
+def _hf_factory(config: ProviderConfig) -> ModelProvider:
+    from flexinfer_registry.core.providers.huggingface import HuggingFaceProvider
+
+    return HuggingFaceProvider(config)
+
+
+def _s3_factory(config: ProviderConfig) -> ModelProvider:
+    from flexinfer_registry.core.providers.s3 import S3Provider
+
+    return S3Provider(config)
+
+
+def _gcs_factory(config: ProviderConfig) -> ModelProvider:
+    from flexinfer_registry.core.providers.gcs import GcsProvider
+
+    return GcsProvider(config)
+
+
+def _ngc_factory(config: ProviderConfig) -> ModelProvider:
+    from flexinfer_registry.core.providers.ngc import NgcProvider
+
+    return NgcProvider(config)
+
+
 def default_factories() -> dict[str, ProviderFactory]:
     """The built-in providers by name; implementations are imported on first use."""
     return {
         "file": _file_factory,
+        "huggingface": _hf_factory,
+        "s3": _s3_factory,
+        "gcs": _gcs_factory,
+        "ngc": _ngc_factory,
     }
 
 
