@@ -55,5 +55,9 @@ def create_app(settings: ProxySettings, *, bus: EventBus, store: ModelStore) -> 
     app.router.routes.append(
         Route("/v1/{path:path}", proxy, methods=["POST"], include_in_schema=False)
     )
+    # /model/<name>/v1/...: the model named in the path, which is stripped when forwarding.
+    app.router.routes.append(
+        Route("/model/{path:path}", proxy, methods=["POST"], include_in_schema=False)
+    )
     app.state.core = core
     return app

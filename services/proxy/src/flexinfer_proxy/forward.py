@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, Iterable
 
 import httpx
 from starlette.types import Scope, Send
@@ -82,17 +82,30 @@ def response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes
 
 
 async def open_upstream(
-    client: httpx.AsyncClient, base_url: str, scope: Scope, body: bytes
+    client: httpx.AsyncClient,
+    base_url: str,
+    scope: Scope,
+    body: bytes | AsyncIterable[bytes],
+    forward_path: str | None = None,
+    length: int | None = None,
 ) -> httpx.Response:
-    """Send the request to ``base_url`` and return the response with its body unread."""
-    path = scope.get("raw_path") or scope["path"].encode()
+    """Send the request to ``base_url`` and return the response with its body unread.
+
+    ``forward_path`` replaces the request path (a stripped /model/<name>/ prefix); a
+    streamed ``body`` of known ``length`` is sent with that Content-Length, else chunked.
+    """
+    if forward_path is not None:
+        path = forward_path.encode("latin-1", "replace")
+    else:
+        path = scope.get("raw_path") or scope["path"].encode()
     query = scope.get("query_string") or b""
     url = base_url.rstrip("/") + path.decode("latin-1")
     if query:
         url += "?" + query.decode("latin-1")
-    request = client.build_request(
-        scope["method"], url, content=body, headers=request_headers(scope)
-    )
+    headers = request_headers(scope)
+    if length is not None and not isinstance(body, bytes):
+        headers.append((b"content-length", str(length).encode()))
+    request = client.build_request(scope["method"], url, content=body, headers=headers)
     try:
         return await client.send(request, stream=True)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -107,17 +120,22 @@ def sse_error_event(message: str) -> bytes:
     return b"\n\ndata: " + json.dumps(body).encode() + b"\n\n"
 
 
-async def relay(response: httpx.Response, send: Send) -> None:
-    """Stream ``response`` to the client; closes it whatever happens."""
+async def relay(response: httpx.Response, send: Send, *, started: bool = False) -> None:
+    """Stream ``response`` to the client; closes it whatever happens.
+
+    ``started``: the response start (an SSE stream) was already sent to the client; only
+    the body is relayed, and a broken upstream ends it with an SSE error event.
+    """
     try:
-        is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
-        headers = response_headers(response.headers.raw)
-        if is_sse:
-            # An SSE stream may get a final error event appended: no fixed length.
-            headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
-        await send(
-            {"type": "http.response.start", "status": response.status_code, "headers": headers}
-        )
+        is_sse = started or response.headers.get("content-type", "").startswith("text/event-stream")
+        if not started:
+            headers = response_headers(response.headers.raw)
+            if is_sse:
+                # An SSE stream may get a final error event appended: no fixed length.
+                headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+            await send(
+                {"type": "http.response.start", "status": response.status_code, "headers": headers}
+            )
         try:
             async for chunk in response.aiter_raw():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})

@@ -1,8 +1,17 @@
 """The proxied OpenAI routes as a bare ASGI app: no per-request middleware or models.
 
-POST /v1/* reads the body (capped), finds the model, waits for an endpoint if the model
-is cold, forwards, and streams the answer back. A client that disconnects cancels
-whatever its request is doing: waiting in the queue or streaming from the engine.
+POST /v1/* (and /model/<name>/v1/*): authenticate, read the body only as far as needed
+to find the model, resolve it (names, aliases, service labels, LoRA adapters), apply the
+rate limits, pick an endpoint with the model's routing strategy (waiting in the cold-start
+queue if the model has none), forward, and stream the answer back. A client that
+disconnects cancels whatever its request is doing.
+
+Hooks on the hot path, in order: ``Authenticator.authenticate`` (only when tokens are
+configured), ``extract_request`` (header/path checks; one JSON parse when the model comes
+from a body within the parse cap), ``ModelCatalog.lookup_target`` (a dict lookup),
+``Authenticator.authorize`` and ``RateLimiter.check`` (only when enabled),
+``Router.for_model`` + ``EndpointTable.pick`` (round-robin for the default strategy),
+``LoadTracker.begin/end``, and the body is re-encoded only when ``model`` must change.
 """
 
 from __future__ import annotations
@@ -18,79 +27,84 @@ import httpx
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from flexinfer_common.api import Model
 from flexinfer_common.errors import FlexInferError, TemporaryError, http_status
 from flexinfer_common.web import openai_error
-from flexinfer_proxy.core.body import BadRequestError, ParsedBody, parse_body
+from flexinfer_proxy.body_stream import (
+    BodyStream,
+    BodyTimeoutError,
+    BodyTooLargeError,
+    ClientGoneError,
+)
+from flexinfer_proxy.core.auth import AuthError, ForbiddenError
+from flexinfer_proxy.core.body import BadRequestError
+from flexinfer_proxy.core.catalog import Target
 from flexinfer_proxy.core.errors import ModelNotFoundError
+from flexinfer_proxy.core.ratelimit import RateLimitedError
+from flexinfer_proxy.core.routing.base import RouteContext
 from flexinfer_proxy.core.service import ProxyCore
+from flexinfer_proxy.extract_http import IncomingRequest, extract_request
 from flexinfer_proxy.forward import (
     UpstreamConnectError,
     UpstreamError,
     open_upstream,
     relay,
 )
+from flexinfer_proxy.progress_sse import serve_with_progress, wants_progress
 
 log = logging.getLogger(__name__)
 
+__all__ = ["BodyTooLargeError", "ClientGoneError", "OpenAIProxy", "error_response"]
 
-class BodyTooLargeError(FlexInferError):
-    """The request body exceeds max_body_bytes."""
+_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (BadRequestError, 400),
+    (AuthError, 401),
+    (ForbiddenError, 403),
+    (BodyTimeoutError, 408),
+    (BodyTooLargeError, 413),
+    (RateLimitedError, 429),
+    (UpstreamError, 502),
+)
 
-    code = "request_too_large"
 
-
-class ClientGoneError(Exception):
-    """The client disconnected before its body was read."""
+def http_status_of(exc: FlexInferError) -> int:
+    """The status ``error_response`` answers ``exc`` with."""
+    for kind, status in _STATUS:
+        if isinstance(exc, kind):
+            return status
+    return http_status(exc)
 
 
 def error_response(exc: FlexInferError) -> Response:
     """The OpenAI-shaped answer for ``exc``."""
+    status = http_status_of(exc)
     if isinstance(exc, BadRequestError):
         return openai_error(400, str(exc), code="invalid_request", param=exc.field)
-    status = http_status_of(exc)
     code = getattr(exc, "code", None) or type(exc).__name__
     headers = None
     if isinstance(exc, TemporaryError):
         headers = {"Retry-After": str(max(1, round(exc.delay)))}
+    elif isinstance(exc, RateLimitedError):
+        headers = {"Retry-After": str(max(1, round(exc.retry_after)))}
+    elif isinstance(exc, AuthError):
+        headers = {"WWW-Authenticate": "Bearer"}
     param = "model" if isinstance(exc, ModelNotFoundError) else None
     return openai_error(status, str(exc), code=code, param=param, headers=headers)
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """The whole request body; BodyTooLargeError as soon as it exceeds ``limit``."""
-    for key, value in scope["headers"]:
-        if key == b"content-length":
-            try:
-                declared = int(value)
-            except ValueError:
-                raise BadRequestError("invalid Content-Length header") from None
-            if declared > limit:
-                raise BodyTooLargeError(f"request body exceeds {limit} bytes")
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGoneError
-        chunk = message.get("body", b"")
-        total += len(chunk)
-        if total > limit:
-            raise BodyTooLargeError(f"request body exceeds {limit} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-async def _watch_disconnect(receive: Receive) -> None:
+async def _watch_disconnect(receive: Receive, body_done: asyncio.Event | None) -> None:
+    if body_done is not None:
+        # The body is still streaming to the engine: receive() belongs to it until then.
+        await body_done.wait()
     while (await receive())["type"] != "http.disconnect":
         pass
 
 
-async def run_until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:
+async def run_until_disconnect(
+    receive: Receive, work: Coroutine[Any, Any, None], body_done: asyncio.Event | None = None
+) -> None:
     """Run ``work``; cancel it if the client disconnects first."""
     task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_watch_disconnect(receive))
+    watcher = asyncio.ensure_future(_watch_disconnect(receive, body_done))
     try:
         await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -115,23 +129,29 @@ class OpenAIProxy:
         started = time.monotonic()
         core = self.core
         try:
-            raw = await read_body(scope, receive, core.settings.max_body_bytes)
-            parsed = parse_body(raw)
-            model = await core.catalog.resolve(parsed.model)
-            if model is None:
-                raise ModelNotFoundError(parsed.model)
+            grant = core.auth.authenticate(_header(scope, b"authorization"))
+            request = await extract_request(scope, receive, core.settings)
+            target = await core.catalog.resolve_target(request.name)
+            if target is None:
+                raise ModelNotFoundError(request.name)
+            core.auth.authorize(grant, target.model)
+            if core.limiter.enabled:
+                core.limiter.check(target.model.key)
         except ClientGoneError:
             return
         except FlexInferError as exc:
             core.metrics.requests.labels("", str(http_status_of(exc))).inc()
             await error_response(exc)(scope, receive, send)
             return
-        key = model.key
-        core.activity.begin(key, core.activity_interval(model))
+        key = target.model.key
+        core.activity.begin(key, core.activity_interval(target.model))
+        body_done = request.body.done if isinstance(request.body, BodyStream) else None
         try:
             await run_until_disconnect(
-                receive, self._serve(scope, receive, send, model, parsed, started)
+                receive, self._serve(scope, receive, send, target, request, started), body_done
             )
+        except ClientGoneError:
+            pass
         finally:
             core.activity.end(key)
 
@@ -140,51 +160,81 @@ class OpenAIProxy:
         scope: Scope,
         receive: Receive,
         send: Send,
-        model: Model,
-        parsed: ParsedBody,
+        target: Target,
+        request: IncomingRequest,
         started: float,
     ) -> None:
         core = self.core
-        key = model.key
-        body = parsed.with_model(model.served_names[0])
+        key = target.model.key
+        request.rewrite(target.upstream_name)
+        ctx = RouteContext(scope["headers"], request.fields)
+        strategy = core.router.for_model(target.model)
+        endpoint = core.dispatcher.pick_now(key, strategy, ctx)
+        if endpoint is None and wants_progress(scope, request, core.settings):
+            await serve_with_progress(self, scope, send, target, request, ctx, started)
+            return
         try:
-            response = await self._connect(scope, model, body, started)
+            response, url = await self.connect(scope, target, request, ctx, started, endpoint)
         except FlexInferError as exc:
             core.metrics.requests.labels(key, str(http_status_of(exc))).inc()
             await error_response(exc)(scope, receive, send)
             return
         core.metrics.requests.labels(key, str(response.status_code)).inc()
-        await relay(response, send)
+        try:
+            await relay(response, send)
+        finally:
+            core.loads.end(url)
 
-    async def _connect(
-        self, scope: Scope, model: Model, body: bytes, started: float
-    ) -> httpx.Response:
-        """Open the upstream response, retrying other endpoints when connecting fails."""
+    async def connect(
+        self,
+        scope: Scope,
+        target: Target,
+        request: IncomingRequest,
+        ctx: RouteContext,
+        started: float,
+        endpoint: Any = None,
+    ) -> tuple[httpx.Response, str]:
+        """Open the upstream response, retrying other endpoints when connecting fails.
+
+        The caller must call ``core.loads.end(url)`` once done with the response.
+        """
         core = self.core
+        model = target.model
         key = model.key
+        strategy = core.router.for_model(model)
         assert self.client is not None, "the app's lifespan creates the client"
         deadline = started + core.wait_budget(model)
         while True:
-            endpoint = core.dispatcher.pick_now(key)
+            if endpoint is None:
+                endpoint = core.dispatcher.pick_now(key, strategy, ctx)
             if endpoint is None:
                 endpoint = await core.dispatcher.acquire(
-                    key, model.metadata.name, deadline, started
+                    key, model.metadata.name, deadline, started, strategy, ctx
                 )
                 core.metrics.queue_wait.labels(key).observe(time.monotonic() - started)
+            url = endpoint.url
+            core.loads.begin(url)
             try:
-                return await open_upstream(self.client, endpoint.url, scope, body)
+                response = await open_upstream(
+                    self.client, url, scope, request.body, request.forward_path, request.length
+                )
             except UpstreamConnectError as exc:
+                core.loads.end(url)
+                if isinstance(request.body, BodyStream) and request.body.started:
+                    raise UpstreamError(str(exc)) from exc
                 log.warning("%s: %s; trying another endpoint", key, exc)
                 core.metrics.upstream_errors.labels(key, "connect").inc()
-                core.dispatcher.endpoint_failed(key, endpoint.url)
+                core.dispatcher.endpoint_failed(key, url)
+                endpoint = None
+                continue
+            except BaseException:
+                core.loads.end(url)
+                raise
+            return response, url
 
 
-def http_status_of(exc: FlexInferError) -> int:
-    """The status ``error_response`` answers ``exc`` with."""
-    if isinstance(exc, BadRequestError):
-        return 400
-    if isinstance(exc, BodyTooLargeError):
-        return 413
-    if isinstance(exc, UpstreamError):
-        return 502
-    return http_status(exc)
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
 
 from flexinfer_common.api import Model
+from flexinfer_common.errors import FlexInferError
+from flexinfer_proxy.core.auth import TokenGrant
 from flexinfer_proxy.core.errors import ModelNotFoundError
 from flexinfer_proxy.core.service import ProxyCore
 from flexinfer_proxy.handler import error_response
@@ -28,25 +30,36 @@ def models_router(core: ProxyCore) -> APIRouter:
     """The model listing routes, answered from the proxy's cached catalog."""
     router = APIRouter()
 
-    @router.get("/v1/models")
-    async def list_models() -> JSONResponse:
+    def grant_of(request: Request) -> TokenGrant | None:
+        return core.auth.authenticate(request.headers.get("authorization", "").encode() or None)
+
+    @router.get("/v1/models", response_model=None)
+    async def list_models(request: Request) -> Response:
+        try:
+            grant = grant_of(request)
+        except FlexInferError as exc:
+            return error_response(exc)
         if not core.catalog.loaded:
             await core.catalog.refresh()
         data = [
             model_entry(name, model)
             for model in core.catalog.models
+            if grant is None or grant.allows(model)
             for name in model.served_names
             if core.catalog.lookup(name) is model
         ]
         return JSONResponse({"object": "list", "data": data})
 
     @router.get("/v1/models/{model_id:path}", response_model=None)
-    async def get_model(model_id: str) -> JSONResponse:
-        model = await core.catalog.resolve(model_id)
-        if model is None:
-            response = error_response(ModelNotFoundError(model_id))
-            assert isinstance(response, JSONResponse)
-            return response
-        return JSONResponse(model_entry(model_id, model))
+    async def get_model(model_id: str, request: Request) -> Response:
+        try:
+            grant = grant_of(request)
+            target = await core.catalog.resolve_target(model_id)
+            if target is None:
+                raise ModelNotFoundError(model_id)
+            core.auth.authorize(grant, target.model)
+        except FlexInferError as exc:
+            return error_response(exc)
+        return JSONResponse(model_entry(model_id, target.model))
 
     return router

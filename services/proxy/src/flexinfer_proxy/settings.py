@@ -6,6 +6,7 @@ import os
 import secrets
 import socket
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import AliasChoices, BeforeValidator, Field
@@ -125,6 +126,121 @@ class ProxySettings(BaseSettings):
 
     max_keepalive_connections: int = Field(default=200, ge=0)
     """Idle upstream connections kept open for reuse."""
+
+    parse_cap_bytes: int = Field(default=1024 * 1024, ge=1024)
+    """Bytes of a request body read before forwarding starts (1 MiB): enough for the
+    ``model`` and routing fields of any sane request; the rest streams through unread."""
+
+    body_timeout_s: Seconds = Field(default=30.0, gt=0)
+    """Seconds a client may take to send the parsed part of its body, and the longest
+    pause between later chunks: a slowloris client gets 408 instead of holding a slot."""
+
+    auth_tokens: list[str] = Field(default_factory=list)
+    """Bearer tokens accepted for every model (JSON list in the environment). With no
+    tokens and no token file, auth is off (a dev proxy on loopback)."""
+
+    auth_token_file: Path | None = None
+    """JSON file of scoped grants: [{"token", "name", "models": [...], "tenants": [...]}]."""
+
+    rate_limit_rps: float = Field(default=0.0, ge=0)
+    """Global requests per second over all models (0 = unlimited)."""
+
+    rate_limit_burst: float = Field(default=0.0, ge=0)
+    """Global bucket size: requests allowed at once after a quiet spell (min 1)."""
+
+    model_rate_limit_rps: float = Field(default=0.0, ge=0)
+    """Requests per second per model (0 = unlimited)."""
+
+    model_rate_limit_burst: float = Field(default=0.0, ge=0)
+    """Per-model bucket size (min 1)."""
+
+    routing_explicit_key_max_length: int = Field(
+        default=128,
+        ge=1,
+        validation_alias=AliasChoices(
+            "routing_explicit_key_max_length",
+            "FLEXINFER_PROXY_ROUTING_EXPLICIT_KEY_MAX_LENGTH",
+            "PROXY_ROUTING_EXPLICIT_KEY_MAX_LENGTH",
+        ),
+    )
+    """Characters of an explicit session/cache key used (operator default 128)."""
+
+    routing_system_segment_max_length: int = Field(
+        default=512,
+        ge=1,
+        validation_alias=AliasChoices(
+            "routing_system_segment_max_length",
+            "FLEXINFER_PROXY_ROUTING_SYSTEM_SEGMENT_MAX_LENGTH",
+            "PROXY_ROUTING_SYSTEM_SEGMENT_MAX_LENGTH",
+        ),
+    )
+    """Characters of the system prompt in the prefix key (operator default 512)."""
+
+    routing_document_segment_max_length: int = Field(
+        default=256,
+        ge=1,
+        validation_alias=AliasChoices(
+            "routing_document_segment_max_length",
+            "FLEXINFER_PROXY_ROUTING_DOCUMENT_SEGMENT_MAX_LENGTH",
+            "PROXY_ROUTING_DOCUMENT_SEGMENT_MAX_LENGTH",
+        ),
+    )
+    """Characters of the first user message in the prefix key (operator default 256)."""
+
+    prefix_index_size: int = Field(default=10_000, ge=1)
+    """Prefix -> endpoint assignments remembered (LRU): bounded memory, warm caches."""
+
+    backoff_enabled: bool = Field(
+        default=False,
+        validation_alias=AliasChoices(
+            "backoff_enabled", "FLEXINFER_PROXY_BACKOFF_ENABLED", "PROXY_BACKOFF_ENABLED"
+        ),
+    )
+    """Re-send a cold model's demand with exponential backoff and jitter instead of every
+    demand_resend_interval_s (operator default off)."""
+
+    backoff_max_retries: int = Field(
+        default=3,
+        ge=0,
+        validation_alias=AliasChoices(
+            "backoff_max_retries",
+            "FLEXINFER_PROXY_BACKOFF_MAX_RETRIES",
+            "PROXY_BACKOFF_MAX_RETRIES",
+        ),
+    )
+    """Demand re-sends with backoff before waiting only for depth changes (default 3)."""
+
+    backoff_initial_wait: Seconds = Field(
+        default=5.0,
+        gt=0,
+        validation_alias=AliasChoices(
+            "backoff_initial_wait",
+            "FLEXINFER_PROXY_BACKOFF_INITIAL_WAIT",
+            "PROXY_BACKOFF_INITIAL_WAIT",
+        ),
+    )
+    """First backoff wait in seconds (operator default 5s); doubles per retry."""
+
+    backoff_max_wait: Seconds = Field(
+        default=30.0,
+        gt=0,
+        validation_alias=AliasChoices(
+            "backoff_max_wait", "FLEXINFER_PROXY_BACKOFF_MAX_WAIT", "PROXY_BACKOFF_MAX_WAIT"
+        ),
+    )
+    """Longest backoff wait in seconds (operator default 30s)."""
+
+    queue_cleanup_interval_s: Seconds = Field(default=30.0, gt=0)
+    """Seconds between sweeps removing queues empty for 2x the queue timeout (seed: 30s)."""
+
+    progress_sse: bool = True
+    """Send SSE comment lines with cold-start progress to streaming requests that wait."""
+
+    progress_interval_s: Seconds = Field(default=2.0, gt=0)
+    """Seconds between progress lines when the phase does not change (also a keep-alive)."""
+
+    health_interval_s: Seconds = Field(default=10.0, gt=0)
+    """Seconds between active health checks (GET /v1/models) of external endpoints."""
 
     bus: BusSettings = Field(default_factory=BusSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)

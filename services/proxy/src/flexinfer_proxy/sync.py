@@ -7,10 +7,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+import httpx
 import pydantic
 
 from flexinfer_common.bus import Consumer, Message, topics
-from flexinfer_common.bus.topics import EndpointsEvent, ModelChangedEvent
+from flexinfer_common.bus.topics import EndpointsEvent, ModelChangedEvent, ProgressEvent
 from flexinfer_common.errors import FlexInferError
 from flexinfer_proxy.core.service import ProxyCore
 
@@ -34,6 +35,7 @@ class ProxySync:
         # Join the groups before reading the store, so no event falls between the two.
         endpoints = core.bus.consumer(topics.ENDPOINTS, group, name)
         models = core.bus.consumer(topics.MODELS, group, name)
+        progress = core.bus.consumer(topics.PROGRESS, group, name)
         try:
             await core.resync()
         except FlexInferError as exc:
@@ -44,6 +46,9 @@ class ProxySync:
             asyncio.create_task(self._consume(models, self._on_models), name="proxy-models"),
             asyncio.create_task(self._resync_loop(), name="proxy-resync"),
             asyncio.create_task(core.activity.run(period), name="proxy-activity"),
+            asyncio.create_task(self._consume(progress, self._on_progress), name="proxy-progress"),
+            asyncio.create_task(self._cleanup_loop(), name="proxy-queue-cleanup"),
+            asyncio.create_task(self._health_loop(), name="proxy-health"),
         ]
 
     async def stop(self) -> None:
@@ -94,6 +99,42 @@ class ProxySync:
             known = {m.key for m in self.core.catalog.models}
             self.core.table.forget_only([m for m in deleted if m not in known])
 
+    async def _on_progress(self, messages: list[Message]) -> None:
+        for message in messages:
+            try:
+                event = ProgressEvent.model_validate(message.payload)
+            except pydantic.ValidationError as exc:
+                log.warning("ignoring malformed progress event %s: %s", message.id, exc)
+                continue
+            self.core.progress.update(event)
+
+    async def _cleanup_loop(self) -> None:
+        settings = self.core.settings
+        while True:
+            await asyncio.sleep(settings.queue_cleanup_interval_s)
+            removed = self.core.queue.cleanup_stale(2 * settings.queue_timeout)
+            if removed:
+                log.debug("removed stale queues: %s", removed)
+
+    async def _health_loop(self) -> None:
+        """Actively check external endpoints; unhealthy ones are skipped until they recover."""
+        timeout = httpx.Timeout(self.core.settings.connect_timeout_s)
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+            while True:
+                await self.check_external(client)
+                await asyncio.sleep(self.core.settings.health_interval_s)
+
+    async def check_external(self, client: httpx.AsyncClient) -> None:
+        """One round of health checks over every external endpoint."""
+        checks = [
+            (model, url) for model, urls in self.core.table.external().items() for url in urls
+        ]
+        results = await asyncio.gather(*(_healthy(client, url) for _, url in checks))
+        for (model, url), healthy in zip(checks, results, strict=True):
+            if not healthy:
+                log.warning("external endpoint %s of %s is unhealthy", url, model)
+            self.core.table.set_health(model, url, healthy)
+
     async def _resync_loop(self) -> None:
         while True:
             await asyncio.sleep(self.core.settings.resync_interval_s)
@@ -101,3 +142,12 @@ class ProxySync:
                 await self.core.resync()
             except FlexInferError as exc:
                 log.warning("store resync failed: %s", exc)
+
+
+async def _healthy(client: httpx.AsyncClient, base_url: str) -> bool:
+    """GET <base>/v1/models answers below 500 (401 counts: the server is up)."""
+    try:
+        response = await client.get(base_url.rstrip("/") + "/v1/models")
+    except httpx.HTTPError:
+        return False
+    return response.status_code < 500

@@ -177,6 +177,17 @@ class ModelSpec(ApiModel):
     kv_cache: KVCacheSpec | None = None
     capabilities: ModelCapabilities | None = None
     quantize: dict[str, Any] | None = None
+    endpoints: list[str] | None = Field(default=None, max_length=32)
+    """External OpenAI-compatible base URLs (without /v1) serving this model: no runtime is
+    started for it; the proxy routes to these URLs directly."""
+
+    @field_validator("endpoints")
+    @classmethod
+    def _endpoints_are_http_urls(cls, value: list[str] | None) -> list[str] | None:
+        for url in value or []:
+            if not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
+                raise ValueError(f"endpoint {url!r} must be an http:// or https:// base URL")
+        return value
 
     @field_validator("source")
     @classmethod
@@ -197,6 +208,11 @@ class ModelSpec(ApiModel):
     def serverless_or_default(self) -> ServerlessSpec:
         """spec.serverless with defaults filled in (serverless is on when omitted)."""
         return self.serverless or ServerlessSpec()
+
+    @property
+    def is_external(self) -> bool:
+        """True when spec.endpoints names external servers: nothing is run for it."""
+        return bool(self.endpoints)
 
     @property
     def gpu_or_default(self) -> GPUSpec:

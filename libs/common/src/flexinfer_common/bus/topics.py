@@ -7,6 +7,7 @@ producer and a consumer of different versions fail loudly instead of misreading 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +22,12 @@ ENDPOINTS = "flexinfer.endpoints"
 
 MODELS = "flexinfer.models"
 """controller → everyone: a Model was created, changed or deleted."""
+
+PROGRESS = "flexinfer.progress"
+"""controller/engine → proxy: how far a model's cold start has come (phase, eta)."""
+
+PROGRESS_PHASES = ("scheduled", "pulling", "loading-weights", "warming", "ready")
+"""Cold-start phases in the order a model goes through them."""
 
 
 class Event(BaseModel):
@@ -53,6 +60,8 @@ class EndpointInfo(Event):
     replica: str
     ready: bool = True
     node: str | None = None
+    terminating: bool = False
+    """The replica's node is being reclaimed (spot termination): proxies stop routing to it."""
 
 
 class EndpointsEvent(Event):
@@ -70,3 +79,13 @@ class ModelChangedEvent(Event):
     model: str
     generation: int
     deleted: bool = False
+
+
+class ProgressEvent(Event):
+    """``model``'s cold start reached ``phase``; ``eta_s`` estimates the seconds to ready."""
+
+    model: str
+    phase: Literal["scheduled", "pulling", "loading-weights", "warming", "ready"]
+    at: datetime
+    eta_s: float | None = Field(default=None, ge=0)
+    source: str = Field(default="controller", description="who published it")

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from flexinfer_common.api import Model
 from flexinfer_common.store import ModelStore
@@ -13,6 +14,53 @@ from flexinfer_common.store import ModelStore
 log = logging.getLogger(__name__)
 
 _MAX_MISS_ENTRIES = 10_000
+
+SERVICE_LABELS_ANNOTATION = "flexinfer.ai/service-labels"
+LORA_ANNOTATION = "flexinfer.ai/lora-adapters"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a request's model name resolves to: the Model, and the name the engine is sent."""
+
+    model: Model
+    upstream_name: str
+    """The served name for names and aliases; the adapter name for a LoRA adapter (vLLM
+    selects the adapter by the request's ``model`` field)."""
+
+
+def _csv(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def service_labels(model: Model) -> list[str]:
+    """spec.serviceLabels plus the ``flexinfer.ai/service-labels`` annotation."""
+    labels = list(model.spec.service_labels or [])
+    labels += _csv(model.metadata.annotations.get(SERVICE_LABELS_ANNOTATION))
+    return list(dict.fromkeys(labels))
+
+
+def lora_adapters(model: Model) -> list[str]:
+    """LoRA adapter names declared on the Model (``flexinfer.ai/lora-adapters``)."""
+    return _csv(model.metadata.annotations.get(LORA_ANNOTATION))
+
+
+def build_target_index(models: list[Model]) -> tuple[dict[str, Target], dict[str, list[Model]]]:
+    """Names, aliases and adapters -> Targets; service labels -> the Models claiming them."""
+    ordered = sorted(models, key=lambda m: m.key)
+    index = {
+        name: Target(model, model.served_names[0])
+        for name, model in build_name_index(ordered).items()
+    }
+    for model in ordered:
+        for adapter in lora_adapters(model):
+            index.setdefault(adapter, Target(model, adapter))
+    labels: dict[str, list[Model]] = {}
+    for model in ordered:
+        for label in service_labels(model):
+            if label not in index:
+                labels.setdefault(label, []).append(model)
+    return index, labels
 
 
 def build_name_index(models: list[Model]) -> dict[str, Model]:
@@ -39,12 +87,16 @@ class ModelCatalog:
         miss_interval_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[dict[str, Model]], None] | None = None,
+        is_ready: Callable[[str], bool] | None = None,
     ) -> None:
         self._store = store
         self._namespace = namespace
         self._miss_interval_s = miss_interval_s
         self._clock = clock
         self._on_change = on_change
+        self._is_ready = is_ready
+        self._targets: dict[str, Target] = {}
+        self._labels: dict[str, list[Model]] = {}
         self._index: dict[str, Model] = {}
         self._by_key: dict[str, Model] = {}
         self._misses: dict[str, float] = {}
@@ -64,11 +116,28 @@ class ModelCatalog:
         """The Model a name resolves to in the cache, without touching the store."""
         return self._index.get(name)
 
+    def lookup_target(self, name: str) -> Target | None:
+        """Name, alias or adapter first; then a service label (preferring a ready model)."""
+        target = self._targets.get(name)
+        if target is not None:
+            return target
+        claimants = self._labels.get(name)
+        if not claimants:
+            return None
+        ready = self._is_ready
+        chosen = next((m for m in claimants if ready is not None and ready(m.key)), claimants[0])
+        return Target(chosen, chosen.served_names[0])
+
     async def resolve(self, name: str) -> Model | None:
         """The Model for ``name``; on a miss, re-read the store (throttled per name)."""
-        model = self._index.get(name)
-        if model is not None:
-            return model
+        target = await self.resolve_target(name)
+        return target.model if target is not None else None
+
+    async def resolve_target(self, name: str) -> Target | None:
+        """The Target for ``name``; on a miss, re-read the store (throttled per name)."""
+        target = self.lookup_target(name)
+        if target is not None:
+            return target
         now = self._clock()
         last = self._misses.get(name)
         if last is not None and now - last < self._miss_interval_s:
@@ -77,7 +146,7 @@ class ModelCatalog:
             self._prune_misses(now)
         self._misses[name] = now
         await self.refresh()
-        return self._index.get(name)
+        return self.lookup_target(name)
 
     async def refresh(self) -> None:
         """Re-read every Model of the namespace; concurrent callers share one read."""
@@ -91,6 +160,7 @@ class ModelCatalog:
         """Replace the cached models (also used when a caller already holds the list)."""
         ours = [m for m in models if m.metadata.namespace == self._namespace]
         self._index = build_name_index(ours)
+        self._targets, self._labels = build_target_index(ours)
         self._by_key = {m.key: m for m in ours}
         self.loaded = True
         if self._on_change is not None:

@@ -9,6 +9,7 @@ from flexinfer_common.api import Model
 from flexinfer_common.bus.topics import EndpointInfo
 from flexinfer_proxy.core.endpoints import EndpointTable
 from flexinfer_proxy.core.queue import ColdStartQueue
+from flexinfer_proxy.core.routing.base import RouteContext, RoutingStrategy
 
 
 def wait_budget(model: Model, queue_timeout_s: float, cold_start_timeout_s: float) -> float:
@@ -24,20 +25,32 @@ class Dispatcher:
         self.table = table
         self.queue = queue
 
-    def pick_now(self, model: str) -> EndpointInfo | None:
-        """A ready endpoint without waiting, unless earlier requests are still queued."""
+    def pick_now(
+        self,
+        model: str,
+        strategy: RoutingStrategy | None = None,
+        ctx: RouteContext | None = None,
+    ) -> EndpointInfo | None:
+        """A ready endpoint without waiting, unless earlier requests are still queued
+        (FIFO: a newcomer must not overtake requests waiting for the same model)."""
         if self.queue.depth(model):
             return None
-        return self.table.pick(model)
+        return self.table.pick(model, strategy, ctx)
 
     async def acquire(
-        self, model: str, label: str, deadline: float, waited_from: float
+        self,
+        model: str,
+        label: str,
+        deadline: float,
+        waited_from: float,
+        strategy: RoutingStrategy | None = None,
+        ctx: RouteContext | None = None,
     ) -> EndpointInfo:
         """An endpoint for ``model``, waiting in the queue until ``deadline`` if needed."""
-        endpoint = self.pick_now(model)
+        endpoint = self.pick_now(model, strategy, ctx)
         while endpoint is None:
             await self.queue.wait(model, label, deadline, waited_from)
-            endpoint = self.table.pick(model)
+            endpoint = self.table.pick(model, strategy, ctx)
         return endpoint
 
     def endpoint_failed(self, model: str, url: str) -> None:

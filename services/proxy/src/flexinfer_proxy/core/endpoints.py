@@ -1,4 +1,4 @@
-"""Ready endpoints per model: event and store updates, round-robin picks, cooldowns."""
+"""Ready endpoints per model: event and store updates, external URLs, cooldowns, health."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 
 from flexinfer_common.bus.topics import EndpointInfo, EndpointsEvent
 from flexinfer_common.store import EndpointRecord
+from flexinfer_proxy.core.routing.base import RouteContext, RoutingStrategy
+from flexinfer_proxy.core.routing.default import RoundRobin
+
+_NO_CONTEXT = RouteContext(headers=[], body=None)
 
 
 @dataclass
@@ -16,12 +20,18 @@ class _EndpointSet:
     revision: int = -1
     updated_at: float = float("-inf")
     """When an event last set this (monotonic): store reads started earlier are stale."""
-    cursor: int = 0
     out_until: dict[str, float] = field(default_factory=dict)
+    unhealthy: set[str] = field(default_factory=set)
+    external: bool = False
+
+
+def routable(info: EndpointInfo) -> bool:
+    """Ready, and not on a node being reclaimed (spot termination)."""
+    return info.ready and not info.terminating
 
 
 class EndpointTable:
-    """The ready endpoints of every model, with a round-robin cursor per model."""
+    """The routable endpoints of every model, with per-endpoint cooldowns and health."""
 
     def __init__(
         self,
@@ -34,6 +44,7 @@ class EndpointTable:
         self._cooldown_s = cooldown_s
         self._clock = clock
         self._on_available = on_available
+        self._round_robin = RoundRobin()
 
     def revision(self, model: str) -> int:
         """The newest revision applied for ``model`` (-1 when none)."""
@@ -41,20 +52,29 @@ class EndpointTable:
         return entry.revision if entry else -1
 
     def urls(self, model: str) -> list[str]:
-        """URLs of the model's ready endpoints (including ones cooling down)."""
+        """URLs of the model's routable endpoints (including ones cooling down)."""
         entry = self._sets.get(model)
         return [e.url for e in entry.endpoints] if entry else []
+
+    def endpoints(self, model: str) -> list[EndpointInfo]:
+        """The model's routable endpoints (including ones cooling down)."""
+        entry = self._sets.get(model)
+        return entry.endpoints if entry else []
+
+    def external(self) -> dict[str, list[str]]:
+        """External models and their URLs (for the health checker)."""
+        return {m: [e.url for e in s.endpoints] for m, s in self._sets.items() if s.external}
 
     def apply_event(self, event: EndpointsEvent) -> bool:
         """Apply an endpoints event; False when it is older than what is known."""
         entry = self._sets.setdefault(event.model, _EndpointSet())
-        if event.revision < entry.revision:
+        if entry.external or event.revision < entry.revision:
             return False
         entry.revision = event.revision
         entry.updated_at = self._clock()
         # A new revision is fresh news about every endpoint: forget the cooldowns.
         entry.out_until.clear()
-        self._replace(event.model, entry, [e for e in event.endpoints if e.ready])
+        self._replace(event.model, entry, [e for e in event.endpoints if routable(e)])
         return True
 
     def apply_records(
@@ -68,38 +88,63 @@ class EndpointTable:
                 grouped[rec.model].append(info)
         for model, infos in grouped.items():
             entry = self._sets.setdefault(model, _EndpointSet())
-            if entry.updated_at > read_started:
-                continue  # an event arrived while we were reading: it is newer
+            if entry.external or entry.updated_at > read_started:
+                continue  # external URLs come from the spec; a newer event wins
             self._replace(model, entry, sorted(infos, key=lambda e: e.replica))
+
+    def set_external(self, models: dict[str, list[str]]) -> None:
+        """Models served by external URLs (spec.endpoints): exactly these, replacing any."""
+        for key, entry in list(self._sets.items()):
+            if entry.external and key not in models:
+                del self._sets[key]
+        for key, urls in models.items():
+            entry = self._sets.get(key) or _EndpointSet()
+            if not entry.external:
+                entry = self._sets[key] = _EndpointSet(external=True)
+            if [e.url for e in entry.endpoints] != urls:
+                infos = [EndpointInfo(url=u, replica=f"external-{i}") for i, u in enumerate(urls)]
+                self._replace(key, entry, infos)
 
     def forget_only(self, models: Iterable[str]) -> None:
         """Drop the endpoints of ``models`` (deleted Models)."""
         for model in models:
             self._sets.pop(model, None)
 
-    def pick(self, model: str) -> EndpointInfo | None:
-        """The next usable endpoint of ``model`` in round-robin order, if any."""
+    def usable_check(self, model: str) -> Callable[[EndpointInfo], bool]:
+        """A predicate: the endpoint is neither cooling down nor unhealthy."""
+        entry = self._sets.get(model)
+        if entry is None:
+            return lambda _: False
+        if not entry.out_until and not entry.unhealthy:
+            return lambda _: True  # the common case: no per-endpoint lookups
+        now = self._clock()
+        out, sick = entry.out_until, entry.unhealthy
+
+        def usable(info: EndpointInfo) -> bool:
+            return info.url not in sick and out.get(info.url, now) <= now
+
+        return usable
+
+    def pick(
+        self,
+        model: str,
+        strategy: RoutingStrategy | None = None,
+        ctx: RouteContext | None = None,
+    ) -> EndpointInfo | None:
+        """A usable endpoint of ``model`` chosen by ``strategy`` (round-robin by default)."""
         entry = self._sets.get(model)
         if entry is None or not entry.endpoints:
             return None
-        now = self._clock()
-        count = len(entry.endpoints)
-        for step in range(count):
-            candidate = entry.endpoints[(entry.cursor + step) % count]
-            until = entry.out_until.get(candidate.url)
-            if until is not None and until > now:
-                continue
-            entry.cursor = (entry.cursor + step + 1) % count
-            return candidate
-        return None
+        chooser = strategy or self._round_robin
+        return chooser.pick(model, entry.endpoints, self.usable_check(model), ctx or _NO_CONTEXT)
 
     def usable(self, model: str) -> bool:
-        """Whether ``model`` has an endpoint that is not cooling down."""
+        """Whether ``model`` has an endpoint that is not cooling down or unhealthy."""
         entry = self._sets.get(model)
         if entry is None:
             return False
-        now = self._clock()
-        return any(entry.out_until.get(e.url, now) <= now for e in entry.endpoints)
+        check = self.usable_check(model)
+        return any(check(e) for e in entry.endpoints)
 
     def mark_out(self, model: str, url: str) -> float:
         """Skip ``url`` for the cooldown; returns seconds until it is tried again."""
@@ -108,10 +153,25 @@ class EndpointTable:
             entry.out_until[url] = self._clock() + self._cooldown_s
         return self._cooldown_s
 
+    def set_health(self, model: str, url: str, healthy: bool) -> None:
+        """Record an active health check's verdict on ``url``."""
+        entry = self._sets.get(model)
+        if entry is None:
+            return
+        if healthy:
+            was_sick = url in entry.unhealthy
+            entry.unhealthy.discard(url)
+            entry.out_until.pop(url, None)
+            if was_sick and self._on_available is not None:
+                self._on_available(model)
+        else:
+            entry.unhealthy.add(url)
+
     def _replace(self, model: str, entry: _EndpointSet, endpoints: list[EndpointInfo]) -> None:
         entry.endpoints = endpoints
         live = {e.url for e in endpoints}
         entry.out_until = {u: t for u, t in entry.out_until.items() if u in live}
+        entry.unhealthy &= live
         if endpoints and self._on_available is not None:
             # Notify on every non-empty update, not only empty -> non-empty: waiters may
             # exist while endpoints are cooling down and a new set can serve them.

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from flexinfer_common.bus.topics import DemandEvent
 from flexinfer_common.errors import FlexInferError
+from flexinfer_proxy.core.backoff import Backoff
 from flexinfer_proxy.core.errors import ActivationTimeoutError, QueueFullError
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,10 @@ class _ModelQueue:
     waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
     since: datetime = field(default_factory=lambda: datetime.now(UTC))
     demand: asyncio.Task[None] | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the depth changed: the demand loop re-publishes the new depth promptly."""
+    emptied_at: float | None = None
+    """When the queue last became empty (monotonic); stale empty queues are cleaned."""
 
 
 class ColdStartQueue:
@@ -42,6 +47,8 @@ class ColdStartQueue:
         refresh_endpoints: RefreshEndpoints | None = None,
         on_depth: Callable[[str, int], None] | None = None,
         on_cold_start: Callable[[str], None] | None = None,
+        backoff: Backoff | None = None,
+        depth_update_interval_s: float = 0.25,
     ) -> None:
         self._proxy_id = proxy_id
         self._max_size = max_size
@@ -51,7 +58,25 @@ class ColdStartQueue:
         self._refresh_endpoints = refresh_endpoints
         self._on_depth = on_depth
         self._on_cold_start = on_cold_start
+        self._backoff = backoff
+        self._depth_update_interval_s = depth_update_interval_s
         self._queues: dict[str, _ModelQueue] = {}
+
+    def known(self) -> list[str]:
+        """Models with a queue object (waiting or recently emptied)."""
+        return list(self._queues)
+
+    def cleanup_stale(self, max_empty_age_s: float, now: float | None = None) -> list[str]:
+        """Remove queues empty for at least ``max_empty_age_s``; returns their models."""
+        now = time.monotonic() if now is None else now
+        stale = [
+            m
+            for m, q in self._queues.items()
+            if not q.waiters and q.emptied_at is not None and now - q.emptied_at >= max_empty_age_s
+        ]
+        for model in stale:
+            del self._queues[model]
+        return stale
 
     def depth(self, model: str) -> int:
         """Requests now waiting for ``model``."""
@@ -69,6 +94,7 @@ class ColdStartQueue:
             queue = self._queues[model] = _ModelQueue()
         if len(queue.waiters) >= self._max_size:
             raise QueueFullError(label, len(queue.waiters), delay=self._retry_after_s)
+        queue.emptied_at = None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue.waiters.append(future)
         self._depth_changed(model, queue)
@@ -124,10 +150,12 @@ class ColdStartQueue:
         if queue.demand is not None and queue.demand is not asyncio.current_task():
             queue.demand.cancel()
         queue.demand = None
-        if self._queues.get(model) is queue:
-            del self._queues[model]
+        # Kept (empty) until cleanup_stale: the seed's queues live 2x the queue timeout.
+        if queue.emptied_at is None:
+            queue.emptied_at = time.monotonic()
 
     def _depth_changed(self, model: str, queue: _ModelQueue) -> None:
+        queue.changed.set()
         if self._on_depth is not None:
             self._on_depth(model, len(queue.waiters))
 
@@ -143,7 +171,11 @@ class ColdStartQueue:
         )
 
     async def _demand_loop(self, model: str, queue: _ModelQueue) -> None:
+        # Without backoff: re-send every resend interval. With it: re-send after growing,
+        # jittered waits, max_retries times, then only when the depth changes.
+        delays = self._backoff.delays() if self._backoff is not None else None
         while queue.waiters:
+            queue.changed.clear()
             event = DemandEvent(
                 model=model,
                 queue_depth=len(queue.waiters),
@@ -154,13 +186,30 @@ class ColdStartQueue:
                 await self._publish_demand(event)
             except FlexInferError as exc:
                 log.warning("demand for %s not published (retrying): %s", model, exc)
-            await asyncio.sleep(self._resend_interval_s)
+            wait = self._resend_interval_s if delays is None else next(delays, None)
+            await self._wait_change(queue, wait)
             if self._refresh_endpoints is not None and queue.waiters:
                 # Endpoint events can be lost too: look at the store while waiting.
                 try:
                     await self._refresh_endpoints(model)
                 except FlexInferError as exc:
                     log.warning("endpoint refresh for %s failed: %s", model, exc)
+
+    async def _wait_change(self, queue: _ModelQueue, wait: float | None) -> None:
+        """Sleep ``wait`` seconds (forever if None) or until the depth changes, but never
+        publish more often than the depth update interval."""
+        gap = (
+            self._depth_update_interval_s
+            if wait is None
+            else min(wait, self._depth_update_interval_s)
+        )
+        await asyncio.sleep(gap)
+        if queue.changed.is_set():
+            return
+        remaining = None if wait is None else max(0.0, wait - gap)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(remaining):
+                await queue.changed.wait()
 
 
 def _loop_time(deadline: float) -> float:

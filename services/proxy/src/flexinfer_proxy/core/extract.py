@@ -1,0 +1,174 @@
+"""Find the requested model: X-Model-ID, a /model/<name>/ path prefix, the JSON body, a
+multipart form field, in that order; and read JSON bodies only as far as needed.
+
+A JSON body that fits within the parse cap is parsed whole (its fields feed routing keys).
+A longer one is scanned: top-level members are decoded until ``model`` is found, and the
+rest of the body streams through untouched. The scanner works on latin-1 text so character
+offsets equal byte offsets, letting a rewrite splice the value without re-encoding.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from flexinfer_proxy.core.body import BadRequestError
+
+MODEL_PATH_PREFIX = "/model/"
+_DECODER = json.JSONDecoder()
+_WS = re.compile(r"[ \t\n\r]*")
+_MAX_NAME = 256
+
+
+def check_model_name(name: str, where: str) -> str:
+    """Reject names no Model can have: empty, too long, control characters, traversal."""
+    if not name:
+        raise BadRequestError(f"{where}: model must be a non-empty string", field="model")
+    if len(name) > _MAX_NAME:
+        raise BadRequestError(f"{where}: model name is longer than {_MAX_NAME}", field="model")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise BadRequestError(f"{where}: model name has control characters", field="model")
+    if ".." in name.split("/") or name.startswith("/") or "\\" in name:
+        raise BadRequestError(f"{where}: model name is not a valid name", field="model")
+    return name
+
+
+def split_model_path(path: str) -> tuple[str, str] | None:
+    """``/model/<name>/v1/x`` -> (name, ``/v1/x``); None when the path has no such prefix."""
+    if not path.startswith(MODEL_PATH_PREFIX):
+        return None
+    rest = path[len(MODEL_PATH_PREFIX) :]
+    name, slash, tail = rest.partition("/")
+    if not slash:
+        raise BadRequestError("a /model/<name>/ path must continue after the name")
+    return check_model_name(name, "path"), "/" + tail
+
+
+@dataclass(slots=True)
+class ScannedBody:
+    """What a (possibly partial) JSON body says: its top-level fields seen, and ``model``."""
+
+    data: dict[str, Any]
+    model: str | None
+    span: tuple[int, int] | None
+    """Byte offsets of the ``model`` value (quotes included) in the prefix, when found."""
+    complete: bool
+    """True when ``data`` holds every member: the whole body was parsed."""
+
+
+def parse_json_body(raw: bytes) -> ScannedBody:
+    """Parse a whole JSON object body; BadRequestError when malformed."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BadRequestError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequestError("request body must be a JSON object")
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequestError("model must be a string", field="model")
+    return ScannedBody(data=data, model=model, span=None, complete=True)
+
+
+def scan_json_prefix(prefix: bytes) -> ScannedBody:
+    """Decode top-level members of a JSON object from its first bytes until ``model``.
+
+    Members cut off by the end of the prefix are simply not reported; malformed JSON
+    within the prefix is a BadRequestError.
+    """
+    text = prefix.decode("latin-1")
+    pos = _WS.match(text, 0).end()  # type: ignore[union-attr]
+    if not text.startswith("{", pos):
+        raise BadRequestError("request body must be a JSON object")
+    pos += 1
+    data: dict[str, Any] = {}
+    while True:
+        pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+        if pos >= len(text):
+            break
+        if text[pos] == "}":
+            return ScannedBody(_utf8(data), _model_of(data), None, True)
+        if text[pos] == ",":
+            pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+        try:
+            key, pos = _DECODER.raw_decode(text, pos)
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            if pos >= len(text):
+                break
+            if text[pos] != ":":
+                _raise_bad()
+            pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+            start = pos
+            value, pos = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            if exc.pos >= len(text) - 1 or "Unterminated" in exc.msg:
+                break  # cut off by the prefix end
+            raise BadRequestError(f"request body is not valid JSON: {exc}") from None
+        if pos >= len(text):
+            break  # a number or literal may continue past the prefix
+        if not isinstance(key, str):
+            _raise_bad()
+        data[key] = value
+        if key == "model":
+            found = _utf8({"model": value}).get("model")
+            if not isinstance(found, str):
+                raise BadRequestError("model must be a string", field="model")
+            return ScannedBody(_utf8(data), found, (start, pos), False)
+    return ScannedBody(_utf8(data), None, None, False)
+
+
+def _raise_bad() -> None:
+    raise BadRequestError("request body is not valid JSON")
+
+
+def _model_of(data: dict[str, Any]) -> str | None:
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequestError("model must be a string", field="model")
+    return model
+
+
+def _utf8(value: Any) -> Any:
+    """Undo the latin-1 decoding of strings: they were UTF-8 bytes."""
+    if isinstance(value, str):
+        try:
+            return value.encode("latin-1").decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
+            return value  # \\u escapes already produced real characters
+    if isinstance(value, dict):
+        return {_utf8(k): _utf8(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_utf8(v) for v in value]
+    return value
+
+
+def splice_model(prefix: bytes, span: tuple[int, int], name: str) -> bytes:
+    """``prefix`` with the ``model`` value at ``span`` replaced by ``name`` (JSON-quoted)."""
+    quoted = json.dumps(name, ensure_ascii=False).encode()
+    return prefix[: span[0]] + quoted + prefix[span[1] :]
+
+
+_BOUNDARY = re.compile(rb'boundary="?([^";]+)"?', re.IGNORECASE)
+_MODEL_PART = re.compile(rb'content-disposition:[^\r\n]*name="?model"?[^\r\n]*\r\n', re.I)
+
+
+def multipart_model(content_type: bytes, prefix: bytes) -> str | None:
+    """The ``model`` form field of a multipart body, if within ``prefix``."""
+    match = _BOUNDARY.search(content_type)
+    if match is None:
+        raise BadRequestError("multipart/form-data without a boundary")
+    delimiter = b"--" + match.group(1)
+    # Only parts followed by another delimiter are complete within the prefix.
+    for part in prefix.split(delimiter)[1:-1]:
+        head, sep, value = part.partition(b"\r\n\r\n")
+        if not sep or _MODEL_PART.search(head + b"\r\n") is None:
+            continue
+        if b"filename=" in head.lower():
+            continue
+        try:
+            return value[:-2].decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRequestError("multipart model field is not UTF-8") from None
+    return None
