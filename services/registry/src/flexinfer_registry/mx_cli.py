@@ -1,0 +1,224 @@
+"""``flexinfer mx``: the ModelExpress CLI (health, ping, model download/list-files/clear/validate).
+
+Exit codes, for scripts:
+
+- 0: success;
+- 1: the operation failed (model not found, download ERROR, validation mismatch, …);
+- 2: usage error (bad flags or arguments);
+- 3: the registry server could not be reached.
+
+The server address is ``--server``, else ``MODEL_EXPRESS_URL``, else ``MX_SERVER_ADDRESS``,
+else ``localhost:8001``. ``--output json`` prints one JSON document per command on stdout;
+errors always go to stderr as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from flexinfer_common.errors import FlexInferError
+from flexinfer_registry.mx_client import (
+    PROVIDERS,
+    MxClient,
+    OperationFailedError,
+    ServerUnreachableError,
+    server_address,
+)
+from flexinfer_registry.mx_direct import cache_dir, download_direct
+from flexinfer_registry.mx_output import Output
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+STRATEGIES = ("SmartFallback", "ServerOnly", "DirectOnly")
+
+
+class UsageError(Exception):
+    """Bad arguments (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would sys.exit(2) itself
+        raise UsageError(message)
+
+
+def build_parser(prog: str = "flexinfer mx") -> argparse.ArgumentParser:
+    """The argument parser (exposed for the lead's ``flexinfer`` CLI and for tests)."""
+    parser = _Parser(prog=prog, description="Talk to the FlexInfer model registry (ModelExpress).")
+    parser.add_argument(
+        "--server", help="registry gRPC address (MODEL_EXPRESS_URL / MX_SERVER_ADDRESS)"
+    )
+    parser.add_argument(
+        "--output",
+        "--format",
+        dest="output",
+        default="human",
+        choices=("human", "json", "json-pretty"),
+        help="output format",
+    )
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per unary call")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands.add_parser("health", help="check the server's health")
+    commands.add_parser("ping", help="ping the server")
+    model = commands.add_parser("model", help="model cache operations")
+    actions = model.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    for action, text in (
+        ("download", "download a model"),
+        ("list-files", "list a model's files"),
+        ("clear", "delete a cached model"),
+        ("validate", "check a cached model"),
+    ):
+        sub = actions.add_parser(action, help=text)
+        sub.add_argument("name", help="model name: org/model, s3://…, gs://…, ngc://…, file://…")
+        sub.add_argument("--provider", default="hugging-face", choices=sorted(PROVIDERS))
+        if action in ("download", "list-files", "validate"):
+            sub.add_argument("--revision", help="branch, tag or commit to pin")
+    download = actions.choices["download"]
+    download.add_argument("--strategy", default="SmartFallback", choices=STRATEGIES)
+    download.add_argument("--ignore-weights", action="store_true", help="skip weight files")
+    download.add_argument(
+        "--cache-dir", help="DirectOnly/fallback cache (MODEL_EXPRESS_CACHE_DIRECTORY)"
+    )
+    return parser  # fmt: skip
+
+
+def _download(args: argparse.Namespace, client: MxClient, out: Output) -> int:
+    provider = PROVIDERS[args.provider]
+    if args.strategy != "DirectOnly":
+        try:
+            return _download_server(args, client, out, provider)
+        except ServerUnreachableError as exc:
+            if args.strategy == "ServerOnly":
+                raise
+            print(f"warning: {exc}; downloading directly", file=out.stderr)
+    with out.progress(f"{args.name} (direct)") as sink:
+        data = download_direct(args.name, provider, args.revision,
+                               ignore_weights=args.ignore_weights,
+                               root=cache_dir(args.cache_dir), progress=sink.bytes)  # fmt: skip
+    out.result({"ok": True, "strategy": "direct", **data},
+               f"{args.name}: DOWNLOADED to {data['path']} ({data['files']} files, "
+               f"{data['total_size']} bytes)")  # fmt: skip
+    return EXIT_OK
+
+
+def _download_server(args: argparse.Namespace, client: MxClient, out: Output, provider: int) -> int:
+    last: dict[str, Any] = {}
+    with out.progress(f"{args.name} (server)") as sink:
+        for update in client.ensure(args.name, provider, args.revision, args.ignore_weights):
+            last = update
+            sink.status(update.get("message") or update["status"])
+    status = last.get("status", "ERROR")
+    if status != "DOWNLOADED":
+        message = last.get("message") or "the server ended the stream without a final status"
+        out.error(f"{args.name}: {status}: {message}", {"update": last})
+        return EXIT_FAILED
+    revision = f" @ {last['resolved_revision']}" if last.get("resolved_revision") else ""
+    out.result({"ok": True, "strategy": "server", **last}, f"{args.name}: DOWNLOADED{revision}")
+    return EXIT_OK
+
+
+def _validate(args: argparse.Namespace, client: MxClient, out: Output) -> int:
+    """Stream every file and check offsets and sizes against the server's listing."""
+    provider = PROVIDERS[args.provider]
+    listing = client.list_files(args.name, provider, args.revision)
+    expected = {f["path"]: f["size"] for f in listing["files"]}
+    received: dict[str, int] = {}
+    problems: list[str] = []
+    for chunk in client.stream(args.name, provider, args.revision):
+        done = received.get(chunk.relative_path, 0)
+        if chunk.offset != done:
+            problems.append(f"{chunk.relative_path}: chunk at {chunk.offset}, expected {done}")
+        received[chunk.relative_path] = done + len(chunk.data)
+    for path, size in sorted(expected.items()):
+        if received.get(path) != size:
+            problems.append(f"{path}: listed {size} bytes, streamed {received.get(path, 0)}")
+    data = {
+        "ok": not problems,
+        "model_name": args.name,
+        "files": len(expected),
+        "problems": problems,
+    }
+    if problems:
+        out.error(f"{args.name}: {len(problems)} problem(s): {problems[0]}", data)
+        return EXIT_FAILED
+    out.result(data, f"{args.name}: OK ({len(expected)} files, {listing['total_size']} bytes)")
+    return EXIT_OK
+
+
+def _list_files(args: argparse.Namespace, client: MxClient, out: Output) -> int:
+    data = client.list_files(args.name, PROVIDERS[args.provider], args.revision)
+    lines = [f"{f['size']:>14}  {f['path']}" for f in data["files"]]
+    lines.append(f"{data['total_size']:>14}  total ({len(data['files'])} files)")
+    out.result({"ok": True, **data}, "\n".join(lines))
+    return EXIT_OK
+
+
+def _clear(args: argparse.Namespace, client: MxClient, out: Output) -> int:
+    data = client.delete(args.name, PROVIDERS[args.provider])
+    if not data["success"]:
+        out.error(f"{args.name}: {data['message'] or 'delete failed'}", data)
+        return EXIT_FAILED
+    out.result({"ok": True, **data}, f"{args.name}: cleared ({data['message']})")
+    return EXIT_OK
+
+
+def _health(args: argparse.Namespace, client: MxClient, out: Output) -> int:
+    data = client.health()
+    out.result({"ok": True, **data},
+               f"{data['status']} (version {data['version']}, up {data['uptime']} s)")  # fmt: skip
+    return EXIT_OK
+
+
+def _ping(args: argparse.Namespace, client: MxClient, out: Output) -> int:
+    reply = client.ping()
+    out.result({"ok": True, "reply": reply}, reply)
+    return EXIT_OK
+
+
+HANDLERS: dict[str, Callable[[argparse.Namespace, MxClient, Output], int]] = {
+    "health": _health,
+    "ping": _ping,
+    "download": _download,
+    "list-files": _list_files,
+    "clear": _clear,
+    "validate": _validate,
+}
+
+
+def run(argv: list[str] | None, out: Output) -> int:
+    """Parse ``argv`` and run the command, reporting through ``out``; returns the exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        out.error(str(exc))
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    out.mode = args.output
+    handler = HANDLERS[args.action if args.command == "model" else args.command]
+    try:
+        with MxClient(server_address(args.server), timeout_s=args.timeout) as client:
+            return handler(args, client, out)
+    except ServerUnreachableError as exc:
+        out.error(str(exc))
+        return EXIT_UNREACHABLE
+    except (OperationFailedError, FlexInferError) as exc:
+        out.error(str(exc))
+        return EXIT_FAILED
+    except OSError as exc:
+        out.error(f"local I/O failed: {exc}")
+        return EXIT_FAILED
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``flexinfer mx``; returns the exit code (0, 1, 2 or 3)."""
+    try:
+        return run(argv, Output())
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""A small synchronous ModelExpress gRPC client for ``flexinfer mx``, on our generated stubs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from flexinfer_registry._generated.model_express import (
+    api_pb2,
+    api_pb2_grpc,
+    health_pb2,
+    health_pb2_grpc,
+    model_pb2,
+    model_pb2_grpc,
+)
+
+DEFAULT_ADDRESS = "localhost:8001"
+STATUS_NAMES = {0: "DOWNLOADING", 1: "DOWNLOADED", 2: "ERROR"}
+PROVIDERS = {"hugging-face": 0, "huggingface": 0, "hf": 0, "ngc": 1, "gcs": 2, "s3": 3}
+"""--provider spellings -> ``model_express.model.ModelProvider`` values."""
+UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+
+
+class ServerUnreachableError(Exception):
+    """The registry could not be reached at all (exit code 3)."""
+
+
+class OperationFailedError(Exception):
+    """The server answered, but the operation failed (exit code 1)."""
+
+
+def server_address(flag: str | None, env: Mapping[str, str] | None = None) -> str:
+    """--server, else MODEL_EXPRESS_URL (it wins, as in ModelExpress), else MX_SERVER_ADDRESS."""
+    env = os.environ if env is None else env
+    raw = flag or env.get("MODEL_EXPRESS_URL") or env.get("MX_SERVER_ADDRESS") or DEFAULT_ADDRESS
+    for scheme in ("http://", "https://", "grpc://"):
+        raw = raw.removeprefix(scheme)
+    return raw.rstrip("/")
+
+
+@dataclass
+class MxClient:
+    """One channel to the registry; every call has a deadline."""
+
+    address: str
+    timeout_s: float = 10.0
+    download_timeout_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        self._channel = grpc.insecure_channel(self.address)
+        self._model = model_pb2_grpc.ModelServiceStub(self._channel)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._channel.close()
+
+    def __enter__(self) -> MxClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except grpc.RpcError as exc:
+            raise _translate(exc, self.address) from exc
+
+    def health(self) -> dict[str, Any]:
+        """HealthService.GetHealth."""
+        stub = health_pb2_grpc.HealthServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        reply = self._call(
+            lambda: stub.GetHealth(health_pb2.HealthRequest(), timeout=self.timeout_s)
+        )
+        return {"version": reply.version, "status": reply.status, "uptime": int(reply.uptime)}
+
+    def ping(self) -> str:
+        """ApiService.SendRequest(action="ping"); the reply data ("pong")."""
+        stub = api_pb2_grpc.ApiServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        request = api_pb2.ApiRequest(id="flexinfer-mx", action="ping")
+        reply = self._call(lambda: stub.SendRequest(request, timeout=self.timeout_s))
+        if not reply.success:
+            raise OperationFailedError(reply.error or "ping failed")
+        return bytes(reply.data).decode(errors="replace")
+
+    def ensure(
+        self, name: str, provider: int, revision: str | None, ignore_weights: bool
+    ) -> Iterator[dict[str, Any]]:
+        """EnsureModelDownloaded: each status update as a dict, until DOWNLOADED or ERROR."""
+        request = model_pb2.ModelDownloadRequest(
+            model_name=name,
+            provider=_enum(provider),
+            ignore_weights=ignore_weights,
+        )
+        if revision:
+            request.revision = revision
+        try:
+            for update in self._model.EnsureModelDownloaded(
+                request, timeout=self.download_timeout_s
+            ):
+                yield _update(update)
+        except grpc.RpcError as exc:
+            raise _translate(exc, self.address) from exc
+
+    def list_files(self, name: str, provider: int, revision: str | None) -> dict[str, Any]:
+        """ListModelFiles."""
+        request = model_pb2.ModelFilesRequest(model_name=name, provider=_enum(provider))
+        if revision:
+            request.revision = revision
+        reply = self._call(lambda: self._model.ListModelFiles(request, timeout=self.timeout_s))
+        files = [{"path": f.relative_path, "size": int(f.size)} for f in reply.files]
+        return {"model_name": reply.model_name, "files": files, "total_size": int(reply.total_size)}
+
+    def delete(self, name: str, provider: int) -> dict[str, Any]:
+        """DeleteModel."""
+        request = model_pb2.DeleteModelRequest(model_name=name, provider=_enum(provider))
+        reply = self._call(lambda: self._model.DeleteModel(request, timeout=self.timeout_s))
+        return {"success": bool(reply.success), "message": reply.message}
+
+    def stream(self, name: str, provider: int, revision: str | None) -> Iterator[Any]:
+        """StreamModelFiles: the raw FileChunk messages."""
+        request = model_pb2.ModelFilesRequest(model_name=name, provider=_enum(provider))
+        if revision:
+            request.revision = revision
+        try:
+            yield from self._model.StreamModelFiles(request, timeout=self.download_timeout_s)
+        except grpc.RpcError as exc:
+            raise _translate(exc, self.address) from exc
+
+
+def _enum(value: int) -> Any:
+    """A proto enum value from its number (the generated stubs type enums narrowly)."""
+    return value
+
+
+def _update(update: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "model_name": update.model_name,
+        "status": STATUS_NAMES.get(int(update.status), str(update.status)),
+    }
+    if update.HasField("message"):
+        data["message"] = update.message
+    if update.HasField("resolved_revision"):
+        data["resolved_revision"] = update.resolved_revision
+    return data
+
+
+def _translate(exc: grpc.RpcError, address: str) -> Exception:
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    details = (exc.details() if isinstance(exc, grpc.Call) else None) or str(exc)
+    if code in UNREACHABLE:
+        return ServerUnreachableError(f"cannot reach the registry at {address}: {details}")
+    name = code.name if code is not None else "ERROR"
+    return OperationFailedError(f"{name}: {details}")

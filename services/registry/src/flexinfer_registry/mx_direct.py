@@ -1,0 +1,65 @@
+"""DirectOnly downloads for ``flexinfer mx``: the providers, straight into a local cache."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from flexinfer_registry.core.providers.base import ProgressCallback, ProviderConfig
+from flexinfer_registry.core.providers.registry import ProviderRegistry
+
+
+def cache_dir(flag: str | None, env: Mapping[str, str] | None = None) -> Path:
+    """--cache-dir, else MODEL_EXPRESS_CACHE_DIRECTORY, else ~/.cache/flexinfer/mx."""
+    env = os.environ if env is None else env
+    raw = flag or env.get("MODEL_EXPRESS_CACHE_DIRECTORY")
+    return Path(raw) if raw else Path.home() / ".cache" / "flexinfer" / "mx"
+
+
+def local_dir(root: Path, provider: str, model_name: str) -> Path:
+    """Where a directly downloaded model lives: ``<root>/<provider>/<name as a safe path>``."""
+    plain = model_name.split("://", 1)[-1]
+    parts = [p for p in plain.replace(":", "/").split("/") if p not in ("", ".", "..")]
+    return root.joinpath(provider, *parts) if parts else root / provider / "_"
+
+
+def download_direct(
+    model_name: str,
+    provider_enum: int,
+    revision: str | None,
+    *,
+    ignore_weights: bool,
+    root: Path,
+    progress: ProgressCallback | None = None,
+) -> dict[str, Any]:
+    """Download with the matching provider into a temp dir, then rename it into place."""
+    registry = ProviderRegistry(ProviderConfig())
+    name = registry.name_for(model_name, provider_enum)
+    target = local_dir(root, name, model_name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".partial-", dir=target.parent))
+    try:
+        result = asyncio.run(
+            registry.get(name).download(
+                model_name, revision, staging, ignore_weights=ignore_weights, progress=progress
+            )
+        )
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {
+        "model_name": model_name,
+        "status": "DOWNLOADED",
+        "provider": name,
+        "path": str(target),
+        "resolved_revision": result.resolved_revision,
+        "files": len(result.files),
+        "total_size": result.total_size,
+    }

@@ -1,0 +1,137 @@
+"""``flexinfer mx``: exit codes, output formats, strategies, against a real in-process registry."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from flexinfer_registry.mx_cli import main, run
+from flexinfer_registry.mx_client import server_address
+from flexinfer_registry.mx_output import Output
+from flexinfer_registry.testing.provider_fixtures import (
+    FixtureState,
+    ProviderFixture,
+    provider_fixture,
+)
+
+SHA = "a" * 40
+FILES = {"config.json": b'{"x": 1}', "model.safetensors": b"z" * 300_000}
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> dict[str, object]:
+        data = json.loads(self.out)
+        assert isinstance(data, dict)
+        return data
+
+
+def cli(*argv: str) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    code = run(list(argv), Output(stdout=out, stderr=err))
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def closed() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def hub() -> Iterator[ProviderFixture]:
+    state = FixtureState()
+    state.add_hf("org/model", SHA, FILES)
+    with provider_fixture(state) as running:
+        yield running
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["health"],
+        ["ping"],
+        ["model", "list-files", "m"],
+        ["model", "download", "m", "--strategy", "ServerOnly"],
+    ],
+)
+def test_unreachable_server_exits_3(closed: str, argv: list[str]) -> None:
+    result = cli("--server", closed, *argv)
+    assert result.code == 3
+    assert result.err.startswith("error: cannot reach the registry at")
+    assert result.err.count("\n") == 1
+
+
+def test_unreachable_json_output(closed: str) -> None:
+    result = cli("--server", closed, "--output", "json", "ping")
+    assert result.code == 3
+    assert result.json()["ok"] is False
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["bogus"], ["model"], ["model", "download"], ["--output", "xml", "ping"],
+     ["model", "download", "m", "--strategy", "Nope"], ["model", "clear", "m", "--provider", "x"]],
+)  # fmt: skip
+def test_usage_errors_exit_2(argv: list[str]) -> None:
+    result = cli(*argv)
+    assert result.code == 2
+    assert result.err.startswith("error: ")
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "model" in capsys.readouterr().out
+
+
+def test_server_address_precedence() -> None:
+    assert server_address(None, {}) == "localhost:8001"
+    assert server_address(None, {"MX_SERVER_ADDRESS": "a:1"}) == "a:1"
+    both = {"MX_SERVER_ADDRESS": "a:1", "MODEL_EXPRESS_URL": "http://b:2"}
+    assert server_address(None, both) == "b:2"
+    assert server_address("c:3", both) == "c:3"
+
+
+def test_direct_only_uses_the_provider(tmp_path: Path, closed: str) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "config.json").write_text("{}")
+    cache = tmp_path / "cache"
+    result = cli("--server", closed, "--output", "json", "model", "download", f"file://{src}",
+                 "--strategy", "DirectOnly", "--cache-dir", str(cache))  # fmt: skip
+    assert result.code == 0, result.err
+    data = result.json()
+    assert data["strategy"] == "direct"
+    assert (Path(str(data["path"])) / "config.json").read_text() == "{}"
+    assert Path(str(data["path"])).is_relative_to(cache)
+
+
+def test_smart_fallback_goes_direct_when_server_is_down(
+    tmp_path: Path, closed: str, hub: ProviderFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    result = cli("--server", closed, "--output", "json", "model", "download", "org/model",
+                 "--cache-dir", str(tmp_path))  # fmt: skip
+    assert result.code == 0, result.err
+    assert "downloading directly" in result.err
+    data = result.json()
+    assert data["resolved_revision"] == SHA
+    assert data["total_size"] == sum(len(v) for v in FILES.values())
+
+
+def test_direct_download_failure_exits_1(tmp_path: Path, closed: str) -> None:
+    result = cli("--server", closed, "model", "download", f"file://{tmp_path}/missing",
+                 "--strategy", "DirectOnly", "--cache-dir", str(tmp_path / "c"))  # fmt: skip
+    assert result.code == 1
+    assert "does not exist" in result.err
