@@ -72,6 +72,7 @@ _DONE_EVENT = b"data: [DONE]\n\n"
 SSE_DONE = b"%x\r\n%s\r\n0\r\n\r\n" % (len(_DONE_EVENT), _DONE_EVENT)
 SSE_RESPONSE = SSE_HEAD + b"".join(SSE_CHUNKS) + SSE_DONE
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
+HEALTHY = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
 MODELS_BODY = json.dumps(
     {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "fake"}]}
 ).encode()
@@ -128,7 +129,12 @@ class UpstreamProtocol(asyncio.Protocol):
         if transport is None:
             return
         if self.parser.get_method() == b"GET":
-            answer = MODELS_RESPONSE if self.url.startswith(b"/v1/models") else NOT_FOUND
+            if self.url.startswith(b"/v1/models"):
+                answer = MODELS_RESPONSE
+            elif self.url.startswith(b"/health"):
+                answer = HEALTHY  # vllm-router waits for its workers' /health
+            else:
+                answer = NOT_FOUND
             transport.write(answer)
         elif not self.stream:
             transport.write(JSON_RESPONSE)

@@ -1,0 +1,445 @@
+"""Proxy overhead: our proxy against LiteLLM and vllm-router, in front of one fast fake upstream.
+
+The same wrk load (keep-alive, loopback) goes in turn to the upstream directly, to our proxy
+(``flexinfer proxy --static fake=URL``), to LiteLLM's proxy and to vllm-router. The system
+under test and the upstream are pinned to CPU 0 and wrk to CPU 1, so requests per second
+compare cost per core. Reported: requests/s, p50/p99 latency added over the direct run at
+1, 16 and 64 connections and for streaming at 16, and the proxy's CPU time per request.
+
+    python bench/proxy.py --setup              # once: venvs for the peers in bench/.venvs/
+    python bench/proxy.py [--duration 5] [--targets direct,flexinfer,litellm,vllm-router]
+    python bench/proxy.py --streams 10000      # RSS with that many slow streams open
+
+The peers live in their own virtual environments: their dependency sets conflict with ours,
+so they never go into the project's .venv. wrk is Debian's (``apt-get install wrk``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+VENVS = HERE / ".venvs"
+PEERS = {
+    "litellm": ["litellm[proxy]"],
+    "vllm-router": ["vllm-router"],
+}
+SCENARIOS = [(1, False), (16, False), (64, False), (16, True)]
+MESSAGES = [{"role": "user", "content": "Say hello."}]
+SUT_CPU = "0"
+WRK_CPU = "1"
+
+
+@dataclass
+class Target:
+    """A running system under test: its base URL and process."""
+
+    name: str
+    url: str
+    proc: subprocess.Popen[bytes] | None
+
+
+@dataclass
+class Run:
+    """One wrk run's figures."""
+
+    rps: float
+    p50_us: float
+    p99_us: float
+    errors: int
+    cpu_us_per_req: float | None
+
+
+def setup() -> int:
+    """Create one venv per peer under bench/.venvs/ and install it there."""
+    for name, packages in PEERS.items():
+        venv = VENVS / name
+        if not (venv / "bin" / "python").exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        print(f"installing {' '.join(packages)} into {venv}", flush=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *packages], check=True)
+    return 0
+
+
+def _pinned(cpu: str, cmd: list[str]) -> list[str]:
+    return ["taskset", "-c", cpu, *cmd] if shutil.which("taskset") else cmd
+
+
+def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            cmd, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _wait_file(path: Path, proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not start")
+        time.sleep(0.05)
+    return path.read_text()
+
+
+def _wait_serving(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float) -> None:
+    """Wait until a chat completion through ``url`` succeeds."""
+    deadline = time.monotonic() + timeout
+    body = {"model": "fake", "messages": MESSAGES}
+    headers = {"Authorization": "Bearer sk-bench"}
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with {proc.returncode}")
+        with contextlib.suppress(httpx.HTTPError):
+            answer = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers)
+            if answer.status_code == 200:
+                return
+        time.sleep(0.25)
+    raise SystemExit(f"{what} did not answer a chat completion within {timeout:.0f} s")
+
+
+def start_upstream(work: Path) -> Target:
+    """The fake upstream, pinned to the system-under-test CPU."""
+    ready = work / "upstream.url"
+    cmd = [sys.executable, str(HERE / "fake_upstream.py"), "--ready-file", str(ready)]
+    proc = _start(_pinned(SUT_CPU, cmd), work / "upstream.log")
+    url = _wait_file(ready, proc, "the fake upstream").strip()
+    return Target("direct", url, proc)
+
+
+def start_flexinfer(upstream: str, work: Path, env_extra: dict[str, str] | None = None) -> Target:
+    """Our proxy alone: ``flexinfer proxy --static fake=URL``."""
+    ready = work / "flexinfer.json"
+    env = {**os.environ, "FLEXINFER_READY_FILE": str(ready), **(env_extra or {})}
+    cmd = [sys.executable, "-m", "flexinfer_cli", "proxy", "--static", f"fake={upstream}"]
+    proc = _start(_pinned(SUT_CPU, [*cmd, "--port", "0"]), work / "flexinfer.log", env)
+    url = json.loads(_wait_file(ready, proc, "flexinfer proxy"))["proxy"]
+    _wait_serving(url, proc, "flexinfer proxy", 30)
+    return Target("flexinfer", url, proc)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_litellm(upstream: str, work: Path) -> Target | None:
+    """LiteLLM's proxy, one worker, offline (local cost map, no master key)."""
+    exe = VENVS / "litellm" / "bin" / "litellm"
+    if not exe.exists():
+        print("skipping litellm: run 'python bench/proxy.py --setup' first", flush=True)
+        return None
+    config = work / "litellm.yaml"
+    config.write_text(
+        "model_list:\n"
+        "  - model_name: fake\n"
+        "    litellm_params:\n"
+        "      model: openai/fake\n"
+        f"      api_base: {upstream}/v1\n"
+        "      api_key: sk-fake\n"
+        "litellm_settings:\n"
+        "  telemetry: false\n"
+        "general_settings:\n"
+        "  dangerously_permit_weak_or_unset_master_key: true\n"
+    )
+    port = _free_port()
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
+    cmd = [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
+    proc = _start(_pinned(SUT_CPU, [*cmd, "--num_workers", "1"]), work / "litellm.log", env)
+    url = f"http://127.0.0.1:{port}"
+    _wait_serving(url, proc, "litellm", 180)
+    return Target("litellm", url, proc)
+
+
+def start_vllm_router(upstream: str, work: Path) -> Target | None:
+    """vllm-router with one worker, round robin."""
+    exe = VENVS / "vllm-router" / "bin" / "vllm-router"
+    if not exe.exists():
+        print("skipping vllm-router: run 'python bench/proxy.py --setup' first", flush=True)
+        return None
+    port = _free_port()
+    cmd = [str(exe), "--worker-urls", upstream, "--policy", "round_robin"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    # Its metrics listener defaults to a fixed port (29000): give it a free one.
+    cmd += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(_free_port())]
+    proc = _start(_pinned(SUT_CPU, cmd), work / "vllm-router.log")
+    url = f"http://127.0.0.1:{port}"
+    _wait_serving(url, proc, "vllm-router", 60)
+    return Target("vllm-router", url, proc)
+
+
+LUA = """
+wrk.method = "POST"
+wrk.body = '%s'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer sk-bench"
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "BENCH {\\"requests\\":%%d,\\"duration_us\\":%%d,\\"p50_us\\":%%d,\\"p99_us\\":%%d," ..
+    "\\"errors\\":%%d}\\n",
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    e.connect + e.read + e.write + e.status + e.timeout))
+end
+"""
+
+
+def write_lua(work: Path, stream: bool) -> Path:
+    """The wrk script that POSTs one chat completion (streaming or not)."""
+    body = json.dumps({"model": "fake", "messages": MESSAGES, "stream": stream})
+    path = work / f"chat-{'stream' if stream else 'json'}.lua"
+    path.write_text(LUA % body)
+    return path
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime+stime of ``pid`` and its descendants, from /proc/<pid>/stat."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pids = [pid]
+    with contextlib.suppress(psutil.Error):
+        pids += [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    for each in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def wrk(url: str, lua: Path, conns: int, duration: float, pid: int | None) -> Run:
+    """One pinned wrk run against ``url``; CPU per request of ``pid`` when given."""
+    cmd = ["wrk", "-t1", f"-c{conns}", f"-d{duration:g}s", "--timeout", "10s", "-s", str(lua)]
+    before = cpu_seconds(pid) if pid else 0.0
+    out = subprocess.run(
+        _pinned(WRK_CPU, [*cmd, f"{url}/v1/chat/completions"]),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    after = cpu_seconds(pid) if pid else 0.0
+    line = next(li for li in out.splitlines() if li.startswith("BENCH "))
+    stats = json.loads(line[len("BENCH ") :])
+    requests = max(1, stats["requests"])
+    cpu = (after - before) / requests * 1e6 if pid else None
+    return Run(
+        rps=stats["requests"] / (stats["duration_us"] / 1e6),
+        p50_us=stats["p50_us"],
+        p99_us=stats["p99_us"],
+        errors=stats["errors"],
+        cpu_us_per_req=cpu,
+    )
+
+
+def measure(target: Target, work: Path, duration: float) -> dict[tuple[int, bool], Run]:
+    """Every scenario against ``target`` (1 s warm-up first)."""
+    results: dict[tuple[int, bool], Run] = {}
+    pid = target.proc.pid if target.proc else None
+    for conns, stream in SCENARIOS:
+        lua = write_lua(work, stream)
+        wrk(target.url, lua, conns, 1, None)
+        results[(conns, stream)] = wrk(target.url, lua, conns, duration, pid)
+        run = results[(conns, stream)]
+        print(
+            f"  {target.name:<12} c={conns:<3} {'stream' if stream else 'json  '} "
+            f"{run.rps:>9.0f} req/s  p50 {run.p50_us / 1000:6.2f} ms  "
+            f"p99 {run.p99_us / 1000:6.2f} ms  errors {run.errors}"
+            + (f"  cpu {run.cpu_us_per_req:.0f} us/req" if run.cpu_us_per_req else ""),
+            flush=True,
+        )
+    return results
+
+
+def table(all_runs: dict[str, dict[tuple[int, bool], Run]]) -> str:
+    """A Markdown table: req/s and latency added over the direct run."""
+    direct = all_runs.get("direct", {})
+    lines = [
+        "| target | load | req/s | added p50 (ms) | added p99 (ms) | CPU/req (µs) | errors |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, runs in all_runs.items():
+        for (conns, stream), run in runs.items():
+            base = direct.get((conns, stream))
+            add50 = f"{(run.p50_us - base.p50_us) / 1000:+.2f}" if base and name != "direct" else ""
+            add99 = f"{(run.p99_us - base.p99_us) / 1000:+.2f}" if base and name != "direct" else ""
+            cpu = f"{run.cpu_us_per_req:.0f}" if run.cpu_us_per_req is not None else ""
+            load = f"{conns} conns{' stream' if stream else ''}"
+            lines.append(
+                f"| {name} | {load} | {run.rps:.0f} | {add50} | {add99} | {cpu} | {run.errors} |"
+            )
+    return "\n".join(lines)
+
+
+def bench(targets: list[str], duration: float) -> int:
+    """Start the upstream, then each target in turn; print the table."""
+    if shutil.which("wrk") is None:
+        print("wrk is missing: install it with 'apt-get install -y wrk'", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
+        work = Path(tmp)
+        upstream = start_upstream(work)
+        starters = {
+            "flexinfer": start_flexinfer,
+            "litellm": start_litellm,
+            "vllm-router": start_vllm_router,
+        }
+        all_runs: dict[str, dict[tuple[int, bool], Run]] = {}
+        try:
+            for name in targets:
+                target = upstream if name == "direct" else starters[name](upstream.url, work)
+                if target is None:
+                    continue
+                try:
+                    all_runs[name] = measure(target, work, duration)
+                finally:
+                    if target is not upstream:
+                        _stop(target.proc)
+        finally:
+            _stop(upstream.proc)
+    print()
+    print(table(all_runs))
+    return 0
+
+
+@dataclass
+class _Stream:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    task: asyncio.Task[None] | None = None
+
+
+async def _open_stream(host: str, port: int, delay_ms: int) -> _Stream:
+    reader, writer = await asyncio.open_connection(host, port)
+    body = json.dumps({"model": "fake", "messages": MESSAGES, "stream": True}).encode()
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
+        b"x-fake-delay-ms: %d\r\ncontent-length: %d\r\n\r\n%s" % (delay_ms, len(body), body)
+    )
+    head = await reader.readuntil(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"stream refused: {head[:60]!r}")
+    await reader.readuntil(b"\n\n")  # the first event: the stream is open end to end
+    return _Stream(reader, writer)
+
+
+async def _drain(stream: _Stream) -> None:
+    with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+        while await stream.reader.read(65536):
+            pass
+
+
+def _rss_mb(pid: int) -> float:
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+async def _hold_streams(url: str, pid: int, count: int, step: int) -> list[tuple[int, float]]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    # Each stream lasts 8 chunks x delay: long enough to have them all open at once.
+    delay_ms = max(2000, count // 2)
+    points = [(0, _rss_mb(pid))]
+    streams: list[_Stream] = []
+    try:
+        while len(streams) < count:
+            batch = min(step, count - len(streams))
+            opened = await asyncio.gather(
+                *(_open_stream(host, int(port), delay_ms) for _ in range(batch))
+            )
+            for stream in opened:
+                stream.task = asyncio.create_task(_drain(stream))
+            streams += opened
+            points.append((len(streams), _rss_mb(pid)))
+            print(f"  {len(streams):>6} streams open: proxy RSS {points[-1][1]:.1f} MB", flush=True)
+    finally:
+        for stream in streams:
+            stream.writer.close()
+            if stream.task is not None:
+                stream.task.cancel()
+        await asyncio.gather(*(s.task for s in streams if s.task), return_exceptions=True)
+    return points
+
+
+def streams_mode(count: int) -> int:
+    """Open ``count`` slow streams through our proxy; report its RSS per 1,000 streams."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    # The proxy holds two sockets per stream (client and upstream) in one process.
+    fit = (hard - 200) // 2
+    if count > fit:
+        print(f"note: the open-files limit ({hard}) fits {fit} streams; opening {fit}")
+        count = fit
+    with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
+        work = Path(tmp)
+        upstream = start_upstream(work)
+        env = {"FLEXINFER_PROXY_MAX_CONNECTIONS": str(count + 100)}
+        try:
+            proxy = start_flexinfer(upstream.url, work, env)
+            assert proxy.proc is not None
+            try:
+                points = asyncio.run(_hold_streams(proxy.url, proxy.proc.pid, count, 1000))
+                time.sleep(1)
+                after = _rss_mb(proxy.proc.pid)
+            finally:
+                _stop(proxy.proc)
+        finally:
+            _stop(upstream.proc)
+    (n0, r0), (n1, r1) = points[1], points[-1]
+    per_k = (r1 - r0) / max(1, n1 - n0) * 1000
+    print(
+        f"\nidle RSS {points[0][1]:.1f} MB; with {n1} streams {r1:.1f} MB; after close {after:.1f}"
+    )
+    print(f"RSS per 1,000 open streams: {per_k:.2f} MB (between {n0} and {n1} streams)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags; set up the peers, run the throughput bench, or the streams bench."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--setup", action="store_true", help="create the peers' venvs")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    parser.add_argument("--targets", default="direct,flexinfer,litellm,vllm-router")
+    parser.add_argument("--streams", type=int, help="memory mode: open this many slow streams")
+    args = parser.parse_args(argv)
+    if args.setup:
+        return setup()
+    if args.streams:
+        return streams_mode(args.streams)
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    unknown = set(targets) - {"direct", "flexinfer", "litellm", "vllm-router"}
+    if unknown:
+        parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
+    return bench(targets, args.duration)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
