@@ -1,0 +1,96 @@
+"""Test helpers: a whole proxy (memory bus, SQLite store) on a real socket, and upstreams."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+
+from flexinfer_common.api import Model
+from flexinfer_common.bus import topics
+from flexinfer_common.bus.memory import MemoryBus
+from flexinfer_common.bus.topics import EndpointInfo, EndpointsEvent
+from flexinfer_common.serving import serve_in_background
+from flexinfer_common.settings import StoreSettings
+from flexinfer_common.store import ModelStore, create_store
+from flexinfer_proxy.app import create_app
+from flexinfer_proxy.core.service import ProxyCore
+from flexinfer_proxy.settings import ProxySettings
+from flexinfer_proxy.testing import FakeUpstream
+
+
+async def wait_until(condition: Callable[[], object], timeout_s: float = 5.0) -> None:
+    """Poll ``condition()`` every 10 ms until truthy; AssertionError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+@dataclass
+class ProxyStack:
+    """A running proxy with its bus and store."""
+
+    bus: MemoryBus
+    store: ModelStore
+    url: str
+    core: ProxyCore
+    revision: int = 0
+
+    async def set_endpoints(
+        self, model: str, urls: list[str], *, terminating: frozenset[str] = frozenset()
+    ) -> None:
+        """Publish the model's endpoint set and wait until the proxy applied it."""
+        self.revision += 1
+        infos = [
+            EndpointInfo(url=u, replica=f"r{i}", terminating=u in terminating)
+            for i, u in enumerate(urls)
+        ]
+        event = EndpointsEvent(model=model, endpoints=infos, phase="Ready", revision=self.revision)
+        await self.bus.publish(topics.ENDPOINTS, event.model_dump(mode="json"))
+        await wait_until(lambda: self.core.table.revision(model) == self.revision)
+
+    def openai(self, api_key: str = "test", **kwargs: Any) -> openai.AsyncOpenAI:
+        """An official OpenAI client pointed at the proxy."""
+        return openai.AsyncOpenAI(
+            base_url=f"{self.url}/v1", api_key=api_key, max_retries=0, **kwargs
+        )
+
+
+@asynccontextmanager
+async def proxy_stack(
+    tmp_path: Path, models: list[Model], **overrides: Any
+) -> AsyncIterator[ProxyStack]:
+    """A proxy serving ``models`` from a SQLite store under ``tmp_path``."""
+    bus = MemoryBus()
+    store = create_store(StoreSettings(url=f"sqlite:///{tmp_path}/store.db"))
+    for model in models:
+        await store.create_model(model)
+    overrides.setdefault("instance_id", "test")
+    settings = ProxySettings(port=0, **overrides)
+    app = create_app(settings, bus=bus, store=store)
+    try:
+        async with serve_in_background(app) as url:
+            yield ProxyStack(bus=bus, store=store, url=url, core=app.state.core)
+    finally:
+        await bus.close()
+        await store.close()
+
+
+@asynccontextmanager
+async def upstreams(count: int, **kwargs: Any) -> AsyncIterator[list[tuple[FakeUpstream, str]]]:
+    """``count`` fake OpenAI servers named u0, u1, ... on free ports."""
+    async with AsyncExitStack() as stack:
+        out = []
+        for index in range(count):
+            fake = FakeUpstream(name=f"u{index}", **kwargs)
+            url = await stack.enter_async_context(serve_in_background(fake))
+            out.append((fake, url))
+        yield out
