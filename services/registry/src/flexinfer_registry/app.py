@@ -1,45 +1,153 @@
-"""The registry's HTTP app; its lifespan also runs the gRPC server."""
+"""The registry's HTTP app; its lifespan also runs the gRPC server and background tasks."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
+from flexinfer_registry.api import admin_router, bearer_guard, install_admin_errors
+from flexinfer_registry.core.downloads import ProviderResolver, TrackerTiming
+from flexinfer_registry.core.eviction import EvictionPolicy
 from flexinfer_registry.core.info import ServerInfo
-from flexinfer_registry.grpc_server import start_grpc_server
+from flexinfer_registry.core.metrics import RegistryMetrics
+from flexinfer_registry.core.service import CoreConfig, RegistryCore, build_core
+from flexinfer_registry.core.store import Stores
+from flexinfer_registry.grpc_server import GrpcOptions, start_grpc_server
 from flexinfer_registry.settings import RegistrySettings
+from flexinfer_registry.stores import create_stores
+
+log = logging.getLogger(__name__)
 
 
-def create_app(settings: RegistrySettings, *, info: ServerInfo | None = None) -> FastAPI:
-    """The registry app: /healthz, /readyz, /metrics, and gRPC on grpc_host:grpc_port.
+def core_config(settings: RegistrySettings) -> CoreConfig:
+    """The core's configuration from the settings."""
+    return CoreConfig(
+        cache_dir=settings.cache_dir.expanduser(),
+        timing=TrackerTiming(
+            heartbeat_s=settings.download_heartbeat_s,
+            stale_s=settings.download_stale_s,
+            poll_s=settings.download_poll_s,
+        ),
+        heartbeat_timeout_s=settings.heartbeat_timeout_s,
+        gc_timeout_s=settings.gc_timeout_s,
+        default_chunk_size=settings.default_chunk_size,
+        max_chunk_size=settings.max_chunk_size,
+        eviction=EvictionPolicy(
+            unused_threshold_s=settings.eviction_unused_threshold_s,
+            max_models=settings.eviction_max_models,
+        ),
+    )
 
-    Once started, ``app.state.grpc_address`` is the bound gRPC address ("host:port").
+
+def default_providers() -> ProviderResolver:
+    """The built-in provider registry (file, Hugging Face, S3, GCS, NGC)."""
+    from flexinfer_registry.core.providers.registry import ProviderRegistry
+
+    return ProviderRegistry()
+
+
+def create_app(
+    settings: RegistrySettings,
+    *,
+    info: ServerInfo | None = None,
+    stores: Stores | None = None,
+    providers: ProviderResolver | None = None,
+    clock: Callable[[], float] = time.time,
+) -> FastAPI:
+    """The registry app: admin REST, /healthz, /readyz, /metrics, and gRPC on grpc_port.
+
+    ``stores`` and ``providers`` default to what the settings name; injected stores are not
+    closed by the app (their owner may share them between apps). Once started,
+    ``app.state.grpc_address`` is the bound gRPC address and ``app.state.core`` the core.
     """
     server_info = info or ServerInfo()
+    config = core_config(settings)
+    token = settings.auth_token.get_secret_value() if settings.auth_token else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        grpc_server = await start_grpc_server(settings.grpc_host, settings.grpc_port, server_info)
+        own = stores is None
+        used = stores if stores is not None else await create_stores(settings)
+        core = build_core(
+            config,
+            used,
+            providers or default_providers(),
+            metrics=app.state.metrics,
+            info=server_info,
+            clock=clock,
+        )
+        await asyncio.to_thread(core.cache.clean_tmp, settings.download_stale_s)
+        options = GrpcOptions(
+            host=settings.grpc_host,
+            port=settings.grpc_port,
+            max_message_bytes=settings.grpc_max_message_bytes,
+            auth_token=token,
+        )
+        grpc_server = await start_grpc_server(options, server_info, core)
+        app.state.core = core
         app.state.grpc_address = grpc_server.address
+        tasks = _background(core, settings)
         try:
             yield
         finally:
             app.state.grpc_address = None
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await grpc_server.stop(settings.grpc_grace_s)
+            await core.tracker.close()
+            if own:
+                await used.close()
 
-    app = FastAPI(title="FlexInfer registry", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app = FastAPI(title="FlexInfer registry", lifespan=lifespan)
     app.state.settings = settings
     app.state.info = server_info
     app.state.grpc_address = None
+    app.state.core = None
 
     async def ready() -> bool:
         return app.state.grpc_address is not None
 
+    def running_core() -> RegistryCore:
+        core: RegistryCore | None = app.state.core
+        if core is None:
+            raise RuntimeError("registry is not started")
+        return core
+
     install_error_handlers(app)
+    install_admin_errors(app)
     app.include_router(health_router(ready))
+    app.include_router(
+        admin_router(running_core, config.eviction), dependencies=[Depends(bearer_guard(token))]
+    )
     app.state.telemetry = setup_telemetry(app, "registry", settings.telemetry)
+    app.state.metrics = RegistryMetrics(app.state.telemetry.registry)
     return app
+
+
+def _background(core: RegistryCore, settings: RegistrySettings) -> list[asyncio.Task[None]]:
+    """The reaper (always) and the eviction task (when enabled)."""
+    tasks = [
+        asyncio.create_task(
+            core.sources.run_reaper(settings.reaper_interval_s, core.metrics.active_sources.set),
+            name="registry reaper",
+        )
+    ]
+    if settings.eviction_enabled:
+        tasks.append(
+            asyncio.create_task(
+                core.remover.run(core.config.eviction, settings.eviction_interval_s),
+                name="registry eviction",
+            )
+        )
+    return tasks
+
+
+__all__ = ["core_config", "create_app"]

@@ -1,11 +1,13 @@
-"""The registry's gRPC server: ModelExpress health/api services and grpc.health.v1.
+"""The registry's gRPC server: ModelExpress health/api/model/p2p services and grpc.health.v1.
 
 Servicers are thin: they translate protobuf messages to and from :mod:`.core` calls.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,13 +21,26 @@ from flexinfer_registry._generated.model_express import (
     api_pb2_grpc,
     health_pb2,
     health_pb2_grpc,
+    model_pb2_grpc,
+    p2p_pb2_grpc,
 )
 from flexinfer_registry.core.info import ServerInfo
+from flexinfer_registry.core.service import RegistryCore
+from flexinfer_registry.grpc_services import ModelService, P2pService
 
 log = logging.getLogger(__name__)
 
 # Names reported by grpc.health.v1: "" is the whole server, as Kubernetes' gRPC probe asks.
-SERVICE_NAMES = ("", "model_express.health.HealthService", "model_express.api.ApiService")
+SERVICE_NAMES = (
+    "",
+    "model_express.health.HealthService",
+    "model_express.api.ApiService",
+    "model_express.model.ModelService",
+    "model_express.p2p.P2pService",
+)
+
+# Probes must work without credentials (kubelet has none).
+OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/model_express.health.HealthService/")
 
 
 class HealthService(health_pb2_grpc.HealthServiceServicer):
@@ -77,14 +92,91 @@ class GrpcServer:
         await self.server.stop(grace)
 
 
-async def start_grpc_server(host: str, port: int, info: ServerInfo) -> GrpcServer:
+class TokenAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Requires ``authorization: Bearer <token>`` on every call but health probes."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[Any], Awaitable[Any]],
+        handler_call_details: Any,
+    ) -> Any:
+        """Pass authorised calls on; answer the rest UNAUTHENTICATED."""
+        method: str = handler_call_details.method
+        if method.startswith(OPEN_PREFIXES) or self._authorised(handler_call_details):
+            return await continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
+        return _denied(handler)
+
+    def _authorised(self, details: Any) -> bool:
+        for key, value in details.invocation_metadata or ():
+            if key.lower() != "authorization":
+                continue
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            scheme, _, token = text.partition(" ")
+            if scheme.lower() == "bearer" and hmac.compare_digest(
+                token.strip().encode(), self._token
+            ):
+                return True
+        return False
+
+
+def _denied(handler: Any) -> Any:
+    """A handler of the same shape that aborts UNAUTHENTICATED."""
+
+    async def deny_unary(request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+
+    async def deny_stream(request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+        yield  # pragma: no cover - makes this an async generator
+
+    if handler is None:
+        return None
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(
+            deny_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return grpc.unary_unary_rpc_method_handler(
+        deny_unary,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+@dataclass(frozen=True)
+class GrpcOptions:
+    """Listen address, message limit and optional bearer token."""
+
+    host: str = "127.0.0.1"
+    port: int = 8001
+    max_message_bytes: int = 100 * 1024 * 1024
+    auth_token: str | None = None
+
+
+async def start_grpc_server(
+    options: GrpcOptions, info: ServerInfo, core: RegistryCore | None = None
+) -> GrpcServer:
     """Bind host:port (0 = any free port), register every service and start serving."""
-    server = grpc.aio.server()
+    interceptors = [TokenAuthInterceptor(options.auth_token)] if options.auth_token else []
+    limits = [
+        ("grpc.max_send_message_length", options.max_message_bytes),
+        ("grpc.max_receive_message_length", options.max_message_bytes),
+    ]
+    server = grpc.aio.server(interceptors=interceptors, options=limits)
     # The generated registration functions are untyped (protoc emits no stubs for them).
     health_pb2_grpc.add_HealthServiceServicer_to_server(HealthService(info), server)  # type: ignore[no-untyped-call]
     api_pb2_grpc.add_ApiServiceServicer_to_server(ApiService(info), server)  # type: ignore[no-untyped-call]
+    if core is not None:
+        model_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(core), server)  # type: ignore[no-untyped-call]
+        p2p_pb2_grpc.add_P2pServiceServicer_to_server(P2pService(core), server)  # type: ignore[no-untyped-call]
     std_health = health_aio.HealthServicer()
     std_health_grpc.add_HealthServicer_to_server(std_health, server)
+    host, port = options.host, options.port
     try:
         bound = server.add_insecure_port(format_address(host, port))
     except RuntimeError as exc:
@@ -92,7 +184,8 @@ async def start_grpc_server(host: str, port: int, info: ServerInfo) -> GrpcServe
     if not bound:
         raise OSError(f"cannot listen for gRPC on {format_address(host, port)}")
     await server.start()
-    for name in SERVICE_NAMES:
+    names = SERVICE_NAMES if core is not None else SERVICE_NAMES[:3]
+    for name in names:
         await std_health.set(name, std_health_pb2.HealthCheckResponse.SERVING)
     address = format_address(host, bound)
     log.info("registry gRPC listening on %s", address)

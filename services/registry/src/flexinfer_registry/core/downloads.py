@@ -1,0 +1,319 @@
+"""Exactly-once downloads (ModelExpress's ModelDownloadTracker).
+
+One download per cache key across every replica sharing a store: the store's atomic
+``try_claim`` picks the winner. In this process, all callers for one key share one
+:class:`_Flight` task and see the same updates; callers on other replicas poll the store
+record, whose ``message`` the winner refreshes with its progress every heartbeat. A
+DOWNLOADED record whose files are gone from disk is deleted and claimed again. A winner
+that crashes stops heartbeating, and its claim is reclaimed after ``stale_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from flexinfer_common.errors import FlexInferError
+from flexinfer_registry.core.cache import CachedModel, ModelCache
+from flexinfer_registry.core.inuse import InUse
+from flexinfer_registry.core.metrics import RegistryMetrics
+from flexinfer_registry.core.paths import cache_key
+from flexinfer_registry.core.providers.base import ModelProvider
+from flexinfer_registry.core.records import ModelRecord, ModelStatus, Provider
+from flexinfer_registry.core.store import ModelRegistryStore
+
+log = logging.getLogger(__name__)
+
+MAX_MISSING_RETRIES = 3
+"""Times a DOWNLOADED-but-missing model is re-claimed in one request before giving up."""
+
+
+class ProviderResolver(Protocol):
+    """Picks the provider of a model (``providers.registry.ProviderRegistry``)."""
+
+    def provider_for(self, model_name: str, provider_enum: int = 0) -> ModelProvider:
+        """The provider for ``model_name``; InvalidSpecError when there is none."""
+        ...
+
+
+@dataclass(frozen=True)
+class DownloadRequest:
+    """What EnsureModelDownloaded asks for."""
+
+    name: str
+    provider: Provider = Provider.HUGGING_FACE
+    revision: str | None = None
+    ignore_weights: bool = False
+
+    @property
+    def key(self) -> str:
+        """The record key (validates the name: InvalidSpecError for a hostile one)."""
+        return cache_key(self.name, self.revision, self.ignore_weights)
+
+
+@dataclass(frozen=True)
+class StatusUpdate:
+    """One ModelStatusUpdate."""
+
+    name: str
+    status: ModelStatus
+    provider: Provider
+    message: str | None = None
+    resolved_revision: str | None = None
+
+    @property
+    def final(self) -> bool:
+        """DOWNLOADED or ERROR: nothing follows."""
+        return self.status != ModelStatus.DOWNLOADING
+
+
+@dataclass(frozen=True)
+class TrackerTiming:
+    """Heartbeat, stale-claim and polling periods in seconds (see RegistrySettings)."""
+
+    heartbeat_s: float = 5.0
+    stale_s: float = 60.0
+    poll_s: float = 0.1
+
+
+class _Flight:
+    """One in-process ensure for one key, fanned out to every subscriber."""
+
+    def __init__(self) -> None:
+        self.last: StatusUpdate | None = None
+        self._queues: list[asyncio.Queue[StatusUpdate]] = []
+
+    def emit(self, update: StatusUpdate) -> None:
+        if self.last is not None and self.last.final:
+            return
+        if self.last == update:
+            return
+        self.last = update
+        for queue in self._queues:
+            queue.put_nowait(update)
+
+    async def updates(self) -> AsyncIterator[StatusUpdate]:
+        queue: asyncio.Queue[StatusUpdate] = asyncio.Queue()
+        if self.last is not None:
+            queue.put_nowait(self.last)
+        self._queues.append(queue)
+        try:
+            while True:
+                update = await queue.get()
+                yield update
+                if update.final:
+                    return
+        finally:
+            self._queues.remove(queue)
+
+
+class DownloadTracker:
+    """Coordinates downloads into ``cache`` through ``store``; see the module docstring."""
+
+    def __init__(
+        self,
+        store: ModelRegistryStore,
+        cache: ModelCache,
+        providers: ProviderResolver,
+        *,
+        timing: TrackerTiming | None = None,
+        in_use: InUse | None = None,
+        metrics: RegistryMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.cache = cache
+        self.providers = providers
+        self.timing = timing or TrackerTiming()
+        self.in_use = in_use or InUse()
+        self.metrics = metrics or RegistryMetrics()
+        self.clock = clock
+        self._flights: dict[str, _Flight] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def ensure(self, request: DownloadRequest) -> AsyncIterator[StatusUpdate]:
+        """Status updates until the model is DOWNLOADED or ERROR (validates first)."""
+        key = request.key
+        self.providers.provider_for(request.name, int(request.provider))
+        flight = self._flights.get(key)
+        if flight is None:
+            flight = _Flight()
+            self._flights[key] = flight
+            task = asyncio.create_task(self._run(key, request, flight), name=f"ensure {key}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        async for update in flight.updates():
+            yield update
+
+    async def close(self) -> None:
+        """Cancel in-flight downloads (their claims are released as ERROR)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run(self, key: str, request: DownloadRequest, flight: _Flight) -> None:
+        try:
+            await self._coordinate(key, request, flight)
+        except asyncio.CancelledError:
+            flight.emit(self._update(request, ModelStatus.ERROR, "registry shutting down"))
+            raise
+        except Exception as exc:
+            log.exception("ensure %s failed", key)
+            flight.emit(self._update(request, ModelStatus.ERROR, _readable(exc)))
+        finally:
+            self._flights.pop(key, None)
+
+    async def _coordinate(self, key: str, request: DownloadRequest, flight: _Flight) -> None:
+        missing = 0
+        waited = False
+        while True:
+            record = await self.store.get(key)
+            now = self.clock()
+            if record is not None and record.status == ModelStatus.DOWNLOADED:
+                model = await asyncio.to_thread(self.cache.load, key)
+                if model is not None:
+                    await self.store.touch(key, now=now)
+                    if not waited:
+                        self.metrics.cache_hits.inc()
+                    flight.emit(self._done(request, model))
+                    return
+                missing += 1
+                if missing > MAX_MISSING_RETRIES:
+                    raise OSError(f"{key}: files keep disappearing from the cache")
+                log.warning("%s: DOWNLOADED but files are missing; downloading again", key)
+                await self.store.delete(key)
+                continue
+            if record is not None and waited and record.status == ModelStatus.ERROR:
+                flight.emit(self._update(request, ModelStatus.ERROR, record.message))
+                return
+            if record is None or not self._live_claim(record, now):
+                if await self.store.try_claim(
+                    key, request.provider, now=now, stale_after=self.timing.stale_s
+                ):
+                    await self._download(key, request, flight)
+                    return
+                continue
+            waited = True
+            message = record.message or "download in progress on another replica"
+            flight.emit(self._update(request, ModelStatus.DOWNLOADING, message))
+            await asyncio.sleep(self.timing.poll_s)
+
+    def _live_claim(self, record: ModelRecord, now: float) -> bool:
+        return (
+            record.status == ModelStatus.DOWNLOADING
+            and record.updated_at >= now - self.timing.stale_s
+        )
+
+    async def _download(self, key: str, request: DownloadRequest, flight: _Flight) -> None:
+        self.metrics.cache_misses.inc()
+        self.metrics.downloads_started.inc()
+        provider = self.providers.provider_for(request.name, int(request.provider))
+        progress = _Progress()
+        flight.emit(self._update(request, ModelStatus.DOWNLOADING, "download started"))
+        staging = await asyncio.to_thread(self.cache.staging, key)
+        heartbeat = asyncio.create_task(self._heartbeat(key, request, flight, progress))
+        with self.in_use.using(key):
+            try:
+                result = await provider.download(
+                    request.name,
+                    request.revision,
+                    staging / "files",
+                    ignore_weights=request.ignore_weights,
+                    progress=progress,
+                )
+                model = await asyncio.to_thread(
+                    self.cache.install,
+                    key,
+                    request.name,
+                    staging,
+                    result.resolved_revision,
+                    request.ignore_weights,
+                )
+            except asyncio.CancelledError:
+                await self._fail(key, request, "download interrupted (registry shutting down)")
+                raise
+            except Exception as exc:
+                message = _readable(exc)
+                log.warning("download of %s failed: %s", key, message)
+                await self._fail(key, request, message)
+                self.metrics.downloads_failed.inc()
+                flight.emit(self._update(request, ModelStatus.ERROR, message))
+                return
+            finally:
+                heartbeat.cancel()
+                await asyncio.gather(heartbeat, return_exceptions=True)
+                await asyncio.to_thread(self.cache.remove_staging, staging)
+        summary = f"downloaded {len(model.files)} files, {model.total_size} bytes"
+        await self.store.set_status(
+            key, request.provider, ModelStatus.DOWNLOADED, summary, now=self.clock()
+        )
+        self.metrics.downloads_completed.inc()
+        self.metrics.bytes_downloaded.inc(model.total_size)
+        flight.emit(self._done(request, model, summary))
+
+    async def _fail(self, key: str, request: DownloadRequest, message: str) -> None:
+        """Record ERROR so the claim is released at once (shielded: runs during cancel)."""
+        write = self.store.set_status(
+            key, request.provider, ModelStatus.ERROR, message, now=self.clock()
+        )
+        with contextlib.suppress(Exception):
+            await asyncio.shield(write)
+
+    async def _heartbeat(
+        self, key: str, request: DownloadRequest, flight: _Flight, progress: _Progress
+    ) -> None:
+        while True:
+            await asyncio.sleep(self.timing.heartbeat_s)
+            message = progress.describe()
+            try:
+                await self.store.set_status(
+                    key, request.provider, ModelStatus.DOWNLOADING, message, now=self.clock()
+                )
+            except FlexInferError as exc:
+                log.warning("%s: heartbeat failed: %s", key, exc)
+            flight.emit(self._update(request, ModelStatus.DOWNLOADING, message))
+
+    def _update(
+        self, request: DownloadRequest, status: ModelStatus, message: str | None
+    ) -> StatusUpdate:
+        return StatusUpdate(request.name, status, request.provider, message)
+
+    def _done(
+        self, request: DownloadRequest, model: CachedModel, message: str | None = None
+    ) -> StatusUpdate:
+        return StatusUpdate(
+            request.name,
+            ModelStatus.DOWNLOADED,
+            request.provider,
+            message or "model is cached",
+            model.snapshot,
+        )
+
+
+class _Progress:
+    """The provider's progress callback; may be called from worker threads."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.total: int | None = None
+
+    def __call__(self, done: int, total: int | None) -> None:
+        self.done, self.total = done, total
+
+    def describe(self) -> str:
+        if self.total:
+            percent = 100.0 * self.done / self.total
+            return f"downloading: {self.done} of {self.total} bytes ({percent:.0f}%)"
+        return f"downloading: {self.done} bytes"
+
+
+def _readable(exc: BaseException) -> str:
+    """One line for the status stream: the error's own message, else its type."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return text[:500] or type(exc).__name__

@@ -1,0 +1,129 @@
+"""ListModelFiles and StreamModelFiles: serve a cached model's files, checked and chunked."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from flexinfer_common.errors import InvalidSpecError, NotFoundError, PermanentError
+from flexinfer_registry.core.cache import CachedFile, CachedModel, ModelCache
+from flexinfer_registry.core.inuse import InUse
+from flexinfer_registry.core.metrics import RegistryMetrics
+from flexinfer_registry.core.paths import cache_key, check_relative_path
+from flexinfer_registry.core.providers.files import is_weight_file
+from flexinfer_registry.core.records import ModelStatus
+from flexinfer_registry.core.store import ModelRegistryStore
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One FileChunk."""
+
+    relative_path: str
+    data: bytes
+    offset: int
+    total_size: int
+    is_last_chunk: bool
+    is_last_file: bool
+    commit_hash: str | None
+
+
+class ModelFiles:
+    """Finds cached models and streams their files."""
+
+    def __init__(
+        self,
+        store: ModelRegistryStore,
+        cache: ModelCache,
+        *,
+        in_use: InUse,
+        metrics: RegistryMetrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.cache = cache
+        self.in_use = in_use
+        self.metrics = metrics
+        self.clock = clock
+
+    async def find(self, name: str, revision: str | None, ignore_weights: bool) -> CachedModel:
+        """The cached model a request names; NotFoundError when it is not downloaded.
+
+        A metadata-only request is served from a full download too, when there is one.
+        """
+        keys = [cache_key(name, revision, False)]
+        if ignore_weights:
+            keys.append(cache_key(name, revision, True))
+        for key in keys:
+            record = await self.store.get(key)
+            if record is None or record.status != ModelStatus.DOWNLOADED:
+                continue
+            model = await asyncio.to_thread(self.cache.load, key)
+            if model is not None:
+                await self.store.touch(key, now=self.clock())
+                return model
+        raise NotFoundError(
+            f"model {name[:200]!r} is not in the cache; call EnsureModelDownloaded first"
+        )
+
+    def select(
+        self, model: CachedModel, paths: list[str], ignore_weights: bool
+    ) -> list[CachedFile]:
+        """The files to serve: ``paths`` (checked, in the given order) or every file."""
+        if not paths:
+            return [f for f in model.files if not (ignore_weights and is_weight_file(f.path))]
+        by_path = {f.path: f for f in model.files}
+        chosen: list[CachedFile] = []
+        seen: set[str] = set()
+        for raw in paths:
+            path = check_relative_path(raw)
+            if path in seen:
+                continue
+            if path not in by_path:
+                raise NotFoundError(f"model {model.name[:200]!r} has no file {raw[:200]!r}")
+            seen.add(path)
+            chosen.append(by_path[path])
+        return chosen
+
+    async def stream(
+        self, model: CachedModel, files: list[CachedFile], chunk_size: int
+    ) -> AsyncIterator[Chunk]:
+        """Chunks of every file in order; the first carries the snapshot commit hash."""
+        if chunk_size <= 0:
+            raise InvalidSpecError("chunk_size must be positive", field="chunk_size")
+        commit: str | None = model.snapshot
+        with self.in_use.using(model.key):
+            for index, item in enumerate(files):
+                last_file = index == len(files) - 1
+                async for chunk in self._file_chunks(model, item, chunk_size, last_file, commit):
+                    commit = None
+                    self.metrics.bytes_streamed.inc(len(chunk.data))
+                    yield chunk
+
+    async def _file_chunks(
+        self,
+        model: CachedModel,
+        item: CachedFile,
+        chunk_size: int,
+        last_file: bool,
+        commit: str | None,
+    ) -> AsyncIterator[Chunk]:
+        path = model.path_of(item.path)
+        handle = await asyncio.to_thread(path.open, "rb")
+        try:
+            offset = 0
+            while True:
+                want = min(chunk_size, item.size - offset)
+                data = await asyncio.to_thread(handle.read, want) if want > 0 else b""
+                if len(data) != want:
+                    raise PermanentError(f"{item.path} changed size on disk while being served")
+                end = offset + len(data) >= item.size
+                yield Chunk(item.path, data, offset, item.size, end, end and last_file, commit)
+                commit = None
+                offset += len(data)
+                if end:
+                    return
+        finally:
+            handle.close()

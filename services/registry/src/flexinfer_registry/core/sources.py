@@ -1,0 +1,214 @@
+"""P2P source metadata (P2pService): ids, publishing, freshness-aware listing, the reaper.
+
+``mx_source_id`` is the first 16 hex digits of SHA-256 over the canonical JSON of the
+SourceIdentity, byte for byte as modelexpress's ``compute_mx_source_id`` (strings
+lowercased, ``extra_parameters`` sorted then lowercased with the first of case-colliding
+keys kept, optional compatibility fields only when set, keys sorted, no spaces).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from flexinfer_common.errors import InvalidSpecError
+from flexinfer_registry.core.records import (
+    SourceIdentity,
+    SourceQuery,
+    SourceRecord,
+    SourceStatus,
+)
+from flexinfer_registry.core.store import SourceStore
+
+log = logging.getLogger(__name__)
+
+_OPTIONAL_FIELDS = (
+    "backend_framework_version",
+    "torch_version",
+    "cuda_version",
+    "triton_version",
+    "gpu_arch",
+    "compile_config_digest",
+)
+MAX_WORKER_ID = 256
+
+
+def canonical_json(identity: SourceIdentity) -> str:
+    """The canonical JSON the source id hashes (see the module docstring)."""
+    extra: dict[str, str] = {}
+    for key, value in sorted(identity.extra_parameters.items()):
+        extra.setdefault(key.lower(), value.lower())
+    payload: dict[str, object] = {
+        "mx_version": identity.mx_version.lower(),
+        "mx_source_type": identity.mx_source_type,
+        "model_name": identity.model_name.lower(),
+        "backend_framework": identity.backend_framework,
+        "tensor_parallel_size": identity.tensor_parallel_size,
+        "pipeline_parallel_size": identity.pipeline_parallel_size,
+        "expert_parallel_size": identity.expert_parallel_size,
+        "dtype": identity.dtype.lower(),
+        "quantization": identity.quantization.lower(),
+        "extra_parameters": extra,
+        "revision": identity.revision.lower(),
+    }
+    for name in _OPTIONAL_FIELDS:
+        value = getattr(identity, name)
+        if value:
+            payload[name] = value.lower()
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True)
+
+
+def compute_mx_source_id(identity: SourceIdentity) -> str:
+    """16 hex digits identifying the source (see the module docstring)."""
+    return hashlib.sha256(canonical_json(identity).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Publication:
+    """What PublishMetadata carries, decoded at the edge."""
+
+    identity: SourceIdentity
+    worker_id: str
+    worker_rank: int
+    status: SourceStatus
+    metadata: bytes
+    accelerator: str = ""
+    topology: dict[str, str] = dataclasses.field(default_factory=dict)
+    pod_name: str = ""
+    pod_uid: str = ""
+    pod_namespace: str = ""
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    """What ListSources asks for; None = any."""
+
+    identity: SourceIdentity | None = None
+    status: SourceStatus | None = None
+    model_name: str | None = None
+    worker_rank: int | None = None
+    min_training_step: int | None = None
+    min_updated_at: float | None = None
+    limit: int | None = None
+
+
+class SourceRegistry:
+    """P2P metadata over a :class:`SourceStore`, with heartbeat freshness."""
+
+    def __init__(
+        self,
+        store: SourceStore,
+        *,
+        heartbeat_timeout_s: float = 90.0,
+        gc_timeout_s: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.gc_timeout_s = gc_timeout_s
+        self.clock = clock
+
+    async def publish(self, publication: Publication) -> SourceRecord:
+        """Store one worker's metadata; returns the stored record (with its source id)."""
+        worker_id = publication.worker_id or f"rank-{publication.worker_rank}"
+        if len(worker_id) > MAX_WORKER_ID or any(ord(c) < 32 for c in worker_id):
+            raise InvalidSpecError(
+                "worker_id is too long or has control characters", field="worker_id"
+            )
+        status = publication.status
+        if status == SourceStatus.UNKNOWN:
+            status = SourceStatus.INITIALIZING
+        record = SourceRecord(
+            mx_source_id=compute_mx_source_id(publication.identity),
+            worker_id=worker_id,
+            identity=publication.identity,
+            worker_rank=publication.worker_rank,
+            status=status,
+            updated_at=self.clock(),
+            metadata=publication.metadata,
+            accelerator=publication.accelerator,
+            topology=dict(publication.topology),
+            pod_name=publication.pod_name,
+            pod_uid=publication.pod_uid,
+            pod_namespace=publication.pod_namespace,
+        )
+        await self.store.publish(record)
+        return record
+
+    async def list(self, query: ListFilter) -> list[SourceRecord]:
+        """Matching workers; READY ones only while their heartbeat is fresh."""
+        min_updated = query.min_updated_at
+        if query.status == SourceStatus.READY:
+            fresh = self.clock() - self.heartbeat_timeout_s
+            min_updated = fresh if min_updated is None else max(min_updated, fresh)
+        store_query = SourceQuery(
+            mx_source_id=None if query.identity is None else compute_mx_source_id(query.identity),
+            model_name=query.model_name,
+            status=query.status,
+            min_updated_at=min_updated,
+            worker_rank=query.worker_rank,
+            limit=None if query.min_training_step is not None else query.limit,
+        )
+        found = await self.store.list(store_query)
+        if query.min_training_step is not None:
+            step = query.min_training_step
+            found = [r for r in found if r.training_step is not None and r.training_step >= step]
+            if query.limit is not None:
+                found = found[: query.limit]
+        return found
+
+    async def get(self, mx_source_id: str, worker_id: str) -> SourceRecord | None:
+        """One worker's record, or None."""
+        return await self.store.get(mx_source_id, worker_id)
+
+    async def update_status(
+        self,
+        mx_source_id: str,
+        worker_id: str,
+        worker_rank: int,
+        status: SourceStatus,
+        source_load: float | None,
+    ) -> bool:
+        """Heartbeat/status change; an empty worker_id is found by rank (older clients)."""
+        if not worker_id:
+            candidates = await self.store.list(
+                SourceQuery(mx_source_id=mx_source_id, worker_rank=worker_rank)
+            )
+            if len(candidates) != 1:
+                return False
+            worker_id = candidates[0].worker_id
+        return await self.store.update_status(
+            mx_source_id, worker_id, status, source_load, now=self.clock()
+        )
+
+    async def reap(self) -> tuple[int, int]:
+        """Mark silent workers STALE, delete long-STALE ones; returns (marked, deleted)."""
+        now = self.clock()
+        marked = await self.store.mark_stale(self.heartbeat_timeout_s, now=now)
+        deleted = await self.store.gc(self.gc_timeout_s, now=now)
+        if marked or deleted:
+            log.info("reaper: %d sources marked STALE, %d deleted", marked, deleted)
+        return marked, deleted
+
+    async def count_ready(self) -> int:
+        """READY workers with a fresh heartbeat (the active-sources gauge)."""
+        return len(await self.list(ListFilter(status=SourceStatus.READY)))
+
+    async def run_reaper(
+        self, interval_s: float, on_pass: Callable[[int], None] | None = None
+    ) -> None:
+        """Reap every ``interval_s`` until cancelled; store errors are logged, not fatal."""
+        while True:
+            try:
+                await self.reap()
+                if on_pass is not None:
+                    on_pass(await self.count_ready())
+            except Exception:
+                log.exception("reaper pass failed")
+            await asyncio.sleep(interval_s)
