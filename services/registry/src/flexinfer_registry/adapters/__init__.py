@@ -1,0 +1,1 @@
+"""Edges to foreign systems (Kubernetes API): the only modules that import their clients."""
