@@ -239,16 +239,20 @@ class DownloadTracker:
                 await self._fail(key, request, "download interrupted (registry shutting down)")
                 raise
             except Exception as exc:
-                message = _readable(exc)
-                log.warning("download of %s failed: %s", key, message)
-                await self._fail(key, request, message)
-                self.metrics.downloads_failed.inc()
-                flight.emit(self._update(request, ModelStatus.ERROR, message))
-                return
+                failure: str | None = _readable(exc)
+                log.warning("download of %s failed: %s", key, failure)
+            else:
+                failure = None
             finally:
                 heartbeat.cancel()
                 await asyncio.gather(heartbeat, return_exceptions=True)
                 await asyncio.to_thread(self.cache.remove_staging, staging)
+        if failure is not None:
+            # Files are cleaned up before anyone hears of the failure.
+            await self._fail(key, request, failure)
+            self.metrics.downloads_failed.inc()
+            flight.emit(self._update(request, ModelStatus.ERROR, failure))
+            return
         summary = f"downloaded {len(model.files)} files, {model.total_size} bytes"
         await self.store.set_status(
             key, request.provider, ModelStatus.DOWNLOADED, summary, now=self.clock()

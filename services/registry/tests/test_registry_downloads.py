@@ -1,0 +1,196 @@
+"""Exactly-once downloads, missing-file re-claims, crashes and failures."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from flexinfer_registry.core.cache import ModelCache
+from flexinfer_registry.core.downloads import (
+    DownloadRequest,
+    DownloadTracker,
+    StatusUpdate,
+    TrackerTiming,
+)
+from flexinfer_registry.core.records import ModelStatus, Provider
+from flexinfer_registry.core.store import ModelRegistryStore, Stores
+from flexinfer_registry.stores.memory import MemoryModelStore, MemorySourceStore
+from flexinfer_registry.testing.fakes import COMMIT, OneProvider, ScriptedProvider
+from flexinfer_registry.testing.replicas import check_exactly_once
+
+FILES = {"config.json": b"{}", "model.safetensors": b"w" * 1000}
+FAST = TrackerTiming(heartbeat_s=0.01, stale_s=60.0, poll_s=0.01)
+
+
+async def memory_stores() -> Stores:
+    return Stores(models=MemoryModelStore(), sources=MemorySourceStore())
+
+
+STORE_FACTORIES: dict[str, Callable[[], Awaitable[Stores]]] = {"memory": memory_stores}
+
+
+@pytest.mark.parametrize("backend", sorted(STORE_FACTORIES))
+async def test_exactly_once_across_two_replicas(backend: str, tmp_path: Path) -> None:
+    stores = await STORE_FACTORIES[backend]()
+    try:
+        await check_exactly_once(stores, tmp_path / "cache")
+    finally:
+        await stores.close()
+
+
+class Clock:
+    """A settable clock."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[ModelRegistryStore]:
+    s = MemoryModelStore()
+    yield s
+    await s.close()
+
+
+def tracker(
+    store: ModelRegistryStore, cache: Path, provider: ScriptedProvider, clock: Clock | None = None
+) -> DownloadTracker:
+    return DownloadTracker(
+        store, ModelCache(cache), OneProvider(provider), timing=FAST, clock=clock or time.time
+    )
+
+
+async def run(t: DownloadTracker, name: str = "org/m", **kw: object) -> list[StatusUpdate]:
+    return [u async for u in t.ensure(DownloadRequest(name, **kw))]  # type: ignore[arg-type]
+
+
+async def test_missing_files_are_downloaded_again(
+    store: ModelRegistryStore, tmp_path: Path
+) -> None:
+    provider = ScriptedProvider(FILES)
+    t = tracker(store, tmp_path, provider)
+    assert (await run(t))[-1].status == ModelStatus.DOWNLOADED
+    model = t.cache.load("org/m")
+    assert model is not None
+    (model.files_dir / "model.safetensors").unlink()
+    updates = await run(t)
+    assert updates[-1].status == ModelStatus.DOWNLOADED
+    assert provider.downloads == 2
+    assert t.cache.load("org/m") is not None
+    # A truncated file is as good as missing: never a false hit.
+    (model.files_dir / "config.json").write_bytes(b"{")
+    assert (await run(t))[-1].status == ModelStatus.DOWNLOADED
+    assert provider.downloads == 3
+
+
+async def test_weight_mode_and_revision_are_separate_entries(
+    store: ModelRegistryStore, tmp_path: Path
+) -> None:
+    provider = ScriptedProvider(FILES)
+    t = tracker(store, tmp_path, provider)
+    await run(t, ignore_weights=True)
+    light = t.cache.load("org/m#no-weights")
+    assert light is not None
+    assert [f.path for f in light.files] == ["config.json"]
+    await run(t)
+    await run(t, revision="v2")
+    assert provider.downloads == 3
+    assert {r.name for r in await store.list_by_last_used()} == {
+        "org/m",
+        "org/m#no-weights",
+        "org/m@v2",
+    }
+
+
+async def test_crashed_download_is_reclaimed_after_timeout(
+    store: ModelRegistryStore, tmp_path: Path
+) -> None:
+    clock = Clock()
+    provider = ScriptedProvider(FILES)
+    t = tracker(store, tmp_path, provider, clock)
+    # A replica claimed the model, wrote half a file, and died: no ERROR, no heartbeat.
+    assert await store.try_claim("org/m", Provider.HUGGING_FACE, now=clock.now - 30)
+    staging = t.cache.staging("org/m")
+    (staging / "files" / "model.safetensors").write_bytes(b"w" * 10)
+    waiting = asyncio.create_task(run(t))
+    await asyncio.sleep(0.05)
+    assert provider.downloads == 0  # the claim is still fresh: wait, never download twice
+    assert t.cache.load("org/m") is None  # partial files are never served
+    clock.now += 31  # now older than stale_s = 60
+    updates = await asyncio.wait_for(waiting, 5)
+    assert updates[-1].status == ModelStatus.DOWNLOADED
+    assert provider.downloads == 1
+    record = await store.get("org/m")
+    assert record is not None
+    assert record.status == ModelStatus.DOWNLOADED
+    assert t.cache.clean_tmp(0, now=time.time() + 1) == 1  # the dead replica's leftovers
+
+
+async def test_failure_reports_error_and_leaves_nothing(
+    store: ModelRegistryStore, tmp_path: Path
+) -> None:
+    provider = ScriptedProvider(FILES, fail="cannot reach example.invalid: connection refused")
+    t = tracker(store, tmp_path, provider)
+    updates = await run(t)
+    assert updates[-1].status == ModelStatus.ERROR
+    assert "connection refused" in (updates[-1].message or "")
+    record = await store.get("org/m")
+    assert record is not None
+    assert record.status == ModelStatus.ERROR
+    assert t.cache.load("org/m") is None
+    assert list((tmp_path / ".tmp").iterdir()) == []
+    provider.fail = None  # the next request retries the ERROR record
+    assert (await run(t))[-1].status == ModelStatus.DOWNLOADED
+    assert provider.downloads == 2
+
+
+async def test_waiters_on_another_replica_see_the_error(
+    store: ModelRegistryStore, tmp_path: Path
+) -> None:
+    gate = asyncio.Event()
+    provider = ScriptedProvider(FILES, gate=gate, fail="bucket not found")
+    first, second = tracker(store, tmp_path, provider), tracker(store, tmp_path, provider)
+    a = asyncio.create_task(run(first))
+    await provider.started.wait()
+    b = asyncio.create_task(run(second))
+    await asyncio.sleep(0.05)
+    gate.set()
+    for result in await asyncio.gather(a, b):
+        assert result[-1].status == ModelStatus.ERROR
+        assert result[-1].message == "bucket not found"
+    assert provider.downloads == 1
+
+
+async def test_shutdown_mid_download_releases_the_claim(
+    store: ModelRegistryStore, tmp_path: Path
+) -> None:
+    provider = ScriptedProvider(FILES, gate=asyncio.Event())
+    t = tracker(store, tmp_path, provider)
+    waiting = asyncio.create_task(run(t))
+    await provider.started.wait()
+    await t.close()
+    updates = await asyncio.wait_for(waiting, 5)
+    assert updates[-1].status == ModelStatus.ERROR
+    record = await store.get("org/m")
+    assert record is not None
+    assert record.status == ModelStatus.ERROR
+    assert t.cache.load("org/m") is None
+
+
+async def test_hit_reports_the_snapshot(store: ModelRegistryStore, tmp_path: Path) -> None:
+    provider = ScriptedProvider(FILES, resolved_revision=None)
+    t = tracker(store, tmp_path, provider)
+    first = (await run(t))[-1]
+    second = await run(t)
+    assert len(second) == 1
+    assert second[0].resolved_revision == first.resolved_revision
+    assert first.resolved_revision is not None
+    assert len(first.resolved_revision) == 40
+    assert first.resolved_revision != COMMIT
