@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -12,11 +13,12 @@ from flexinfer_testing.services import require_redis
 
 from flexinfer_common.errors import InvalidSpecError, StoreError
 from flexinfer_registry.core.records import ModelStatus, Provider, SourceQuery, SourceStatus
-from flexinfer_registry.core.store import ModelRegistryStore, SourceStore
+from flexinfer_registry.core.store import ModelRegistryStore, SourceStore, Stores
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.stores import create_stores
 from flexinfer_registry.stores.redis import RedisModelStore, RedisSourceStore
 from flexinfer_registry.stores.rfc3339 import parse_ts
+from flexinfer_registry.testing.replicas import check_exactly_once
 from flexinfer_registry.testing.store_contract import (
     MODEL_STORE_CHECKS,
     SOURCE_STORE_CHECKS,
@@ -220,3 +222,15 @@ async def test_stale_marking_spares_a_worker_that_heartbeats(prefix: str) -> Non
         assert await store.mark_stale(90, now=T0 + 100) == 0
     finally:
         await store.close()
+
+
+async def test_redis_exactly_once_across_two_replicas(prefix: str, tmp_path: Path) -> None:
+    """100 EnsureModelDownloaded calls over two registry apps sharing one Redis: one download."""
+    url = require_redis()
+    stores = Stores(
+        models=RedisModelStore.from_url(url, prefix), sources=RedisSourceStore.from_url(url, prefix)
+    )
+    try:
+        await check_exactly_once(stores, tmp_path / "cache")
+    finally:
+        await stores.close()

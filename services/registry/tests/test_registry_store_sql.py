@@ -11,10 +11,11 @@ from flexinfer_testing.services import postgres_database
 
 from flexinfer_common.errors import StoreError
 from flexinfer_registry.core.records import ModelStatus, Provider
-from flexinfer_registry.core.store import ModelRegistryStore, SourceStore
+from flexinfer_registry.core.store import ModelRegistryStore, SourceStore, Stores
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.stores import create_stores
 from flexinfer_registry.stores.sql import SqlModelStore, SqlSourceStore
+from flexinfer_registry.testing.replicas import check_exactly_once
 from flexinfer_registry.testing.store_contract import (
     MODEL_STORE_CHECKS,
     SOURCE_STORE_CHECKS,
@@ -114,3 +115,14 @@ async def test_sql_unreachable_database_is_a_store_error() -> None:
             await store.get("m")
     finally:
         await store.close()
+
+
+async def test_sql_exactly_once_across_two_replicas(sql_url: str, tmp_path: Path) -> None:
+    """100 EnsureModelDownloaded calls over two registry apps sharing one database."""
+    stores = Stores(
+        models=SqlModelStore.from_url(sql_url), sources=SqlSourceStore.from_url(sql_url)
+    )
+    try:
+        await check_exactly_once(stores, tmp_path / "cache")
+    finally:
+        await stores.close()
