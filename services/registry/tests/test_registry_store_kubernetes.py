@@ -28,10 +28,12 @@ import jsonschema
 import pytest
 import yaml
 
-from flexinfer_common.errors import InvalidSpecError, StoreError
+from flexinfer_common.errors import ConfigError, InvalidSpecError, StoreError
 from flexinfer_registry.adapters.kubernetes_api import KubeApi
 from flexinfer_registry.core.records import ModelStatus, Provider, SourceQuery, SourceStatus
 from flexinfer_registry.core.store import ModelRegistryStore, SourceStore, Stores
+from flexinfer_registry.settings import RegistrySettings
+from flexinfer_registry.stores import create_stores
 from flexinfer_registry.stores.kubernetes import (
     MODEL_CACHE_ENTRY,
     MODEL_METADATA,
@@ -519,3 +521,33 @@ async def test_kubernetes_set_status_never_leaves_a_partial_record(
     finally:
         await writer.close()
         await reader.close()
+
+
+async def test_create_stores_from_kubeconfig(
+    apiserver: tuple[str, FakeApiServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """store=kubernetes outside a cluster follows $KUBECONFIG, in the configured namespace."""
+    url, fake = apiserver
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "fake", "user": "u"}}],
+        "current-context": "c",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig), encoding="utf-8")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    settings = RegistrySettings(store="kubernetes", kubernetes_namespace="mx")
+    stores = await create_stores(settings)
+    try:
+        assert isinstance(stores.models, KubernetesModelStore)
+        assert await stores.models.try_claim("m", Provider.GCS, now=T0)
+        assert {key[1] for key in fake.objects} == {"mx"}
+    finally:
+        await stores.close()
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="no Kubernetes configuration"):
+        await create_stores(settings)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ class Resource:
 
 
 def configuration(host: str | None = None, token: str | None = None) -> Any:
-    """A client Configuration: ``host`` if given, else in-cluster, else ~/.kube/config."""
+    """Client settings: ``host`` if given, else in-cluster, else $KUBECONFIG or ~/.kube/config."""
     if host is not None:
         config = kube_client.Configuration(host=host)
         if token:
@@ -65,7 +66,9 @@ def configuration(host: str | None = None, token: str | None = None) -> Any:
             kube_config.load_incluster_config(client_configuration=config)
         except ConfigException:
             try:
-                kube_config.load_kube_config(client_configuration=config)
+                # KUBECONFIG read now, not at import (the client's default is frozen then).
+                path = os.environ.get("KUBECONFIG") or None
+                kube_config.load_kube_config(config_file=path, client_configuration=config)
             except (ConfigException, OSError) as exc:
                 raise ConfigError(f"no Kubernetes configuration found: {exc}") from exc
     config.connection_pool_maxsize = POOL_SIZE
