@@ -88,3 +88,9 @@ def test_up_rejects_an_invalid_port(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         parse_options(["--data-dir", str(tmp_path), "--port", "70000"])
     assert exc.value.code == 2
+
+
+def test_mx_hands_off_to_the_registry_client() -> None:
+    result = run("mx", "--server", "127.0.0.1:1", "--timeout", "2", "ping")
+    assert result.returncode == 3, "3 means the server is unreachable"
+    assert result.stderr.strip()

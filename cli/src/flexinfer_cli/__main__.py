@@ -27,7 +27,7 @@ def _service_main(service: str) -> Callable[[list[str]], int]:
 def _tools() -> dict[str, Callable[[list[str]], int]]:
     from flexinfer_cli import tools, up
 
-    return {"up": up.main, "model": tools.model_main, "crd": tools.crd_main}
+    return {"up": up.main, "model": tools.model_main, "crd": tools.crd_main, "mx": tools.mx_main}
 
 
 def _usage() -> str:
@@ -37,6 +37,7 @@ def _usage() -> str:
         "  up                 run the embedded stack (proxy on http://127.0.0.1:8080)\n"
         "  model generate     write a deterministic reference model\n"
         "  crd generate       regenerate k8s/crds from the API types (--check: verify only)\n"
+        "  mx                 ModelExpress-compatible registry client (health, ping, model ...)\n"
         + "".join(f"  {name:<18} run the {name} service on its own\n" for name in SERVICES)
     )
 

@@ -40,3 +40,10 @@ def crd_main(argv: list[str]) -> int:
     for path in changed:
         print(f"wrote {path}")
     return 0
+
+
+def mx_main(argv: list[str]) -> int:
+    """``flexinfer mx ...``: the registry client, as ModelExpress's CLI offers it."""
+    from flexinfer_registry.mx_cli import main as mx
+
+    return mx(argv)
