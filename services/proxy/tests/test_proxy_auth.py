@@ -10,17 +10,26 @@ import openai
 import pytest
 
 from flexinfer_common.errors import ConfigError
-from flexinfer_proxy.core.auth import AuthError, Authenticator, TokenGrant, load_token_file
+from flexinfer_proxy.core.auth import Authenticator, AuthError, TokenGrant, load_token_file
 from flexinfer_proxy.core.ratelimit import RateLimitedError, RateLimiter
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_stack import proxy_stack, upstreams
 
 
 def test_authenticator() -> None:
-    auth = Authenticator([TokenGrant(token="secret-one"), TokenGrant(token="secret-two", models=frozenset({"a"}))])
+    auth = Authenticator(
+        [TokenGrant(token="secret-one"), TokenGrant(token="secret-two", models=frozenset({"a"}))]
+    )
     assert auth.authenticate(b"Bearer secret-one") is not None
     assert auth.authenticate(b"bearer   secret-two") is not None
-    for bad in (None, b"", b"Bearer", b"Basic secret-one", b"Bearer secret-on", b"Bearer " + b"x" * 5000):
+    for bad in (
+        None,
+        b"",
+        b"Bearer",
+        b"Basic secret-one",
+        b"Bearer secret-on",
+        b"Bearer " + b"x" * 5000,
+    ):
         with pytest.raises(AuthError):
             auth.authenticate(bad)
     assert Authenticator([]).authenticate(None) is None  # auth off
@@ -37,7 +46,9 @@ def test_token_file(tmp_path: Path) -> None:
 
 def test_token_buckets() -> None:
     now = [0.0]
-    limiter = RateLimiter(global_rps=10, global_burst=3, model_rps=1, model_burst=2, clock=lambda: now[0])
+    limiter = RateLimiter(
+        global_rps=10, global_burst=3, model_rps=1, model_burst=2, clock=lambda: now[0]
+    )
     limiter.check("a")
     limiter.check("a")
     with pytest.raises(RateLimitedError) as info:
@@ -52,15 +63,22 @@ def test_token_buckets() -> None:
 
 async def test_auth_and_scopes_over_http(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.json"
-    tokens.write_text(json.dumps([
-        {"token": "only-model-a", "models": ["a"]},
-        {"token": "tenant-b-token", "tenants": ["team-b"]},
-    ]))
+    tokens.write_text(
+        json.dumps(
+            [
+                {"token": "only-model-a", "models": ["a"]},
+                {"token": "tenant-b-token", "tenants": ["team-b"]},
+            ]
+        )
+    )
     b = make_model("b")
     b.metadata.labels["flexinfer.ai/tenant"] = "team-b"
-    async with upstreams(1) as ups, proxy_stack(
-        tmp_path, [make_model("a"), b], auth_tokens=["admin-token"], auth_token_file=tokens
-    ) as stack:
+    async with (
+        upstreams(1) as ups,
+        proxy_stack(
+            tmp_path, [make_model("a"), b], auth_tokens=["admin-token"], auth_token_file=tokens
+        ) as stack,
+    ):
         url = ups[0][1]
         await stack.set_endpoints("default/a", [url])
         await stack.set_endpoints("default/b", [url])
@@ -82,7 +100,8 @@ async def test_auth_and_scopes_over_http(tmp_path: Path) -> None:
             assert {m.id async for m in client.models.list()} == {"a", "b"}
         async with httpx.AsyncClient() as raw:
             missing = await raw.post(f"{stack.url}/v1/chat/completions", json={"model": "a"})
-            assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+            assert missing.status_code == 401
+            assert missing.headers["www-authenticate"] == "Bearer"
             assert missing.json()["error"]["type"] == "authentication_error"
             # An unknown model is not revealed to a client without a valid token.
             ghost = await raw.post(f"{stack.url}/v1/chat/completions", json={"model": "ghost"})
@@ -90,12 +109,16 @@ async def test_auth_and_scopes_over_http(tmp_path: Path) -> None:
 
 
 async def test_rate_limits_over_http(tmp_path: Path) -> None:
-    async with upstreams(1) as ups, proxy_stack(
-        tmp_path,
-        [make_model("a"), make_model("b")],
-        model_rate_limit_rps=0.5,
-        model_rate_limit_burst=2,
-    ) as stack:
+    (tmp_path / "g").mkdir()
+    async with (
+        upstreams(1) as ups,
+        proxy_stack(
+            tmp_path,
+            [make_model("a"), make_model("b")],
+            model_rate_limit_rps=0.5,
+            model_rate_limit_burst=2,
+        ) as stack,
+    ):
         for key in ("default/a", "default/b"):
             await stack.set_endpoints(key, [ups[0][1]])
         messages = [{"role": "user", "content": "hi"}]
@@ -107,16 +130,20 @@ async def test_rate_limits_over_http(tmp_path: Path) -> None:
             assert info.value.response.headers["retry-after"] == "2"
             assert info.value.body["code"] == "rate_limit_exceeded"  # type: ignore[index]
             await client.chat.completions.create(model="b", messages=messages)  # type: ignore[arg-type]
-    async with upstreams(1) as ups, proxy_stack(
-        tmp_path / "g" if (tmp_path / "g").mkdir() is None else tmp_path,
-        [make_model("a"), make_model("b")],
-        rate_limit_rps=1,
-        rate_limit_burst=1,
-    ) as stack:
+    async with (
+        upstreams(1) as ups,
+        proxy_stack(
+            tmp_path / "g",
+            [make_model("a"), make_model("b")],
+            rate_limit_rps=1,
+            rate_limit_burst=1,
+        ) as stack,
+    ):
         for key in ("default/a", "default/b"):
             await stack.set_endpoints(key, [ups[0][1]])
         async with httpx.AsyncClient() as raw:
             ok = await raw.post(f"{stack.url}/v1/chat/completions", json={"model": "a"})
             limited = await raw.post(f"{stack.url}/v1/chat/completions", json={"model": "b"})
-        assert ok.status_code == 200 and limited.status_code == 429
+        assert ok.status_code == 200
+        assert limited.status_code == 429
         assert limited.headers["retry-after"] == "1"

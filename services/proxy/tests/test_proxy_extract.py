@@ -25,7 +25,9 @@ from flexinfer_proxy.testing_stack import proxy_stack, upstreams
 def test_scan_finds_model_in_a_prefix_and_splices_it() -> None:
     body = b'{"stream": true, "model": "caf\xc3\xa9", "messages": [{"role": "user", "content": "'
     scanned = scan_json_prefix(body)
-    assert scanned.model == "café" and scanned.data["stream"] is True and not scanned.complete
+    assert scanned.model == "café"
+    assert scanned.data["stream"] is True
+    assert not scanned.complete
     assert scanned.span is not None
     spliced = splice_model(body, scanned.span, "backend")
     assert spliced.startswith(b'{"stream": true, "model": "backend", "messages"')
@@ -45,8 +47,8 @@ def test_scan_reports_cut_members_as_absent() -> None:
 def test_multipart_model_field() -> None:
     ct = b"multipart/form-data; boundary=XyZ"
     body = (
-        b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
-        b"RIFF....\r\n--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n"
+        b'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
+        b'RIFF....\r\n--XyZ\r\nContent-Disposition: form-data; name="model"\r\n\r\n'
         b"whisper\r\n--XyZ--\r\n"
     )
     assert multipart_model(ct, body) == "whisper"
@@ -64,10 +66,14 @@ def test_model_names_and_paths() -> None:
 
 
 async def test_cascade_over_http(tmp_path: Path) -> None:
-    async with upstreams(1) as ups, proxy_stack(
-        tmp_path, [make_model("tiny", served_name="backend-tiny", aliases=["tiny"]), make_model("other")],
-        parse_cap_bytes=4096,
-    ) as stack:
+    async with (
+        upstreams(1) as ups,
+        proxy_stack(
+            tmp_path,
+            [make_model("tiny", served_name="backend-tiny", aliases=["tiny"]), make_model("other")],
+            parse_cap_bytes=4096,
+        ) as stack,
+    ):
         fake, url = ups[0]
         await stack.set_endpoints("default/tiny", [url])
         async with httpx.AsyncClient() as client:
@@ -97,16 +103,21 @@ async def test_cascade_over_http(tmp_path: Path) -> None:
             )
             seen = fake.seen[-1]
             assert seen.path == "/v1/audio/transcriptions"
-            assert b"RIFF\x00\x01binary" in seen.body and b"backend-tiny" not in seen.body
+            assert b"RIFF\x00\x01binary" in seen.body
+            assert b"backend-tiny" not in seen.body
             assert seen.headers["content-type"].startswith("multipart/form-data; boundary=")
             assert reply.status_code == 400  # the fake answers JSON only; the body was intact
 
 
 async def test_large_body_streams_through_with_model_spliced(tmp_path: Path) -> None:
-    async with upstreams(1) as ups, proxy_stack(
-        tmp_path, [make_model("tiny", served_name="backend-tiny", aliases=["alias"])],
-        parse_cap_bytes=4096,
-    ) as stack:
+    async with (
+        upstreams(1) as ups,
+        proxy_stack(
+            tmp_path,
+            [make_model("tiny", served_name="backend-tiny", aliases=["alias"])],
+            parse_cap_bytes=4096,
+        ) as stack,
+    ):
         fake, url = ups[0]
         await stack.set_endpoints("default/tiny", [url])
         big = "x" * 200_000
@@ -121,7 +132,8 @@ async def test_large_body_streams_through_with_model_spliced(tmp_path: Path) -> 
             reply = await client.post(f"{stack.url}/v1/chat/completions", content=chunks())
         assert reply.status_code == 200, reply.text
         sent = fake.seen[-1].json()
-        assert sent["model"] == "backend-tiny" and sent["messages"][0]["content"] == big
+        assert sent["model"] == "backend-tiny"
+        assert sent["messages"][0]["content"] == big
 
 
 async def test_model_beyond_the_parse_cap_is_a_400(tmp_path: Path) -> None:

@@ -28,7 +28,9 @@ def _eps(*urls: str) -> list[EndpointInfo]:
     return [EndpointInfo(url=u, replica=u) for u in urls]
 
 
-def _ctx(headers: dict[str, str] | None = None, body: dict[str, object] | None = None) -> RouteContext:
+def _ctx(
+    headers: dict[str, str] | None = None, body: dict[str, object] | None = None
+) -> RouteContext:
     raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     return RouteContext(raw, body)
 
@@ -50,7 +52,7 @@ def test_ring_moves_about_one_nth_of_keys_when_a_node_joins_or_leaves() -> None:
     moved_out = sum(before.lookup(k) != left.lookup(k) for k in KEYS) / len(KEYS)
     assert 0.15 < moved_out < 0.35, moved_out  # ideal 1/4: exactly the leaver's keys
     assert all(before.lookup(k) == nodes[0] for k in KEYS if before.lookup(k) != left.lookup(k))
-    counts = {n: 0 for n in nodes}
+    counts = dict.fromkeys(nodes, 0)
     for key in KEYS:
         counts[before.lookup(key) or ""] += 1
     assert min(counts.values()) > len(KEYS) / 4 * 0.7  # 150 vnodes spread load evenly
@@ -60,7 +62,8 @@ def test_ring_skips_unusable_nodes_and_empty_ring() -> None:
     ring = HashRing(["a", "b"])
     owner = ring.lookup("k")
     other = ring.lookup("k", lambda n: n != owner)
-    assert other is not None and other != owner
+    assert other is not None
+    assert other != owner
     assert ring.lookup("k", lambda n: False) is None
     assert HashRing([]).lookup("k") is None
 
@@ -73,23 +76,29 @@ def test_session_key_precedence() -> None:
     assert session_key(_ctx(body={"session_id": "b", "messages": messages}), 128) == "b"
     hashed = session_key(_ctx(body={"messages": messages}), 128)
     changed_late = session_key(_ctx(body={"messages": [*messages[:5], {"x": 1}]}), 128)
-    assert hashed is not None and len(hashed) == 64 and hashed == changed_late
+    assert hashed is not None
+    assert len(hashed) == 64
+    assert hashed == changed_late
     assert session_key(_ctx({"x-session-id": "x" * 1000}), 128) == "x" * 128
     assert session_key(_ctx(), 128) is None
 
 
 def test_prefix_key_groups_by_system_prompt_and_first_user_message() -> None:
     def chat(system: str, user: str, later: str) -> dict[str, object]:
-        return {"messages": [
-            {"role": "system", "content": system},
-            {"role": "user", "content": user},
-            {"role": "assistant", "content": later},
-        ]}
+        return {
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": later},
+            ]
+        }
 
     same = prefix_key(_ctx(body=chat("sys", "doc", "a")), 128, 512, 256)
     assert same == prefix_key(_ctx(body=chat("sys", "doc", "b")), 128, 512, 256)
     assert same != prefix_key(_ctx(body=chat("other", "doc", "a")), 128, 512, 256)
-    assert prefix_key(_ctx({"x-flexinfer-cache-key": "h"}, {"cache_key": "b"}), 128, 512, 256) == "h"
+    assert (
+        prefix_key(_ctx({"x-flexinfer-cache-key": "h"}, {"cache_key": "b"}), 128, 512, 256) == "h"
+    )
     assert prefix_key(_ctx(body={"cacheKey": "b"}), 128, 512, 256) == "b"
     assert prefix_key(_ctx(body={"prompt": "abc"}), 128, 512, 256) is not None
     assert prefix_key(_ctx(), 128, 512, 256) is None
@@ -103,7 +112,8 @@ def test_affinity_is_sticky_and_fails_over() -> None:
     assert first is not None
     assert all(strategy.pick("m", eps, lambda e: True, ctx) == first for _ in range(20))
     other = strategy.pick("m", eps, lambda e: e != first, ctx)
-    assert other is not None and other != first
+    assert other is not None
+    assert other != first
 
 
 def test_prefix_index_is_bounded() -> None:
@@ -185,19 +195,23 @@ async def test_session_affinity_over_http(tmp_path: Path) -> None:
 async def test_least_loaded_over_http_avoids_a_busy_engine(tmp_path: Path) -> None:
     model = make_model("ll")
     model.metadata.annotations["flexinfer.ai/routing"] = "least-loaded"
-    async with upstreams(2, chunks=40, chunk_delay_s=0.05) as ups, proxy_stack(
-        tmp_path, [model]
-    ) as stack:
+    async with (
+        upstreams(2, chunks=40, chunk_delay_s=0.05) as ups,
+        proxy_stack(tmp_path, [model]) as stack,
+    ):
         await stack.set_endpoints("default/ll", [u for _, u in ups])
         stream = {"model": "ll", "messages": [], "stream": True}
-        async with httpx.AsyncClient(timeout=10) as client:
-            async with client.stream("POST", f"{stack.url}/v1/chat/completions", json=stream) as r:
-                chunks = r.aiter_raw()
-                await chunks.__anext__()  # the stream is open (breaking a loop would close it)
-                busy = next(f.name for f, _ in ups if f.seen)
-                for _ in range(4):
-                    reply = await client.post(
-                        f"{stack.url}/v1/chat/completions", json={"model": "ll", "messages": []}
-                    )
-                    assert reply.json()["choices"][0]["message"]["content"] != f"hello from {busy}"
-                await chunks.aclose()
+        url = f"{stack.url}/v1/chat/completions"
+        async with (
+            httpx.AsyncClient(timeout=10) as client,
+            client.stream("POST", url, json=stream) as r,
+        ):
+            chunks = r.aiter_raw().__aiter__()
+            await chunks.__anext__()  # the stream is open (breaking a loop would close it)
+            busy = next(f.name for f, _ in ups if f.seen)
+            for _ in range(4):
+                reply = await client.post(
+                    f"{stack.url}/v1/chat/completions", json={"model": "ll", "messages": []}
+                )
+                assert reply.json()["choices"][0]["message"]["content"] != f"hello from {busy}"
+            await chunks.aclose()  # type: ignore[attr-defined]
