@@ -86,7 +86,11 @@ class EmbeddedStack:
             stop_engines_on_shutdown=True,
         )
         registry = RegistrySettings(
-            host=host, port=ports["registry_http"], grpc_host=host, grpc_port=ports["registry_grpc"]
+            host=host,
+            port=ports["registry_http"],
+            grpc_host=host,
+            grpc_port=ports["registry_grpc"],
+            cache_dir=self.data_dir / "registry",
         )
         return {
             "proxy": proxy_app(ProxySettings(host=host, port=ports["proxy"]), **deps),
