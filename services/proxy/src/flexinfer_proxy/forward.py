@@ -10,11 +10,17 @@ import json
 import logging
 from collections.abc import AsyncIterable, Iterable
 
-import httpx
 from starlette.types import Scope, Send
 
 from flexinfer_common.errors import UnavailableError
 from flexinfer_proxy.settings import ProxySettings
+from flexinfer_proxy.upstream import (
+    ConnectFailedError,
+    RequestFailedError,
+    UpstreamPool,
+    UpstreamReadError,
+    UpstreamResponse,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +37,7 @@ _HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
-# Request headers the client sets for its hop to us; httpx sets its own.
+# Request headers the client sets for its hop to us; the upstream client sets its own.
 _DROP_REQUEST = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 # The server adds its own date and server headers.
 _DROP_RESPONSE = _HOP_BY_HOP | {b"date", b"server"}
@@ -51,29 +57,19 @@ class UpstreamBrokenError(Exception):
     """The engine died mid-response; raised so the server aborts the client connection."""
 
 
-def create_client(settings: ProxySettings) -> httpx.AsyncClient:
-    """The app's upstream client: pooled keep-alive connections, no env proxies."""
-    timeout = httpx.Timeout(
-        connect=settings.connect_timeout_s,
-        read=settings.read_timeout_s,
-        write=settings.read_timeout_s,
-        pool=settings.connect_timeout_s,
-    )
-    limits = httpx.Limits(
+def create_client(settings: ProxySettings) -> UpstreamPool:
+    """The app's upstream client: pooled keep-alive connections (use with ``async with``)."""
+    return UpstreamPool(
+        connect_timeout=settings.connect_timeout_s,
+        read_timeout=settings.read_timeout_s,
         max_connections=settings.max_connections,
-        max_keepalive_connections=settings.max_keepalive_connections,
-        keepalive_expiry=30.0,
+        max_idle=settings.max_keepalive_connections,
     )
-    return httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False)
 
 
 def request_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
-    """The client's headers minus hop-by-hop ones, asking for an unencoded answer unless
-    the client accepts encodings itself (httpx would otherwise ask for gzip)."""
-    headers = [(k, v) for k, v in scope["headers"] if k not in _DROP_REQUEST]
-    if not any(k == b"accept-encoding" for k, _ in headers):
-        headers.append((b"accept-encoding", b"identity"))
-    return headers
+    """The client's headers minus hop-by-hop ones and those the client sets itself."""
+    return [(k, v) for k, v in scope["headers"] if k not in _DROP_REQUEST]
 
 
 def response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -82,13 +78,13 @@ def response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes
 
 
 async def open_upstream(
-    client: httpx.AsyncClient,
+    client: UpstreamPool,
     base_url: str,
     scope: Scope,
     body: bytes | AsyncIterable[bytes],
     forward_path: str | None = None,
     length: int | None = None,
-) -> httpx.Response:
+) -> UpstreamResponse:
     """Send the request to ``base_url`` and return the response with its body unread.
 
     ``forward_path`` replaces the request path (a stripped /model/<name>/ prefix); a
@@ -98,20 +94,17 @@ async def open_upstream(
         path = forward_path.encode("latin-1", "replace")
     else:
         path = scope.get("raw_path") or scope["path"].encode()
-    query = scope.get("query_string") or b""
-    url = base_url.rstrip("/") + path.decode("latin-1")
+    query = scope.get("query_string")
     if query:
-        url += "?" + query.decode("latin-1")
-    headers = request_headers(scope)
-    if length is not None and not isinstance(body, bytes):
-        headers.append((b"content-length", str(length).encode()))
-    request = client.build_request(scope["method"], url, content=body, headers=headers)
+        path += b"?" + query
     try:
-        return await client.send(request, stream=True)
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-        raise UpstreamConnectError(f"cannot connect to {base_url}: {exc}") from exc
-    except httpx.HTTPError as exc:
-        raise UpstreamError(f"upstream {base_url} failed: {exc!r}") from exc
+        return await client.request(
+            base_url, scope["method"].encode(), path, request_headers(scope), body, length
+        )
+    except ConnectFailedError as exc:
+        raise UpstreamConnectError(str(exc)) from exc
+    except RequestFailedError as exc:
+        raise UpstreamError(f"upstream {base_url} failed: {exc}") from exc
 
 
 def sse_error_event(message: str) -> bytes:
@@ -120,26 +113,32 @@ def sse_error_event(message: str) -> bytes:
     return b"\n\ndata: " + json.dumps(body).encode() + b"\n\n"
 
 
-async def relay(response: httpx.Response, send: Send, *, started: bool = False) -> None:
+async def relay(response: UpstreamResponse, send: Send, *, started: bool = False) -> None:
     """Stream ``response`` to the client; closes it whatever happens.
 
     ``started``: the response start (an SSE stream) was already sent to the client; only
     the body is relayed, and a broken upstream ends it with an SSE error event.
     """
     try:
-        is_sse = started or response.headers.get("content-type", "").startswith("text/event-stream")
+        content_type = response.header(b"content-type") or b""
+        is_sse = started or content_type.startswith(b"text/event-stream")
         if not started:
-            headers = response_headers(response.headers.raw)
+            headers = response_headers(response.headers)
             if is_sse:
                 # An SSE stream may get a final error event appended: no fixed length.
                 headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
             await send(
                 {"type": "http.response.start", "status": response.status_code, "headers": headers}
             )
+        if response.complete:
+            # The usual non-streaming answer: it arrived with its head; one send.
+            body = response.read_buffered()
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
         try:
             async for chunk in response.aiter_raw():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx.HTTPError as exc:
+        except (UpstreamReadError, TimeoutError) as exc:
             log.warning("upstream %s broke mid-response: %r", response.url, exc)
             if not is_sse:
                 raise UpstreamBrokenError(f"upstream broke mid-response: {exc!r}") from exc

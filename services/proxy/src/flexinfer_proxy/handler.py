@@ -23,7 +23,6 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-import httpx
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -50,6 +49,7 @@ from flexinfer_proxy.forward import (
     relay,
 )
 from flexinfer_proxy.progress_sse import serve_with_progress, wants_progress
+from flexinfer_proxy.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ async def run_until_disconnect(
 class OpenAIProxy:
     """ASGI app for POST /v1/*: route to the model's engine, queueing on a cold start."""
 
-    def __init__(self, core: ProxyCore, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, core: ProxyCore, client: UpstreamPool | None = None) -> None:
         self.core = core
         self.client = client
 
@@ -193,7 +193,7 @@ class OpenAIProxy:
         ctx: RouteContext,
         started: float,
         endpoint: Any = None,
-    ) -> tuple[httpx.Response, str]:
+    ) -> tuple[UpstreamResponse, str]:
         """Open the upstream response, retrying other endpoints when connecting fails.
 
         The caller must call ``core.loads.end(url)`` once done with the response.

@@ -25,7 +25,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from starlette.types import Scope, Send
 
 from flexinfer_common.errors import FlexInferError
@@ -36,6 +35,7 @@ from flexinfer_proxy.core.routing.base import RouteContext
 from flexinfer_proxy.extract_http import IncomingRequest
 from flexinfer_proxy.forward import relay
 from flexinfer_proxy.settings import ProxySettings
+from flexinfer_proxy.upstream import UpstreamReadError, UpstreamResponse
 
 if TYPE_CHECKING:
     from flexinfer_proxy.handler import OpenAIProxy
@@ -128,7 +128,7 @@ async def serve_with_progress(
 async def _report_until(
     board: ProgressBoard,
     key: str,
-    connecting: asyncio.Future[tuple[httpx.Response, str]],
+    connecting: asyncio.Future[tuple[UpstreamResponse, str]],
     body: BodySender,
     started: float,
     settings: ProxySettings,
@@ -149,7 +149,7 @@ async def _report_until(
 
 
 async def _relay_answer(
-    response: httpx.Response, request: IncomingRequest, body: BodySender, send: Send
+    response: UpstreamResponse, request: IncomingRequest, body: BodySender, send: Send
 ) -> None:
     """The engine's answer inside the already started SSE stream."""
     if response.status_code == 200 and request.stream:
@@ -163,7 +163,7 @@ async def _relay_answer(
             if size > (_MAX_ERROR_BODY if response.status_code != 200 else 1 << 30):
                 break
             chunks.append(chunk)
-    except httpx.HTTPError as exc:
+    except (UpstreamReadError, TimeoutError) as exc:
         await body(_error(502, f"the model server failed: {exc!r}", "upstream_error"), False)
         return
     finally:
