@@ -4,6 +4,10 @@
 share ``stores`` (any backend: memory, Redis, ...) and one cache folder, sends 100
 concurrent EnsureModelDownloaded calls through modelexpress's own stubs spread over both,
 and asserts one download happened and every caller saw the same progress and final status.
+
+Left alone, one replica usually claims before the other even looks, and a claim that is not
+atomic would pass unnoticed. So each replica sees the store through a gate that holds its
+first lookup until both replicas have looked: both find no record, and both race to claim.
 """
 
 from __future__ import annotations
@@ -18,11 +22,59 @@ import grpc
 from flexinfer_common.serving import serve_in_background
 from flexinfer_registry._generated.model_express import model_pb2, model_pb2_grpc
 from flexinfer_registry.app import create_app
-from flexinfer_registry.core.store import Stores
+from flexinfer_registry.core.records import ModelRecord, ModelStatus, Provider
+from flexinfer_registry.core.store import ModelRegistryStore, Stores
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.testing.fakes import COMMIT, OneProvider, ScriptedProvider
 
 CALLS = 100
+
+
+class _RaceGate(ModelRegistryStore):
+    """Delegates to ``inner``; the first ``get`` waits until every replica has made one."""
+
+    def __init__(self, inner: ModelRegistryStore, barrier: asyncio.Barrier) -> None:
+        self.inner = inner
+        self.barrier = barrier
+        self.first = True
+
+    async def get(self, name: str) -> ModelRecord | None:
+        record = await self.inner.get(name)
+        if self.first:
+            self.first = False
+            await asyncio.wait_for(self.barrier.wait(), 10)
+        return record
+
+    async def try_claim(
+        self, name: str, provider: Provider, *, now: float, stale_after: float | None = None
+    ) -> bool:
+        return await self.inner.try_claim(name, provider, now=now, stale_after=stale_after)
+
+    async def set_status(
+        self,
+        name: str,
+        provider: Provider,
+        status: ModelStatus,
+        message: str | None,
+        *,
+        now: float,
+    ) -> None:
+        await self.inner.set_status(name, provider, status, message, now=now)
+
+    async def touch(self, name: str, *, now: float) -> bool:
+        return await self.inner.touch(name, now=now)
+
+    async def delete(self, name: str) -> bool:
+        return await self.inner.delete(name)
+
+    async def list_by_last_used(self, limit: int | None = None) -> list[ModelRecord]:
+        return await self.inner.list_by_last_used(limit)
+
+    async def status_counts(self) -> dict[ModelStatus, int]:
+        return await self.inner.status_counts()
+
+    async def close(self) -> None:
+        """The caller owns the inner store."""
 
 
 async def check_exactly_once(stores: Stores, cache_dir: Path, model: str = "race/model") -> None:
@@ -39,8 +91,10 @@ async def check_exactly_once(stores: Stores, cache_dir: Path, model: str = "race
     )
     async with AsyncExitStack() as stack:
         addresses = []
+        barrier = asyncio.Barrier(2)
         for _ in range(2):
-            app: Any = create_app(settings, stores=stores, providers=OneProvider(provider))
+            gated = Stores(models=_RaceGate(stores.models, barrier), sources=stores.sources)
+            app: Any = create_app(settings, stores=gated, providers=OneProvider(provider))
             await stack.enter_async_context(serve_in_background(app))
             addresses.append(str(app.state.grpc_address))
         channels = [
