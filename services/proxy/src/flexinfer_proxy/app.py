@@ -13,6 +13,7 @@ from flexinfer_common.store import ModelStore
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
 from flexinfer_proxy.core.service import ProxyCore
+from flexinfer_proxy.fastpath import ProxyApp
 from flexinfer_proxy.forward import create_client
 from flexinfer_proxy.handler import OpenAIProxy
 from flexinfer_proxy.routes import models_router
@@ -38,7 +39,7 @@ def create_app(settings: ProxySettings, *, bus: EventBus, store: ModelStore) -> 
                 await core.aclose()
                 proxy.client = None
 
-    app = FastAPI(title="FlexInfer proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = ProxyApp(title="FlexInfer proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
     # Requests are counted by the proxy itself: no per-request middleware on the hot path.
     telemetry = setup_telemetry(app, "proxy", settings.telemetry, instrument_requests=False)
     core = ProxyCore(settings, bus=bus, store=store, registry=telemetry.registry)
@@ -60,4 +61,7 @@ def create_app(settings: ProxySettings, *, bus: EventBus, store: ModelStore) -> 
         Route("/model/{path:path}", proxy, methods=["POST"], include_in_schema=False)
     )
     app.state.core = core
+    # The hot path: proxied POSTs skip FastAPI's middleware and router (the routes above
+    # stay for the OpenAPI-less app's completeness and for anything that bypasses ProxyApp).
+    app.proxy = proxy
     return app
