@@ -20,6 +20,7 @@ from flexinfer_controller.core.consumers import EventLoop
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.endpoints import EndpointPublisher
 from flexinfer_controller.core.metrics import ControllerMetrics
+from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import ShutDownError, WorkQueue
 from flexinfer_controller.core.reconciler import Reconciler
 from flexinfer_controller.runtime import ReplicaEvent, ReplicaListener, Runtime
@@ -69,6 +70,7 @@ class Controller:
             limit=config.crash_loop_limit,
             window_s=config.crash_loop_window_s,
         )
+        self.progress = ProgressReporter(bus)
         self.reconciler = Reconciler(
             store=store,
             runtime=self.runtime,
@@ -77,6 +79,7 @@ class Controller:
             crashes=self._crashes,
             queue=self.queue,
             launch_context=config.launch,
+            progress=self.progress,
             metrics=metrics,
         )
         self._tasks: list[asyncio.Task[None]] = []
@@ -128,6 +131,7 @@ class Controller:
                 task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        await self.progress.close()
         await self.runtime.close(stop_replicas=stop_engines)
 
     def enqueue(self, key: str) -> int:

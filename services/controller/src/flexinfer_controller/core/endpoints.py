@@ -38,7 +38,11 @@ class EndpointPublisher:
 
     async def sync(self, key: str, ready: list[Replica], phase: str) -> bool:
         """Publish ``ready`` as ``key``'s endpoints if it changed; True if it published."""
-        current = frozenset((r.id, r.url) for r in ready if r.url)
+        return await self.sync_urls(key, [(r.id, r.url) for r in ready if r.url], phase)
+
+    async def sync_urls(self, key: str, endpoints: list[tuple[str, str]], phase: str) -> bool:
+        """Publish (replica id, url) pairs as ``key``'s endpoints if they changed."""
+        current = frozenset(endpoints)
         if self._published.get(key) == current:
             return False
         event = topics.EndpointsEvent(

@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from flexinfer_common.api import Model
+from flexinfer_common.api import Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import utcnow
 from flexinfer_common.errors import ConflictError, FlexInferError, NotFoundError, TemporaryError
 from flexinfer_common.store import ModelStore
@@ -27,9 +27,10 @@ from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.desired import busy_until, desired_replicas
 from flexinfer_controller.core.endpoints import EndpointPublisher
 from flexinfer_controller.core.metrics import ControllerMetrics
+from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sources import SourceState, resolve_source
-from flexinfer_controller.core.status import Verdict, build_status
+from flexinfer_controller.core.status import Verdict, build_external_status, build_status
 from flexinfer_controller.runtime import Replica, ReplicaState, Runtime
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class Reconciler:
         crashes: CrashTracker,
         queue: WorkQueue,
         launch_context: LaunchContext,
+        progress: ProgressReporter,
         metrics: ControllerMetrics | None = None,
     ) -> None:
         self._store = store
@@ -62,6 +64,7 @@ class Reconciler:
         self._queue = queue
         self._ctx = launch_context
         self._metrics = metrics
+        self._progress = progress
         self._activity: dict[str, datetime] = {}
 
     def note_activity(self, key: str, at: datetime) -> None:
@@ -100,7 +103,13 @@ class Reconciler:
         generation = model.metadata.generation or 1
         last_active = self._last_active(model)
         replicas = self._runtime.list(key)
-        verdict, launch, desired = self._plan(model, busy_until(last_active, replicas))
+        if model.spec.is_external:
+            await self._reconcile_external(model, replicas, last_active)
+            return
+        active_at = busy_until(last_active, replicas)
+        verdict, launch, desired = self._plan(model, active_at)
+        # A cold start: replicas are wanted and none serves yet (the proxy queues requests).
+        cold = not any(r.state is ReplicaState.READY for r in replicas)
         current = [r for r in replicas if r.generation == generation]
         stale = [r for r in replicas if r.generation != generation]
         to_stop: list[Replica] = []
@@ -112,9 +121,13 @@ class Reconciler:
                 to_stop += [r for r in current if r not in keep]
                 current = keep
             elif len(current) < desired and launch is not None:
+                if cold:
+                    self._progress.scheduled(key)
                 started, verdict = await self._scale_up(
                     model, launch, desired - len(current), verdict
                 )
+                if started and cold:
+                    self._progress.loading(key)
                 current += started
             ready_now = sum(r.state is ReplicaState.READY for r in current)
             stale_ready = any(r.state is ReplicaState.READY for r in stale)
@@ -128,8 +141,12 @@ class Reconciler:
         )
         ready = [r for r in running if r.state is ReplicaState.READY]
         await self._publisher.sync(key, ready, status.phase.value)
+        self._report_progress(model, status, ready, active_at)
         for replica in to_stop:
             await self._runtime.stop(replica.id)
+        await self._write_status(model, status)
+
+    async def _write_status(self, model: Model, status: ModelStatus) -> None:
         if status.model_dump() != model.status.model_dump():
             await self._store.update_status(
                 model.metadata.namespace,
@@ -139,6 +156,37 @@ class Reconciler:
             )
         if self._metrics is not None:
             self._metrics.observe_replicas(self._runtime.list())
+
+    def _report_progress(
+        self, model: Model, status: ModelStatus, ready: list[Replica], active_at: datetime | None
+    ) -> None:
+        """Advance the cold-start phases the proxy shows to waiting clients."""
+        key = model.key
+        if ready:
+            latest = max(ready, key=lambda r: r.ready_at or 0.0)
+            took = latest.ready_at - latest.started_at if latest.ready_at is not None else None
+            self._progress.ready(key, took)
+        elif status.phase is ModelPhase.PENDING:
+            # Weights not in place: a start that is wanted waits for the pull.
+            if desired_replicas(model.spec, active_at, utcnow()).replicas > 0:
+                self._progress.pulling(key)
+            else:
+                self._progress.abandon(key)
+        elif status.desired_replicas == 0 or status.phase is ModelPhase.FAILED:
+            self._progress.abandon(key)
+
+    async def _reconcile_external(
+        self, model: Model, replicas: list[Replica], last_active: datetime | None
+    ) -> None:
+        """spec.endpoints serve the model: publish them, run nothing, report Ready."""
+        key = model.key
+        urls = [(f"external-{i:02d}", url) for i, url in enumerate(model.spec.endpoints or [])]
+        await self._publisher.sync_urls(key, urls, ModelPhase.READY.value)
+        self._progress.abandon(key)
+        # The model may have run engines before spec.endpoints was set: they serve no one now.
+        for replica in replicas:
+            await self._runtime.stop(replica.id)
+        await self._write_status(model, build_external_status(model, last_active=last_active))
 
     def _plan(
         self, model: Model, active_at: datetime | None
@@ -201,9 +249,12 @@ class Reconciler:
     async def _teardown(self, key: str) -> None:
         """The model is gone: withdraw its endpoints, then stop its replicas."""
         replicas = self._runtime.list(key)
-        if replicas or self._publisher.known(key):
+        # Stored records too: a previous controller may have published them (external models
+        # have no replica that would tell us).
+        if replicas or self._publisher.known(key) or await self._store.list_endpoints(key):
             await self._publisher.clear(key)
         for replica in replicas:
             await self._runtime.stop(replica.id)
         self._activity.pop(key, None)
         self._crashes.forget(key)
+        self._progress.forget(key)

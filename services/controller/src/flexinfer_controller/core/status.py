@@ -93,3 +93,47 @@ def _loaded(verdict: Verdict, phase: ModelPhase, desired: int) -> tuple[bool | N
     if desired == 0:
         return False, "WaitingForActivation", "scaled to zero; the next request activates it"
     return False, "StartingBackend", verdict.waiting or "engine is starting"
+
+
+EXTERNAL_REASON = "ExternalEndpoints"
+"""Condition reason of a Model served by spec.endpoints rather than by our runtime."""
+
+
+def build_external_status(model: Model, *, last_active: datetime | None) -> ModelStatus:
+    """Ready with every condition explaining that spec.endpoints serve it, nothing runs here."""
+    urls = list(model.spec.endpoints or [])
+    gen = model.metadata.generation
+    message = (
+        f"served by {len(urls)} external endpoint(s) from spec.endpoints; "
+        "no engine is started for it"
+    )
+    checks: list[tuple[ConditionType, ConditionStatus, str]] = [
+        (ConditionType.CONFIG_VALID, "True", "endpoints are http(s) base URLs"),
+        (ConditionType.SCHEDULABLE, "True", message),
+        (ConditionType.CACHED, "Unknown", "weights are the external servers' concern"),
+        (ConditionType.LOADED, "True", message),
+        (ConditionType.READY, "True", message),
+    ]
+    conditions = list(model.status.conditions)
+    for kind, value, text in checks:
+        cond = Condition(
+            type=kind.value,
+            status=value,
+            reason=EXTERNAL_REASON,
+            message=text,
+            observed_generation=gen,
+        )
+        conditions = set_condition(conditions, cond)
+    return model.status.model_copy(
+        update={
+            "phase": ModelPhase.READY,
+            "conditions": conditions,
+            "replicas": len(urls),
+            "ready_replicas": len(urls),
+            "desired_replicas": len(urls),
+            "observed_generation": gen,
+            "endpoint": urls[0],
+            "last_active_time": last_active,
+            "message": None,
+        }
+    )
