@@ -1,7 +1,9 @@
 """Tables of the SQL store and the (de)serialisation between rows and API objects.
 
-Plain SQLAlchemy Core tables on a private MetaData (not SQLModel's shared registry), so
-another package's tables are never created in, or dropped from, the store's database.
+The tables are SQLModel classes on a registry of their own (not SQLModel's shared default),
+so another package's tables are never created in, or dropped from, the store's database.
+Queries use their ``__table__`` with SQLAlchemy Core: the store needs compare-and-set
+UPDATEs with RETURNING, which the ORM session layer would only get in the way of.
 """
 
 from __future__ import annotations
@@ -10,20 +12,12 @@ import hashlib
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import (
-    JSON,
-    BigInteger,
-    Boolean,
-    Column,
-    DateTime,
-    MetaData,
-    String,
-    Table,
-    Text,
-)
+from sqlalchemy import JSON, BigInteger, Column, DateTime, Table, Text
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import registry
+from sqlmodel import Field, SQLModel
 
 from flexinfer_common.api import API_VERSION, Model
 from flexinfer_common.store.base import EndpointRecord
@@ -31,40 +25,55 @@ from flexinfer_common.store.base import EndpointRecord
 # JSONB on PostgreSQL (compact, comparable); JSON text elsewhere.
 _JSON = JSON().with_variant(JSONB(), "postgresql")
 
-METADATA = MetaData()
 
-MODELS = Table(
-    "flexinfer_models",
-    METADATA,
-    Column("namespace", String(63), primary_key=True),
-    Column("name", String(253), primary_key=True),
-    Column("uid", String(36), nullable=False),
-    Column("generation", BigInteger, nullable=False),
-    Column("resource_version", BigInteger, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("meta", _JSON, nullable=False),
-    Column("spec", _JSON, nullable=False),
-    Column("spec_hash", String(64), nullable=False),
-    Column("status", _JSON, nullable=False),
-)
+class _StoreTable(SQLModel, registry=registry()):
+    """Base of the store's tables: their own registry and MetaData."""
 
-ENDPOINTS = Table(
-    "flexinfer_endpoints",
-    METADATA,
-    Column("model", String(320), primary_key=True),
-    Column("replica", String(253), primary_key=True),
-    Column("url", Text, nullable=False),
-    Column("ready", Boolean, nullable=False),
-    Column("node", String(253), nullable=True),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
-)
 
-COUNTERS = Table(
-    "flexinfer_counters",
-    METADATA,
-    Column("name", String(32), primary_key=True),
-    Column("value", BigInteger, nullable=False),
-)
+class ModelRow(_StoreTable, table=True):
+    """One Model: indexed identity columns, the rest as JSON documents."""
+
+    __tablename__ = "flexinfer_models"
+
+    namespace: str = Field(primary_key=True, max_length=63)
+    name: str = Field(primary_key=True, max_length=253)
+    uid: str = Field(max_length=36)
+    generation: int = Field(sa_type=BigInteger)
+    resource_version: int = Field(sa_type=BigInteger)
+    created_at: datetime = Field(sa_type=DateTime(timezone=True))
+    meta: dict[str, Any] = Field(sa_column=Column("meta", _JSON, nullable=False))
+    spec: dict[str, Any] = Field(sa_column=Column("spec", _JSON, nullable=False))
+    spec_hash: str = Field(max_length=64)
+    status: dict[str, Any] = Field(sa_column=Column("status", _JSON, nullable=False))
+
+
+class EndpointRow(_StoreTable, table=True):
+    """One replica's endpoint."""
+
+    __tablename__ = "flexinfer_endpoints"
+
+    model: str = Field(primary_key=True, max_length=320)
+    replica: str = Field(primary_key=True, max_length=253)
+    url: str = Field(sa_type=Text)
+    ready: bool
+    node: str | None = Field(default=None, max_length=253)
+    updated_at: datetime = Field(sa_type=DateTime(timezone=True))
+
+
+class CounterRow(_StoreTable, table=True):
+    """Named monotonic counters (the global resource version)."""
+
+    __tablename__ = "flexinfer_counters"
+
+    name: str = Field(primary_key=True, max_length=32)
+    value: int = Field(sa_type=BigInteger)
+
+
+METADATA = _StoreTable.metadata
+# SQLModel sets __table__ at class creation; its stubs don't declare it.
+MODELS = cast(Table, ModelRow.__table__)  # type: ignore[attr-defined]
+ENDPOINTS = cast(Table, EndpointRow.__table__)  # type: ignore[attr-defined]
+COUNTERS = cast(Table, CounterRow.__table__)  # type: ignore[attr-defined]
 
 RESOURCE_VERSION = "resource_version"
 """The counter row every write bumps: resource versions are unique across all objects, so
