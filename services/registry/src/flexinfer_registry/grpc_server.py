@@ -21,12 +21,11 @@ from flexinfer_registry._generated.model_express import (
     api_pb2_grpc,
     health_pb2,
     health_pb2_grpc,
-    model_pb2_grpc,
     p2p_pb2_grpc,
 )
 from flexinfer_registry.core.info import ServerInfo
 from flexinfer_registry.core.service import RegistryCore
-from flexinfer_registry.grpc_services import ModelService, P2pService
+from flexinfer_registry.grpc_services import ModelService, P2pService, add_model_service
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +171,7 @@ async def start_grpc_server(
     health_pb2_grpc.add_HealthServiceServicer_to_server(HealthService(info), server)  # type: ignore[no-untyped-call]
     api_pb2_grpc.add_ApiServiceServicer_to_server(ApiService(info), server)  # type: ignore[no-untyped-call]
     if core is not None:
-        model_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(core), server)  # type: ignore[no-untyped-call]
+        add_model_service(ModelService(core), server)
         p2p_pb2_grpc.add_P2pServiceServicer_to_server(P2pService(core), server)  # type: ignore[no-untyped-call]
     std_health = health_aio.HealthServicer()
     std_health_grpc.add_HealthServicer_to_server(std_health, server)

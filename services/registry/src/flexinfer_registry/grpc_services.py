@@ -33,6 +33,7 @@ from flexinfer_registry.core.records import (
 )
 from flexinfer_registry.core.service import RegistryCore
 from flexinfer_registry.core.sources import ListFilter, Publication
+from flexinfer_registry.wire import encode_file_chunk, passthrough
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,12 @@ class ModelService(model_pb2_grpc.ModelServiceServicer):
 
     async def StreamModelFiles(  # noqa: N802
         self, request: model_pb2.ModelFilesRequest, context: Any
-    ) -> AsyncIterator[model_pb2.FileChunk]:
-        """Stream the cached model's files in chunks (1 MiB unless asked otherwise)."""
+    ) -> AsyncIterator[bytes]:
+        """Stream the cached model's files in chunks (1 MiB unless asked otherwise).
+
+        Yields FileChunk messages already encoded (see :mod:`.wire`); the server registers
+        this method with a pass-through serializer (:func:`add_model_service`).
+        """
         files = self._core.files
         try:
             model = await files.find(request.model_name, _revision(request), request.ignore_weights)
@@ -122,17 +127,7 @@ class ModelService(model_pb2_grpc.ModelServiceServicer):
                 raise NotFoundError(f"model {request.model_name[:200]!r} has no files to stream")
             size = self._core.chunk_size(request.chunk_size)
             async for chunk in files.stream(model, chosen, size):
-                message = model_pb2.FileChunk(
-                    relative_path=chunk.relative_path,
-                    data=chunk.data,
-                    offset=chunk.offset,
-                    total_size=chunk.total_size,
-                    is_last_chunk=chunk.is_last_chunk,
-                    is_last_file=chunk.is_last_file,
-                )
-                if chunk.commit_hash is not None:
-                    message.commit_hash = chunk.commit_hash
-                yield message
+                yield encode_file_chunk(chunk)
         except FlexInferError as exc:
             await abort(context, exc)
 
@@ -165,6 +160,36 @@ class ModelService(model_pb2_grpc.ModelServiceServicer):
         return model_pb2.DeleteModelResponse(
             success=True, message=f"deleted {len(keys)} cache entries"
         )
+
+
+def add_model_service(servicer: ModelService, server: Any) -> None:
+    """Register ModelService as the generated code does, but with StreamModelFiles's
+    messages passed through as the bytes the servicer already encoded."""
+    handlers = {
+        "EnsureModelDownloaded": grpc.unary_stream_rpc_method_handler(
+            servicer.EnsureModelDownloaded,
+            request_deserializer=model_pb2.ModelDownloadRequest.FromString,
+            response_serializer=model_pb2.ModelStatusUpdate.SerializeToString,
+        ),
+        "StreamModelFiles": grpc.unary_stream_rpc_method_handler(
+            servicer.StreamModelFiles,
+            request_deserializer=model_pb2.ModelFilesRequest.FromString,
+            response_serializer=passthrough,
+        ),
+        "ListModelFiles": grpc.unary_unary_rpc_method_handler(
+            servicer.ListModelFiles,
+            request_deserializer=model_pb2.ModelFilesRequest.FromString,
+            response_serializer=model_pb2.ModelFileList.SerializeToString,
+        ),
+        "DeleteModel": grpc.unary_unary_rpc_method_handler(
+            servicer.DeleteModel,
+            request_deserializer=model_pb2.DeleteModelRequest.FromString,
+            response_serializer=model_pb2.DeleteModelResponse.SerializeToString,
+        ),
+    }
+    service = "model_express.model.ModelService"
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)
 
 
 def identity_from_proto(identity: p2p_pb2.SourceIdentity) -> SourceIdentity:
@@ -328,4 +353,4 @@ class P2pService(p2p_pb2_grpc.P2pServiceServicer):
         return p2p_pb2.UpdateStatusResponse(success=True, message="updated")
 
 
-__all__ = ["ModelService", "ModelStatus", "P2pService", "abort", "status_code"]
+__all__ = ["ModelService", "ModelStatus", "P2pService", "abort", "add_model_service", "status_code"]
