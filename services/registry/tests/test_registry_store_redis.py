@@ -195,6 +195,31 @@ async def test_create_stores_by_name(prefix: str) -> None:
         await stores.close()
 
 
+async def test_redis_prefix_setting_keeps_stacks_apart(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FLEXINFER_REGISTRY_REDIS_PREFIX reaches both stores; another prefix sees nothing."""
+    monkeypatch.setenv("FLEXINFER_REGISTRY_REDIS_PREFIX", prefix)
+    settings = RegistrySettings(store="redis", redis_url=require_redis())
+    assert settings.redis_prefix == prefix
+    ours = await create_stores(settings)
+    other = await create_stores(settings.model_copy(update={"redis_prefix": prefix + "x:"}))
+    try:
+        assert isinstance(ours.models, RedisModelStore)
+        assert ours.models.key("a/b") == f"{prefix}model:a/b"
+        assert isinstance(ours.sources, RedisSourceStore)
+        assert ours.sources.index_key("s") == f"{prefix}source:s"
+        await ours.models.set_status("a/b", Provider.S3, ModelStatus.DOWNLOADED, None, now=T0)
+        assert await other.models.get("a/b") is None
+        assert await other.models.list_by_last_used() == []
+        record = await ours.models.get("a/b")
+        assert record is not None
+        assert record.status == ModelStatus.DOWNLOADED
+    finally:
+        await ours.close()
+        await other.close()
+
+
 async def test_malformed_record_is_skipped_in_listings(
     prefix: str, raw_redis: aioredis.Redis
 ) -> None:

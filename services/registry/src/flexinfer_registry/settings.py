@@ -73,7 +73,12 @@ class RegistrySettings(BaseSettings):
     redis_url: str = Field(
         default="redis://127.0.0.1:6379/0", validation_alias=_env("redis_url", "REDIS_URL")
     )
-    """Redis for ``store=redis`` (keys ``mx:model:*`` and ``mx:source:*``, as ModelExpress)."""
+    """Redis for ``store=redis`` (keys ``mx:model:*`` and ``mx:source:*``, as ModelExpress;
+    see ``redis_prefix``)."""
+
+    redis_prefix: str = Field(default="mx:", min_length=1, max_length=200)
+    """Key prefix of every Redis key (``{prefix}model:*``, ``{prefix}source:*``): ``mx:`` is
+    ModelExpress's layout; parallel stacks sharing one Redis each set their own."""
 
     sql_url: str = Field(default="sqlite:///flexinfer-registry.db")
     """SQLAlchemy URL for ``store=sql`` (SQLite or PostgreSQL)."""

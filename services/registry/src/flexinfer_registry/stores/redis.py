@@ -420,8 +420,8 @@ def _source_record(
 
 async def create_stores(settings: RegistrySettings) -> Stores:
     """Both stores on ``settings.redis_url`` (``store=redis``); fails fast when unreachable."""
-    models = RedisModelStore.from_url(settings.redis_url)
-    sources = RedisSourceStore.from_url(settings.redis_url)
+    models = RedisModelStore.from_url(settings.redis_url, settings.redis_prefix)
+    sources = RedisSourceStore.from_url(settings.redis_url, settings.redis_prefix)
     try:
         await models.ping()
     except StoreError:
