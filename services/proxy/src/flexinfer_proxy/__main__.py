@@ -13,9 +13,10 @@ from typing import Any
 
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.errors import InvalidSpecError
-from flexinfer_common.service import bus_and_store, flag_overrides, run_main, serve_app
+from flexinfer_common.service import bus_and_store, flag_overrides, run_main
 from flexinfer_common.settings import LogSettings
 from flexinfer_proxy.app import create_app
+from flexinfer_proxy.serve import serve_proxy
 from flexinfer_proxy.settings import ProxySettings
 from flexinfer_proxy.static import StaticEndpoint, StaticStore, parse_static
 
@@ -58,7 +59,7 @@ def build_settings(args: argparse.Namespace) -> ProxySettings:
 async def _serve(settings: ProxySettings) -> None:
     async with bus_and_store(settings.bus, settings.store) as (bus, store):
         app = create_app(settings, bus=bus, store=store)
-        await serve_app("proxy", app, settings.host, settings.port)
+        await serve_proxy(app, settings.host, settings.port)
 
 
 def _serve_static(
@@ -71,7 +72,7 @@ def _serve_static(
         store = StaticStore.from_declarations(declared, settings.namespace)
         try:
             app = create_app(settings, bus=bus, store=store)
-            await serve_app("proxy", app, settings.host, settings.port)
+            await serve_proxy(app, settings.host, settings.port)
         finally:
             await store.close()
             await bus.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.types import Receive
 
@@ -26,12 +27,26 @@ class BodyTimeoutError(FlexInferError):
     code = "request_timeout"
 
 
+def _expire(task: asyncio.Task[Any], expired: list[bool]) -> None:
+    expired.append(True)
+    task.cancel()
+
+
 async def _receive_body(receive: Receive, timeout_s: float) -> tuple[bytes, bool]:
+    # One timer handle instead of asyncio.timeout's context manager: this runs on every
+    # request, and a body that already arrived returns before the timer matters.
+    task = asyncio.current_task()
+    assert task is not None
+    expired: list[bool] = []
+    timer = asyncio.get_running_loop().call_later(timeout_s, _expire, task, expired)
     try:
-        async with asyncio.timeout(timeout_s):
-            message = await receive()
-    except TimeoutError:
-        raise BodyTimeoutError(f"request body not received within {timeout_s:g}s") from None
+        message = await receive()
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:
+            raise BodyTimeoutError(f"request body not received within {timeout_s:g}s") from None
+        raise
+    finally:
+        timer.cancel()
     if message["type"] == "http.disconnect":
         raise ClientGoneError
     return message.get("body", b""), bool(message.get("more_body", False))

@@ -47,7 +47,9 @@ from flexinfer_proxy.forward import (
     open_upstream,
     relay,
 )
+from flexinfer_proxy.hot_cache import HotCache
 from flexinfer_proxy.progress_sse import serve_with_progress, wants_progress
+from flexinfer_proxy.server_exchange import WATCH_DISCONNECT, WatchDisconnect
 from flexinfer_proxy.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger(__name__)
@@ -99,25 +101,37 @@ async def _watch_disconnect(receive: Receive, body_done: asyncio.Event | None) -
 
 
 async def run_until_disconnect(
-    receive: Receive, work: Coroutine[Any, Any, None], body_done: asyncio.Event | None = None
+    receive: Receive,
+    work: Coroutine[Any, Any, None],
+    body_done: asyncio.Event | None = None,
+    watch: WatchDisconnect | None = None,
 ) -> None:
     """Run ``work`` in this task; cancel it if the client disconnects first.
 
-    The work runs inline (not in a task of its own) and one watcher task cancels it on a
-    disconnect: a task and an ``asyncio.wait`` less per request on the hot path.
+    The work runs inline (not in a task of its own). The proxy's own server tells of a
+    disconnect through ``watch`` (a callback, no task at all); under any other ASGI server
+    one watcher task reads ``receive`` and cancels the work.
     """
     task = asyncio.current_task()
     assert task is not None
     gone = False
 
-    def disconnected(watcher: asyncio.Future[None]) -> None:
+    def disconnected() -> None:
         nonlocal gone
-        if not watcher.cancelled() and watcher.exception() is None:
+        if not gone:
             gone = True
             task.cancel()
 
-    watcher = asyncio.ensure_future(_watch_disconnect(receive, body_done))
-    watcher.add_done_callback(disconnected)
+    def watcher_done(watcher: asyncio.Future[None]) -> None:
+        if not watcher.cancelled() and watcher.exception() is None:
+            disconnected()
+
+    watcher: asyncio.Future[None] | None = None
+    if watch is not None:
+        watch(disconnected)
+    else:
+        watcher = asyncio.ensure_future(_watch_disconnect(receive, body_done))
+        watcher.add_done_callback(watcher_done)
     try:
         await work
     except asyncio.CancelledError:
@@ -128,8 +142,12 @@ async def run_until_disconnect(
         if gone:
             task.uncancel()  # the work swallowed our cancellation and finished
     finally:
-        watcher.remove_done_callback(disconnected)
-        watcher.cancel()
+        if watcher is None:
+            assert watch is not None
+            watch(None)
+        else:
+            watcher.remove_done_callback(watcher_done)
+            watcher.cancel()
 
 
 class OpenAIProxy:
@@ -138,6 +156,7 @@ class OpenAIProxy:
     def __init__(self, core: ProxyCore, client: UpstreamPool | None = None) -> None:
         self.core = core
         self.client = client
+        self.hot = HotCache(core)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one request."""
@@ -155,15 +174,18 @@ class OpenAIProxy:
         except ClientGoneError:
             return
         except FlexInferError as exc:
-            core.metrics.requests.labels("", str(http_status_of(exc))).inc()
+            self.hot.count("", http_status_of(exc))
             await error_response(exc)(scope, receive, send)
             return
         key = target.model.key
-        core.activity.begin(key, core.activity_interval(target.model))
+        core.activity.begin(key, self.hot.timings(target.model)[0])
         body_done = request.body.done if isinstance(request.body, BodyStream) else None
         try:
             await run_until_disconnect(
-                receive, self._serve(scope, receive, send, target, request, started), body_done
+                receive,
+                self._serve(scope, receive, send, target, request, started),
+                body_done,
+                scope.get("extensions", {}).get(WATCH_DISCONNECT),
             )
         except ClientGoneError:
             pass
@@ -191,10 +213,10 @@ class OpenAIProxy:
         try:
             response, url = await self.connect(scope, target, request, ctx, started, endpoint)
         except FlexInferError as exc:
-            core.metrics.requests.labels(key, str(http_status_of(exc))).inc()
+            self.hot.count(key, http_status_of(exc))
             await error_response(exc)(scope, receive, send)
             return
-        core.metrics.requests.labels(key, str(response.status_code)).inc()
+        self.hot.count(key, response.status_code)
         try:
             await relay(response, send)
         finally:
@@ -218,7 +240,7 @@ class OpenAIProxy:
         key = model.key
         strategy = core.router.for_model(model)
         assert self.client is not None, "the app's lifespan creates the client"
-        deadline = started + core.wait_budget(model)
+        deadline = started + self.hot.timings(model)[1]
         while True:
             if endpoint is None:
                 endpoint = core.dispatcher.pick_now(key, strategy, ctx)
