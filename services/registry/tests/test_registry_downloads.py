@@ -33,11 +33,14 @@ async def memory_stores() -> Stores:
 STORE_FACTORIES: dict[str, Callable[[], Awaitable[Stores]]] = {"memory": memory_stores}
 
 
+@pytest.mark.parametrize("missing_files", [False, True], ids=["fresh", "missing-files"])
 @pytest.mark.parametrize("backend", sorted(STORE_FACTORIES))
-async def test_exactly_once_across_two_replicas(backend: str, tmp_path: Path) -> None:
+async def test_exactly_once_across_two_replicas(
+    backend: str, tmp_path: Path, missing_files: bool
+) -> None:
     stores = await STORE_FACTORIES[backend]()
     try:
-        await check_exactly_once(stores, tmp_path / "cache")
+        await check_exactly_once(stores, tmp_path / "cache", missing_files=missing_files)
     finally:
         await stores.close()
 

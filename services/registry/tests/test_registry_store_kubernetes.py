@@ -474,8 +474,9 @@ async def test_list_by_source_and_rank_uses_labels(apiserver: tuple[str, FakeApi
         await store.close()
 
 
+@pytest.mark.parametrize("missing_files", [False, True], ids=["fresh", "missing-files"])
 async def test_kubernetes_exactly_once_across_two_replicas(
-    apiserver: tuple[str, FakeApiServer], tmp_path: Path
+    apiserver: tuple[str, FakeApiServer], tmp_path: Path, missing_files: bool
 ) -> None:
     """100 EnsureModelDownloaded calls over two registry apps sharing one apiserver."""
     url, _ = apiserver
@@ -484,7 +485,7 @@ async def test_kubernetes_exactly_once_across_two_replicas(
         sources=KubernetesSourceStore(KubeApi(host=url), "registry"),
     )
     try:
-        await check_exactly_once(stores, tmp_path / "cache")
+        await check_exactly_once(stores, tmp_path / "cache", missing_files=missing_files)
     finally:
         await stores.close()
 

@@ -249,13 +249,16 @@ async def test_stale_marking_spares_a_worker_that_heartbeats(prefix: str) -> Non
         await store.close()
 
 
-async def test_redis_exactly_once_across_two_replicas(prefix: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("missing_files", [False, True], ids=["fresh", "missing-files"])
+async def test_redis_exactly_once_across_two_replicas(
+    prefix: str, tmp_path: Path, missing_files: bool
+) -> None:
     """100 EnsureModelDownloaded calls over two registry apps sharing one Redis: one download."""
     url = require_redis()
     stores = Stores(
         models=RedisModelStore.from_url(url, prefix), sources=RedisSourceStore.from_url(url, prefix)
     )
     try:
-        await check_exactly_once(stores, tmp_path / "cache")
+        await check_exactly_once(stores, tmp_path / "cache", missing_files=missing_files)
     finally:
         await stores.close()

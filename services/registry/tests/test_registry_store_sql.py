@@ -117,12 +117,15 @@ async def test_sql_unreachable_database_is_a_store_error() -> None:
         await store.close()
 
 
-async def test_sql_exactly_once_across_two_replicas(sql_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("missing_files", [False, True], ids=["fresh", "missing-files"])
+async def test_sql_exactly_once_across_two_replicas(
+    sql_url: str, tmp_path: Path, missing_files: bool
+) -> None:
     """100 EnsureModelDownloaded calls over two registry apps sharing one database."""
     stores = Stores(
         models=SqlModelStore.from_url(sql_url), sources=SqlSourceStore.from_url(sql_url)
     )
     try:
-        await check_exactly_once(stores, tmp_path / "cache")
+        await check_exactly_once(stores, tmp_path / "cache", missing_files=missing_files)
     finally:
         await stores.close()

@@ -4,7 +4,8 @@ One download per cache key across every replica sharing a store: the store's ato
 ``try_claim`` picks the winner. In this process, all callers for one key share one
 :class:`_Flight` task and see the same updates; callers on other replicas poll the store
 record, whose ``message`` the winner refreshes with its progress every heartbeat. A
-DOWNLOADED record whose files are gone from disk is deleted and claimed again. A winner
+DOWNLOADED record whose files are gone from disk is deleted (compare-and-delete, so
+exactly one replica does it) and claimed again. A winner
 that crashes stops heartbeating, and its claim is reclaimed after ``stale_s``.
 """
 
@@ -186,8 +187,10 @@ class DownloadTracker:
                 missing += 1
                 if missing > MAX_MISSING_RETRIES:
                     raise OSError(f"{key}: files keep disappearing from the cache")
-                log.warning("%s: DOWNLOADED but files are missing; downloading again", key)
-                await self.store.delete(key)
+                # Compare-and-delete: when replicas both find the files missing, one resets
+                # the record; the others see it changed (or claimed) and look again.
+                if await self.store.delete_if(key, ModelStatus.DOWNLOADED, record.updated_at):
+                    log.warning("%s: DOWNLOADED but files are missing; downloading again", key)
                 continue
             if record is not None and waited and record.status == ModelStatus.ERROR:
                 flight.emit(self._update(request, ModelStatus.ERROR, record.message))

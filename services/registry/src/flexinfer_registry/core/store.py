@@ -20,6 +20,9 @@ from flexinfer_registry.core.records import (
     SourceStatus,
 )
 
+MATCH_WINDOW_S = 0.0005
+"""``delete_if`` treats timestamps this close as equal: stores keep at least milliseconds."""
+
 
 class ModelRegistryStore(ABC):
     """Cached-model records keyed by model name (the seed's RegistryBackend).
@@ -68,6 +71,13 @@ class ModelRegistryStore(ABC):
     @abstractmethod
     async def delete(self, name: str) -> bool:
         """Remove the record; True if one existed."""
+
+    @abstractmethod
+    async def delete_if(self, name: str, status: ModelStatus, updated_at: float) -> bool:
+        """Remove the record only if it still has ``status`` and ``updated_at`` (to within
+        half a millisecond): compare-and-delete. Of several replicas that judged one record,
+        exactly one removes it, and none removes a record written since. True if removed.
+        """
 
     @abstractmethod
     async def list_by_last_used(self, limit: int | None = None) -> list[ModelRecord]:

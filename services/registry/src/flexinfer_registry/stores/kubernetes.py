@@ -35,7 +35,12 @@ from flexinfer_registry.core.records import (
     SourceStatus,
     source_sort_key,
 )
-from flexinfer_registry.core.store import ModelRegistryStore, SourceStore, Stores
+from flexinfer_registry.core.store import (
+    MATCH_WINDOW_S,
+    ModelRegistryStore,
+    SourceStore,
+    Stores,
+)
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.stores.rfc3339 import format_ts, parse_ts
 
@@ -175,6 +180,22 @@ class KubernetesModelStore(ModelRegistryStore):
     async def delete(self, name: str) -> bool:
         """Delete the entry; True if it existed."""
         return await self._objects.delete(self.object_name(name))
+
+    async def delete_if(self, name: str, status: ModelStatus, updated_at: float) -> bool:
+        """Judge the entry, then delete it at the resourceVersion judged (a 409 = changed)."""
+        for _ in range(_ATTEMPTS):
+            found = await self._objects.get(self.object_name(name))
+            if found is None:
+                return False
+            record = _model_record(found, name)
+            if record.status != status or abs(record.updated_at - updated_at) > MATCH_WINDOW_S:
+                return False
+            meta = found["metadata"]
+            try:
+                return await self._objects.delete(meta["name"], meta["resourceVersion"])
+            except ConflictError:
+                continue  # written since we judged it: judge again
+        raise StoreError(f"delete_if of {name!r} kept losing races; giving up")
 
     async def list_by_last_used(self, limit: int | None = None) -> list[ModelRecord]:
         """Every entry, least recently used first (ties by name)."""

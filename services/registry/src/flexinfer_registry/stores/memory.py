@@ -20,7 +20,12 @@ from flexinfer_registry.core.records import (
     SourceStatus,
     source_sort_key,
 )
-from flexinfer_registry.core.store import ModelRegistryStore, SourceStore, Stores
+from flexinfer_registry.core.store import (
+    MATCH_WINDOW_S,
+    ModelRegistryStore,
+    SourceStore,
+    Stores,
+)
 from flexinfer_registry.settings import RegistrySettings
 
 
@@ -92,6 +97,15 @@ class MemoryModelStore(ModelRegistryStore):
         with self._lock:
             return self._records.pop(name, None) is not None
 
+    async def delete_if(self, name: str, status: ModelStatus, updated_at: float) -> bool:
+        """Compare-and-delete under the lock."""
+        with self._lock:
+            current = self._records.get(name)
+            if current is None or not _same(current, status, updated_at):
+                return False
+            del self._records[name]
+            return True
+
     async def list_by_last_used(self, limit: int | None = None) -> list[ModelRecord]:
         """Least recently used first."""
         with self._lock:
@@ -105,6 +119,10 @@ class MemoryModelStore(ModelRegistryStore):
 
     async def close(self) -> None:
         """Nothing to release."""
+
+
+def _same(record: ModelRecord, status: ModelStatus, updated_at: float) -> bool:
+    return record.status == status and abs(record.updated_at - updated_at) <= MATCH_WINDOW_S
 
 
 def _claimable(record: ModelRecord, now: float, stale_after: float | None) -> bool:

@@ -33,7 +33,12 @@ from flexinfer_registry.core.records import (
     SourceStatus,
     source_sort_key,
 )
-from flexinfer_registry.core.store import ModelRegistryStore, SourceStore, Stores
+from flexinfer_registry.core.store import (
+    MATCH_WINDOW_S,
+    ModelRegistryStore,
+    SourceStore,
+    Stores,
+)
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.stores import redis_scripts as lua
 from flexinfer_registry.stores.rfc3339 import format_ts, parse_ts
@@ -94,6 +99,7 @@ class RedisModelStore(_RedisStore, ModelRegistryStore):
         self._claim = client.register_script(lua.CLAIM_MODEL)
         self._set_status = client.register_script(lua.SET_MODEL_STATUS)
         self._touch = client.register_script(lua.TOUCH_MODEL)
+        self._delete_if = client.register_script(lua.DELETE_MODEL_IF)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = DEFAULT_PREFIX) -> RedisModelStore:
@@ -144,6 +150,13 @@ class RedisModelStore(_RedisStore, ModelRegistryStore):
         """DEL the hash; True if it existed."""
         with _redis_errors("DEL"):
             return bool(await self._client.delete(self.key(name)))
+
+    async def delete_if(self, name: str, status: ModelStatus, updated_at: float) -> bool:
+        """DEL only if status and updated_at still match (DELETE_MODEL_IF, atomic)."""
+        window = [format_ts(updated_at - MATCH_WINDOW_S), format_ts(updated_at + MATCH_WINDOW_S)]
+        with _redis_errors("delete_if"):
+            done = await self._delete_if(keys=[self.key(name)], args=[status.name, *window])
+        return bool(done)
 
     async def list_by_last_used(self, limit: int | None = None) -> list[ModelRecord]:
         """SCAN + pipelined HGETALL, sorted by (last_used_at, name)."""

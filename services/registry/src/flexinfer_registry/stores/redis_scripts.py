@@ -52,6 +52,20 @@ redis.call('HSET', KEYS[1], 'last_used_at', ARGV[1])
 return 1
 """
 
+# KEYS[1] model hash; ARGV status, earliest and latest updated_at. Compare-and-delete: only
+# a record still in the state the caller judged is removed (records without updated_at,
+# as ModelExpress writes them, are judged by last_used_at, as the reader does).
+DELETE_MODEL_IF = """
+local status = redis.call('HGET', KEYS[1], 'status')
+local seen = redis.call('HGET', KEYS[1], 'updated_at')
+seen = seen or redis.call('HGET', KEYS[1], 'last_used_at')
+if status ~= ARGV[1] or (not seen) or seen < ARGV[2] or seen > ARGV[3] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
 # KEYS[1] source index, KEYS[2] worker hash; ARGV identity JSON, worker_id, then field/value
 # pairs of the worker hash. Replaces the worker wholly (DEL first: no stale optional fields).
 PUBLISH_SOURCE = """

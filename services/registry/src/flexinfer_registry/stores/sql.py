@@ -31,7 +31,12 @@ from flexinfer_registry.core.records import (
     SourceStatus,
     source_sort_key,
 )
-from flexinfer_registry.core.store import ModelRegistryStore, SourceStore, Stores
+from flexinfer_registry.core.store import (
+    MATCH_WINDOW_S,
+    ModelRegistryStore,
+    SourceStore,
+    Stores,
+)
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.stores import sql_schema as schema
 
@@ -185,6 +190,16 @@ class SqlModelStore(_SqlStore, ModelRegistryStore):
     async def delete(self, name: str) -> bool:
         """DELETE the row; True if it existed."""
         return await self._call(self._changed, delete(schema.MODELS).where(_M.name == name))
+
+    async def delete_if(self, name: str, status: ModelStatus, updated_at: float) -> bool:
+        """One conditional DELETE: the row goes only if status and updated_at still match."""
+        stmt = delete(schema.MODELS).where(
+            _M.name == name,
+            _M.status == status.name,
+            _M.updated_at >= updated_at - MATCH_WINDOW_S,
+            _M.updated_at <= updated_at + MATCH_WINDOW_S,
+        )
+        return await self._call(self._changed, stmt)
 
     def _changed(self, stmt: Any) -> bool:
         with self._engine.begin() as conn:

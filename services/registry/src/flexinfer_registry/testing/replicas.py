@@ -8,11 +8,17 @@ and asserts one download happened and every caller saw the same progress and fin
 Left alone, one replica usually claims before the other even looks, and a claim that is not
 atomic would pass unnoticed. So each replica sees the store through a gate that holds its
 first lookup until both replicas have looked: both find no record, and both race to claim.
+
+With ``missing_files=True`` the store starts with a DOWNLOADED record whose files are not on
+disk: both replicas judge it missing, and the gate holds the second replica's reset until
+the first has reset the record and claimed it again, the order in which a plain delete
+would wipe out the new claim and start a second download.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -31,12 +37,28 @@ CALLS = 100
 
 
 class _RaceGate(ModelRegistryStore):
-    """Delegates to ``inner``; the first ``get`` waits until every replica has made one."""
+    """Delegates to ``inner``; the first ``get`` waits until every replica has made one.
 
-    def __init__(self, inner: ModelRegistryStore, barrier: asyncio.Barrier) -> None:
+    When ``claimed`` is given, replica 0 sets it on winning a claim and replica 1's resets
+    (delete, delete_if) wait for it.
+    """
+
+    def __init__(
+        self,
+        inner: ModelRegistryStore,
+        barrier: asyncio.Barrier,
+        index: int = 0,
+        claimed: asyncio.Event | None = None,
+    ) -> None:
         self.inner = inner
         self.barrier = barrier
         self.first = True
+        self.index = index
+        self.claimed = claimed
+
+    async def _reset_turn(self) -> None:
+        if self.claimed is not None and self.index == 1:
+            await asyncio.wait_for(self.claimed.wait(), 10)
 
     async def get(self, name: str) -> ModelRecord | None:
         record = await self.inner.get(name)
@@ -48,7 +70,10 @@ class _RaceGate(ModelRegistryStore):
     async def try_claim(
         self, name: str, provider: Provider, *, now: float, stale_after: float | None = None
     ) -> bool:
-        return await self.inner.try_claim(name, provider, now=now, stale_after=stale_after)
+        won = await self.inner.try_claim(name, provider, now=now, stale_after=stale_after)
+        if won and self.claimed is not None and self.index == 0:
+            self.claimed.set()
+        return won
 
     async def set_status(
         self,
@@ -65,7 +90,12 @@ class _RaceGate(ModelRegistryStore):
         return await self.inner.touch(name, now=now)
 
     async def delete(self, name: str) -> bool:
+        await self._reset_turn()
         return await self.inner.delete(name)
+
+    async def delete_if(self, name: str, status: ModelStatus, updated_at: float) -> bool:
+        await self._reset_turn()
+        return await self.inner.delete_if(name, status, updated_at)
 
     async def list_by_last_used(self, limit: int | None = None) -> list[ModelRecord]:
         return await self.inner.list_by_last_used(limit)
@@ -77,7 +107,9 @@ class _RaceGate(ModelRegistryStore):
         """The caller owns the inner store."""
 
 
-async def check_exactly_once(stores: Stores, cache_dir: Path, model: str = "race/model") -> None:
+async def check_exactly_once(
+    stores: Stores, cache_dir: Path, model: str = "race/model", *, missing_files: bool = False
+) -> None:
     """See the module docstring."""
     gate = asyncio.Event()
     provider = ScriptedProvider({"config.json": b"{}", "w.safetensors": b"x" * 4096}, gate=gate)
@@ -92,8 +124,15 @@ async def check_exactly_once(stores: Stores, cache_dir: Path, model: str = "race
     async with AsyncExitStack() as stack:
         addresses = []
         barrier = asyncio.Barrier(2)
-        for _ in range(2):
-            gated = Stores(models=_RaceGate(stores.models, barrier), sources=stores.sources)
+        claimed = None
+        if missing_files:
+            claimed = asyncio.Event()
+            await stores.models.set_status(
+                model, Provider.HUGGING_FACE, ModelStatus.DOWNLOADED, "cached", now=time.time()
+            )
+        for index in range(2):
+            gate_store = _RaceGate(stores.models, barrier, index, claimed)
+            gated = Stores(models=gate_store, sources=stores.sources)
             app: Any = create_app(settings, stores=gated, providers=OneProvider(provider))
             await stack.enter_async_context(serve_in_background(app))
             addresses.append(str(app.state.grpc_address))

@@ -228,6 +228,43 @@ async def check_status_counts(open_store: OpenModelStore) -> None:
         assert counts.get(ModelStatus.DOWNLOADING) == 1
 
 
+async def check_delete_if_compares(open_store: OpenModelStore) -> None:
+    """delete_if removes the record only while status and updated_at still match."""
+    async with _opened(open_store) as store:
+        assert await store.delete_if("m", ModelStatus.DOWNLOADED, T0) is False
+        await store.set_status("m", Provider.S3, ModelStatus.DOWNLOADED, "ok", now=T0)
+        await store.touch("m", now=T0 + 50)  # a use is not a change of what was judged
+        assert await store.delete_if("m", ModelStatus.DOWNLOADING, T0) is False
+        assert await store.delete_if("m", ModelStatus.DOWNLOADED, T0 + 0.01) is False
+        assert await store.get("m") is not None
+        assert await store.delete_if("m", ModelStatus.DOWNLOADED, T0) is True
+        assert await store.get("m") is None
+        assert await store.delete_if("m", ModelStatus.DOWNLOADED, T0) is False
+        # Judged DOWNLOADED at T0, but re-claimed since: the new claim survives.
+        await store.set_status("n", Provider.S3, ModelStatus.DOWNLOADED, "ok", now=T0)
+        assert await store.delete("n")
+        assert await store.try_claim("n", Provider.S3, now=T0 + 1)
+        assert await store.delete_if("n", ModelStatus.DOWNLOADED, T0) is False
+        record = await store.get("n")
+        assert record is not None
+        assert record.status == ModelStatus.DOWNLOADING
+
+
+async def check_concurrent_delete_if_one_winner(open_store: OpenModelStore) -> None:
+    """Replicas that judged one record concurrently: exactly one delete_if removes it."""
+    stores = [await open_store() for _ in range(4)]
+    try:
+        await stores[0].set_status("m", Provider.S3, ModelStatus.DOWNLOADED, None, now=T0)
+        results = await asyncio.gather(
+            *(s.delete_if("m", ModelStatus.DOWNLOADED, T0) for s in stores for _ in range(3))
+        )
+        assert sum(results) == 1
+        assert await stores[1].get("m") is None
+    finally:
+        for store in stores:
+            await store.close()
+
+
 async def check_close_idempotent(open_store: OpenModelStore) -> None:
     """close twice is harmless."""
     store = await open_store()
@@ -245,6 +282,8 @@ MODEL_STORE_CHECKS: tuple[ModelStoreCheck, ...] = (
     check_set_status_upserts,
     check_touch_updates_last_used_only,
     check_delete,
+    check_delete_if_compares,
+    check_concurrent_delete_if_one_winner,
     check_list_by_last_used,
     check_status_counts,
     check_close_idempotent,
