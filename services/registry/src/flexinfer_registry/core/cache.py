@@ -25,6 +25,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 
 from flexinfer_registry.core.paths import check_relative_path, model_dir_name, resolve_inside
 
@@ -85,6 +86,30 @@ class ModelCache:
         self.root = root
         self.models_dir = root / "models"
         self.tmp_dir = root / ".tmp"
+        # key -> (manifest inode, mtime_ns, size), model: a manifest already parsed.
+        self._parsed: dict[str, tuple[tuple[int, int, int], CachedModel]] = {}
+
+    def load_known(self, key: str, max_files: int = 64) -> CachedModel | None:
+        """:meth:`load` without parsing: only for a manifest parsed before and unchanged since
+        (same inode, mtime and size), re-checking every file's size by stat. None means "not
+        known to be complete": ask :meth:`load`. Cheap enough for an event loop."""
+        known = self._parsed.get(key)
+        if known is None or len(known[1].files) > max_files:
+            return None
+        signature, model = known
+        try:
+            stat = (model.root / MANIFEST).stat()
+            if (stat.st_ino, stat.st_mtime_ns, stat.st_size) != signature:
+                return None
+            for item in model.files:
+                path = model.files_dir / item.path
+                # lstat: a file swapped for a symlink is judged by the slow, resolving path.
+                found = path.lstat()
+                if not S_ISREG(found.st_mode) or found.st_size != item.size:
+                    return None
+        except OSError:
+            return None
+        return model
 
     def model_root(self, key: str) -> Path:
         """Where the model with cache key ``key`` is (or would be) installed."""
@@ -130,6 +155,7 @@ class ModelCache:
         """The installed model if its manifest is present and every file has its size."""
         root = self.model_root(key)
         try:
+            manifest_stat = (root / MANIFEST).stat()
             manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
             files = tuple(CachedFile(str(f["path"]), int(f["size"])) for f in manifest["files"])
             if manifest.get("key") != key:
@@ -143,7 +169,7 @@ class ModelCache:
             return None
         except Exception:  # InvalidSpecError: a manifest naming a path outside the model
             return None
-        return CachedModel(
+        model = CachedModel(
             key=key,
             name=str(manifest.get("name", key)),
             root=root,
@@ -152,9 +178,13 @@ class ModelCache:
             resolved_revision=manifest.get("resolved_revision"),
             ignore_weights=bool(manifest.get("ignore_weights", False)),
         )
+        signature = (manifest_stat.st_ino, manifest_stat.st_mtime_ns, manifest_stat.st_size)
+        self._parsed[key] = (signature, model)
+        return model
 
     def remove(self, key: str) -> bool:
         """Delete an installed model (renamed away first, so readers never see half of it)."""
+        self._parsed.pop(key, None)
         return self._discard(self.model_root(key))
 
     def remove_staging(self, staging: Path) -> None:

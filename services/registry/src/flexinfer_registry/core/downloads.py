@@ -177,7 +177,9 @@ class DownloadTracker:
             record = await self.store.get(key)
             now = self.clock()
             if record is not None and record.status == ModelStatus.DOWNLOADED:
-                model = await asyncio.to_thread(self.cache.load, key)
+                # A manifest seen before is re-checked by stat inline (no thread hop);
+                # anything else, or any doubt, takes the full load in a worker thread.
+                model = self.cache.load_known(key) or await asyncio.to_thread(self.cache.load, key)
                 if model is not None:
                     await self.store.touch(key, now=now)
                     if not waited:

@@ -68,7 +68,7 @@ class ModelFiles:
             record = await self.store.get(key)
             if record is None or record.status != ModelStatus.DOWNLOADED:
                 continue
-            model = await asyncio.to_thread(self.cache.load, key)
+            model = self.cache.load_known(key) or await asyncio.to_thread(self.cache.load, key)
             if model is not None:
                 await self.store.touch(key, now=self.clock())
                 return model
