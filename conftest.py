@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from flexinfer_testing.stack import StackFactory, stack_factory
 
 

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
+
 from flexinfer_testing.stack import Stack, StackFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]

@@ -13,6 +13,7 @@ import httpx
 import openai
 import psutil
 import pytest
+
 from flexinfer_testing.stack import flexinfer_command, stop_process, wait_for_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import openai
 import pytest
-from flexinfer_testing.stack import flexinfer_command, stop_process, wait_for_file
 from openai.types.chat import ChatCompletionMessageParam
 
 from flexinfer_common.errors import ConflictError, InvalidSpecError
 from flexinfer_common.serving import serve_in_background
 from flexinfer_proxy.static import StaticStore, object_name, parse_static
 from flexinfer_proxy.testing import FakeUpstream
+from flexinfer_testing.stack import flexinfer_command, stop_process, wait_for_file
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 

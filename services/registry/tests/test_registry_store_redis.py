@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from flexinfer_testing.services import require_redis
 
 from flexinfer_common.errors import InvalidSpecError, StoreError
 from flexinfer_registry.core.records import ModelStatus, Provider, SourceQuery, SourceStatus
@@ -27,6 +26,7 @@ from flexinfer_registry.testing.store_contract import (
     SourceStoreCheck,
     source,
 )
+from flexinfer_testing.services import require_redis
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from flexinfer_testing.services import postgres_database
 
 from flexinfer_common.errors import StoreError
 from flexinfer_registry.core.records import ModelStatus, Provider
@@ -23,6 +22,7 @@ from flexinfer_registry.testing.store_contract import (
     ModelStoreCheck,
     SourceStoreCheck,
 )
+from flexinfer_testing.services import postgres_database
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

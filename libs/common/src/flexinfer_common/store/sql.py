@@ -26,13 +26,12 @@ from flexinfer_common.errors import ConflictError, FlexInferError, NotFoundError
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import sql_schema as schema
 from flexinfer_common.store.base import EndpointRecord, ModelStore
-from flexinfer_common.store.sql_engine import build_engine, upsert
+from flexinfer_common.store.sql_engine import build_engine, create_tables, ensure_schema, upsert
 
 T = TypeVar("T")
 
 _M = schema.MODELS.c
 _E = schema.ENDPOINTS.c
-_SCHEMA_ATTEMPTS = 3
 
 
 class SqlModelStore(ModelStore):
@@ -63,25 +62,14 @@ class SqlModelStore(ModelStore):
 
     def _ensure_schema(self) -> None:
         with self._schema_lock:
-            if self._schema_ready:
-                return
-            for attempt in range(_SCHEMA_ATTEMPTS):
-                try:
-                    self._create_schema()
-                    break
-                except SQLAlchemyError:
-                    # Two processes creating the tables at once: one loses the race.
-                    if attempt == _SCHEMA_ATTEMPTS - 1:
-                        raise
-            self._schema_ready = True
+            if not self._schema_ready:
+                ensure_schema(self._engine, self._create_schema)
+                self._schema_ready = True
 
-    def _create_schema(self) -> None:
-        with self._engine.begin() as conn:
-            schema.METADATA.create_all(conn, checkfirst=True)
-            stmt = upsert(self._engine, schema.COUNTERS).values(
-                name=schema.RESOURCE_VERSION, value=0
-            )
-            conn.execute(stmt.on_conflict_do_nothing(index_elements=["name"]))
+    def _create_schema(self, conn: Connection) -> None:
+        create_tables(conn, schema.METADATA)
+        stmt = upsert(self._engine, schema.COUNTERS).values(name=schema.RESOURCE_VERSION, value=0)
+        conn.execute(stmt.on_conflict_do_nothing(index_elements=["name"]))
 
     def _run(self, fn: Callable[..., T], *args: Any) -> T:
         with self._op_lock:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, Insert, Table, create_engine, event
+from sqlalchemy import Connection, Engine, Insert, MetaData, Table, create_engine, event
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from flexinfer_common.errors import ConfigError
 from flexinfer_common.settings import StoreSettings
@@ -104,3 +106,33 @@ def build_engine(settings: StoreSettings) -> Engine:
 def upsert(engine: Engine, table: Table) -> Any:
     """The dialect's INSERT construct that supports ON CONFLICT."""
     return _INSERTS[engine.dialect.name](table)
+
+
+def create_tables(conn: Connection, metadata: MetaData) -> None:
+    """CREATE TABLE / INDEX IF NOT EXISTS for every table of ``metadata``.
+
+    Unlike ``create_all(checkfirst=True)``, which checks and then creates, this cannot fail
+    because another process created the same table between the check and the create.
+    """
+    for table in metadata.sorted_tables:
+        conn.execute(CreateTable(table, if_not_exists=True))
+        for index in table.indexes:
+            conn.execute(CreateIndex(index, if_not_exists=True))
+
+
+def ensure_schema(engine: Engine, create: Callable[[Connection], None], attempts: int = 8) -> None:
+    """Run ``create`` in one transaction, retrying while concurrent creators race.
+
+    PostgreSQL can still reject a concurrent ``CREATE TABLE IF NOT EXISTS`` (a unique
+    violation in its catalog), and SQLite a write while another holds the lock: both go
+    away once the other creator commits, so a few short retries settle it.
+    """
+    for attempt in range(attempts):
+        try:
+            with engine.begin() as conn:
+                create(conn)
+            return
+        except SQLAlchemyError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.02 * (attempt + 1))

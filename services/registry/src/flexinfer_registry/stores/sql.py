@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from flexinfer_common.errors import FlexInferError, StoreError
 from flexinfer_common.settings import StoreSettings
-from flexinfer_common.store.sql_engine import build_engine, upsert
+from flexinfer_common.store.sql_engine import build_engine, create_tables, ensure_schema, upsert
 from flexinfer_registry.core.records import (
     ModelRecord,
     ModelStatus,
@@ -43,7 +43,6 @@ from flexinfer_registry.stores import sql_schema as schema
 T = TypeVar("T")
 _M = schema.MODELS.c
 _W = schema.WORKERS.c
-_SCHEMA_ATTEMPTS = 3
 
 
 class _SqlStore:
@@ -74,18 +73,9 @@ class _SqlStore:
 
     def _ensure_schema(self) -> None:
         with self._schema_lock:
-            if self._schema_ready:
-                return
-            for attempt in range(_SCHEMA_ATTEMPTS):
-                try:
-                    with self._engine.begin() as conn:
-                        schema.METADATA.create_all(conn, checkfirst=True)
-                    break
-                except SQLAlchemyError:
-                    # Two replicas creating the tables at once: one loses the race.
-                    if attempt == _SCHEMA_ATTEMPTS - 1:
-                        raise
-            self._schema_ready = True
+            if not self._schema_ready:
+                ensure_schema(self._engine, lambda conn: create_tables(conn, schema.METADATA))
+                self._schema_ready = True
 
     def _run(self, fn: Callable[..., T], *args: Any) -> T:
         with self._op_lock:
