@@ -13,6 +13,7 @@ Providers raise only :mod:`flexinfer_common.errors` types:
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -111,9 +112,39 @@ class ModelProvider(ABC):
         """
 
 
+class BlockingProvider(ModelProvider):
+    """A provider built on a blocking client library: the download runs in a worker thread."""
+
+    async def download(
+        self,
+        model_name: str,
+        revision: str | None,
+        dest_dir: Path,
+        *,
+        ignore_weights: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> DownloadResult:
+        """Run :meth:`download_blocking` in a thread, so the event loop keeps serving."""
+        return await asyncio.to_thread(
+            self.download_blocking, model_name, revision, dest_dir, ignore_weights, progress
+        )
+
+    @abstractmethod
+    def download_blocking(
+        self,
+        model_name: str,
+        revision: str | None,
+        dest_dir: Path,
+        ignore_weights: bool,
+        progress: ProgressCallback | None,
+    ) -> DownloadResult:
+        """The download itself, as :meth:`ModelProvider.download` describes it."""
+
+
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "AccessDeniedError",
+    "BlockingProvider",
     "ChecksumMismatchError",
     "DownloadResult",
     "FileInfo",

@@ -10,7 +10,6 @@ blob id for the others, and the size for both.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import shutil
@@ -34,9 +33,9 @@ from huggingface_hub.utils._paths import filter_repo_objects
 from flexinfer_common.errors import NotFoundError
 from flexinfer_registry.core.providers.base import (
     AccessDeniedError,
+    BlockingProvider,
     DownloadResult,
     FileInfo,
-    ModelProvider,
     ProgressCallback,
     ProviderConfig,
     SourceUnreachableError,
@@ -102,7 +101,7 @@ def verify_sibling(sibling: RepoSibling, path: Path) -> FileInfo:
     return FileInfo(path=rel, size=size, checksum="size")
 
 
-class HuggingFaceProvider(ModelProvider):
+class HuggingFaceProvider(BlockingProvider):
     """Models on the Hugging Face Hub (or a mirror at HF_ENDPOINT)."""
 
     name = "huggingface"
@@ -121,21 +120,7 @@ class HuggingFaceProvider(ModelProvider):
         self._endpoint = (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
         self._token = env.get("HF_TOKEN") or None
 
-    async def download(
-        self,
-        model_name: str,
-        revision: str | None,
-        dest_dir: Path,
-        *,
-        ignore_weights: bool = False,
-        progress: ProgressCallback | None = None,
-    ) -> DownloadResult:
-        """Resolve the revision to a commit, then fetch and verify every selected file."""
-        return await asyncio.to_thread(
-            self._download_sync, model_name, revision, dest_dir, ignore_weights, progress
-        )
-
-    def _download_sync(
+    def download_blocking(
         self,
         model_name: str,
         revision: str | None,
@@ -143,6 +128,7 @@ class HuggingFaceProvider(ModelProvider):
         ignore_weights: bool,
         progress: ProgressCallback | None,
     ) -> DownloadResult:
+        """Resolve the revision to a commit, then fetch and verify every selected file."""
         repo_id = model_name.removeprefix("hf://")
         what = f"Hugging Face {repo_id}@{revision or 'main'}"
         api = HfApi(endpoint=self._endpoint, token=self._token)

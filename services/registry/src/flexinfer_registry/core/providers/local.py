@@ -7,7 +7,6 @@ the source are followed only when they stay inside the source directory.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 from pathlib import Path
@@ -15,9 +14,9 @@ from urllib.parse import unquote, urlsplit
 
 from flexinfer_common.errors import InvalidSpecError, NotFoundError
 from flexinfer_registry.core.providers.base import (
+    BlockingProvider,
     DownloadResult,
     FileInfo,
-    ModelProvider,
     ProgressCallback,
     ProviderConfig,
     UnsafePathError,
@@ -76,7 +75,7 @@ def _place(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-class LocalProvider(ModelProvider):
+class LocalProvider(BlockingProvider):
     """Models that already sit on a local or mounted filesystem."""
 
     name = "file"
@@ -84,21 +83,7 @@ class LocalProvider(ModelProvider):
     def __init__(self, config: ProviderConfig | None = None) -> None:
         self._config = config or ProviderConfig()
 
-    async def download(
-        self,
-        model_name: str,
-        revision: str | None,
-        dest_dir: Path,
-        *,
-        ignore_weights: bool = False,
-        progress: ProgressCallback | None = None,
-    ) -> DownloadResult:
-        """Link or copy the files under the path into ``dest_dir``."""
-        return await asyncio.to_thread(
-            self._download_sync, model_name, revision, dest_dir, ignore_weights, progress
-        )
-
-    def _download_sync(
+    def download_blocking(
         self,
         model_name: str,
         revision: str | None,
@@ -106,6 +91,7 @@ class LocalProvider(ModelProvider):
         ignore_weights: bool,
         progress: ProgressCallback | None,
     ) -> DownloadResult:
+        """Link or copy the files under the path into ``dest_dir``."""
         root = source_path(model_name)
         if not root.exists():
             raise NotFoundError(f"local model path {str(root)[:200]!r} does not exist")

@@ -10,7 +10,6 @@ hash, so those objects are verified by size only.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,9 +21,9 @@ from botocore.config import Config
 from flexinfer_common.errors import InvalidSpecError, NotFoundError
 from flexinfer_registry.core.providers.base import (
     AccessDeniedError,
+    BlockingProvider,
     DownloadResult,
     FileInfo,
-    ModelProvider,
     ProgressCallback,
     ProviderConfig,
     SourceUnreachableError,
@@ -81,7 +80,7 @@ def translate(exc: Exception, what: str) -> Exception:
     return exc
 
 
-class S3Provider(ModelProvider):
+class S3Provider(BlockingProvider):
     """Models stored as objects under an S3 key prefix."""
 
     name = "s3"
@@ -107,21 +106,7 @@ class S3Provider(ModelProvider):
         endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
         return session.client("s3", endpoint_url=endpoint, config=config)
 
-    async def download(
-        self,
-        model_name: str,
-        revision: str | None,
-        dest_dir: Path,
-        *,
-        ignore_weights: bool = False,
-        progress: ProgressCallback | None = None,
-    ) -> DownloadResult:
-        """List the prefix, then download and verify each object."""
-        return await asyncio.to_thread(
-            self._download_sync, model_name, revision, dest_dir, ignore_weights, progress
-        )
-
-    def _download_sync(
+    def download_blocking(
         self,
         model_name: str,
         revision: str | None,
@@ -129,6 +114,7 @@ class S3Provider(ModelProvider):
         ignore_weights: bool,
         progress: ProgressCallback | None,
     ) -> DownloadResult:
+        """List the prefix, then download and verify each object."""
         bucket, prefix = parse_s3_url(model_name)
         what = f"S3 s3://{bucket}/{prefix}/"
         client = self._client()
