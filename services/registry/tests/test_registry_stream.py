@@ -97,3 +97,12 @@ async def test_sixteen_mib_chunks_pass_the_message_limits(tmp_path: Path) -> Non
         files = mx_model.ModelFilesRequest(model_name="org/big", chunk_size=64 << 20)
         sizes = [len(c.data) async for c in stub.StreamModelFiles(files)]
         assert sizes == [16 << 20, 1 << 20]  # capped at max_chunk_size
+
+
+def test_chunk_settings_must_fit_a_grpc_message() -> None:
+    with pytest.raises(ValueError, match="grpc_max_message_bytes"):
+        RegistrySettings(max_chunk_size=64 << 20, grpc_max_message_bytes=64 << 20)
+    with pytest.raises(ValueError, match="default_chunk_size"):
+        RegistrySettings(default_chunk_size=8 << 20, max_chunk_size=4 << 20)
+    fits = RegistrySettings(max_chunk_size=64 << 20, grpc_max_message_bytes=65 << 20)
+    assert fits.max_chunk_size == 64 << 20

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from flexinfer_common.settings import LogSettings, TelemetrySettings
 
 PREFIX = "FLEXINFER_REGISTRY_"
+CHUNK_OVERHEAD_BYTES = 64 * 1024
+"""Room for a FileChunk's other fields (path up to 4 KiB, offsets, commit hash) and framing."""
 
 
 def _env(name: str, *aliases: str) -> AliasChoices:
@@ -96,7 +98,8 @@ class RegistrySettings(BaseSettings):
     """StreamModelFiles chunk size when the request says 0: 1 MiB (ModelExpress's default)."""
 
     max_chunk_size: int = Field(default=16 * 1024 * 1024, ge=1024)
-    """Largest chunk a client may ask for: bounds per-call memory against hostile sizes."""
+    """Largest chunk a client may ask for: 16 MiB bounds per-call memory against hostile
+    sizes; larger chunks bought no throughput in bench/registry.py."""
 
     download_heartbeat_s: float = Field(default=5.0, gt=0)
     """How often a downloader refreshes its DOWNLOADING claim, so other replicas know it lives."""
@@ -155,3 +158,14 @@ class RegistrySettings(BaseSettings):
 
     log: LogSettings = Field(default_factory=LogSettings)
     """Logging (``FLEXINFER_LOG_*``)."""
+
+    @model_validator(mode="after")
+    def _chunks_fit_messages(self) -> RegistrySettings:
+        """A FileChunk (chunk plus a few hundred bytes of fields) must fit one gRPC message."""
+        if self.default_chunk_size > self.max_chunk_size:
+            raise ValueError("default_chunk_size must not exceed max_chunk_size")
+        if self.max_chunk_size + CHUNK_OVERHEAD_BYTES > self.grpc_max_message_bytes:
+            raise ValueError(
+                "max_chunk_size plus 64 KiB of message fields must fit grpc_max_message_bytes"
+            )
+        return self
