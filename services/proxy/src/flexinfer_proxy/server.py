@@ -45,6 +45,9 @@ class HttpProtocol(asyncio.Protocol):
         if not config.loaded:
             config.load()
         self.app = config.loaded_app
+        # The proxied routes go straight to the proxy handler, past uvicorn's proxy-headers
+        # middleware (the handler never reads the client address) and ProxyApp's dispatch.
+        self.fast: Any = getattr(config.app, "proxy", None)
         self.loop = _loop or asyncio.get_event_loop()
         self.server_state = server_state
         self.app_state = app_state
@@ -173,8 +176,12 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         """The request body is complete."""
-        if self.parsing is not None:
-            self.parsing.finish_body()
+        exchange = self.parsing
+        if exchange is None:
+            return
+        exchange.finish_body()
+        if exchange.response_complete and exchange is not self.running:
+            self._next(exchange)  # the dropped rest of an early-answered request is read
 
     def _scope(self, method: str, version: str) -> dict[str, Any]:
         try:
@@ -205,7 +212,14 @@ class HttpProtocol(asyncio.Protocol):
     # Running requests.
     def _start(self, exchange: Exchange) -> None:
         self.running = exchange
+        scope = exchange.scope
         app = self.app
+        if (
+            self.fast is not None
+            and scope["method"] == "POST"
+            and scope["path"].startswith(("/v1/", "/model/"))
+        ):
+            app = self.fast
         limit = self.limit_concurrency
         if limit is not None and (
             len(self.server_state.connections) > limit or len(self.server_state.tasks) >= limit
@@ -213,7 +227,7 @@ class HttpProtocol(asyncio.Protocol):
             self.write(error_bytes(503, "the server is at its concurrency limit", close=True))
             self.close()
             return
-        exchange.scope["extensions"][WATCH_DISCONNECT] = exchange.watch_disconnect
+        scope["extensions"][WATCH_DISCONNECT] = exchange.watch_disconnect
         task = self.loop.create_task(self._run(app, exchange))
         tasks = self.server_state.tasks
         tasks.add(task)
@@ -239,12 +253,20 @@ class HttpProtocol(asyncio.Protocol):
         self.close()
 
     def response_complete(self, exchange: Exchange) -> None:
-        """The answer is written: keep the connection for the next request, or close it."""
+        """The answer is written: go on with the next request, or close."""
         self.server_state.total_requests += 1
         self.running = None
-        if exchange.more_body or not exchange.keep_alive:
-            # An answer before the whole request body arrived (413, 408, an early error):
-            # the unread rest would be taken for the next request, so the connection ends.
+        if exchange.more_body:
+            # Answered before the whole body arrived (413, 408, an early error). Closing
+            # now could reset the connection and lose the answer, so the rest of the body
+            # is read and dropped, for at most the keep-alive timeout.
+            self._arm_timer()
+            self.resume_reading()
+            return
+        self._next(exchange)
+
+    def _next(self, done: Exchange) -> None:
+        if not done.keep_alive:
             self.close()
             return
         if self.pipeline:

@@ -192,9 +192,10 @@ class Exchange:
         elif not self.keep_alive:
             head.append(b"connection: close\r\n")
         self._head = head
-        # Most answers send their body in the same tick: one write. A head whose body is
-        # late (a stream waiting for its first event) still goes out on the next loop turn.
-        self.conn.loop.call_soon(self._flush_head)
+        if self._expected < 0:
+            # A stream: its first event may be late, so the head goes out on the next loop
+            # turn unless body bytes come first. With a length the body follows at once.
+            self.conn.loop.call_soon(self._flush_head)
 
     def _flush_head(self) -> None:
         if self._head is not None and not self.disconnected:
@@ -238,5 +239,6 @@ class Exchange:
         if not more_body:
             self.response_complete = True
             self._on_disconnect = None
+            self._body.clear()
             self._wake()
             self.conn.response_complete(self)
