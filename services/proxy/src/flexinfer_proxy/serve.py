@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from starlette.types import ASGIApp
 
@@ -32,3 +35,26 @@ async def serve_proxy(app: ASGIApp, host: str, port: int) -> None:
         logging.getLogger("flexinfer_proxy").info("proxy serving on %s", url)
 
     await group.run(on_ready=ready)
+
+
+@asynccontextmanager
+async def serve_proxy_in_background(app: ASGIApp, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve ``app`` (lifespan included) with ``HttpProtocol`` on a free port; yields its URL."""
+    group = ProxyServerGroup(log_level="error", ready_file=None)
+    url = group.add_app("app", app, bind_socket(host, 0))
+    started = asyncio.Event()
+
+    async def on_ready() -> None:
+        started.set()
+
+    task = asyncio.create_task(group.run(on_ready=on_ready))
+    waiter = asyncio.create_task(started.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if not started.is_set():
+        waiter.cancel()
+        await task  # raises the startup error
+    try:
+        yield url
+    finally:
+        group.stop()
+        await task

@@ -1,0 +1,229 @@
+"""The proxy's own HTTP/1.1 server: keep-alive, pipelining, bodies, errors, disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from starlette.types import Receive, Scope, Send
+
+from flexinfer_common.bus.memory import MemoryBus
+from flexinfer_common.settings import StoreSettings
+from flexinfer_common.store import create_store
+from flexinfer_proxy.app import create_app
+from flexinfer_proxy.serve import serve_proxy_in_background
+from flexinfer_proxy.settings import ProxySettings
+from flexinfer_proxy.testing import make_model
+from flexinfer_proxy.testing_stack import ProxyStack, upstreams, wait_until
+
+CHAT = b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+async def echo_app(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answers ``METHOD PATH BODY``; ``/stream`` answers two chunks; ``/boom`` raises."""
+    if scope["type"] == "lifespan":
+        while (message := await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    if scope["path"] == "/boom":
+        raise RuntimeError("the app fails")
+    answer = b"%s %s %s" % (scope["method"].encode(), scope["path"].encode(), body)
+    if scope["path"] == "/stream":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"one,", "more_body": True})
+        await send({"type": "http.response.body", "body": b"two", "more_body": False})
+        return
+    headers = [(b"content-type", b"text/plain")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": answer})
+
+
+class Conn:
+    """A raw client connection: write bytes, read whole HTTP responses."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` now."""
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def response(self) -> tuple[int, dict[str, str], bytes]:
+        """Read one response: status, headers, body (Content-Length or chunked)."""
+        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), 5)
+        lines = head.decode().split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = dict(line.lower().split(": ", 1) for line in lines[1:] if line)
+        if "content-length" in headers:
+            body = await self.reader.readexactly(int(headers["content-length"]))
+        elif headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while size := int((await self.reader.readuntil(b"\r\n")).strip(), 16):
+                body += (await self.reader.readexactly(size + 2))[:-2]
+            await self.reader.readexactly(2)
+        else:
+            body = b""
+        return status, headers, body
+
+    async def closed(self) -> bool:
+        """Whether the server closed the connection (EOF within 5 s)."""
+        try:
+            return await asyncio.wait_for(self.reader.read(1), 5) == b""
+        except ConnectionError:
+            return True
+
+
+@asynccontextmanager
+async def connect(url: str) -> AsyncIterator[Conn]:
+    """A raw connection to ``url``."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        yield Conn(reader, writer)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await writer.wait_closed()
+
+
+def post(path: str, body: bytes, extra: bytes = b"") -> bytes:
+    """A POST with a Content-Length body."""
+    return b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n%s\r\n%s" % (
+        path.encode(),
+        len(body),
+        extra,
+        body,
+    )
+
+
+async def test_keep_alive_serves_several_requests_on_one_connection() -> None:
+    async with serve_proxy_in_background(echo_app) as url, connect(url) as conn:
+        for index in range(3):
+            await conn.send(post("/a", b"n%d" % index))
+            status, headers, body = await conn.response()
+            assert (status, body) == (200, b"POST /a n%d" % index)
+            assert headers["content-length"] == str(len(body))
+            assert "date" in headers
+
+
+async def test_pipelined_requests_are_answered_in_order() -> None:
+    async with serve_proxy_in_background(echo_app) as url, connect(url) as conn:
+        await conn.send(post("/1", b"x") + post("/stream", b"") + post("/3", b"zz"))
+        assert (await conn.response())[2] == b"POST /1 x"
+        assert (await conn.response())[2] == b"one,two"
+        assert (await conn.response())[2] == b"POST /3 zz"
+
+
+async def test_chunked_request_body_and_streamed_answer() -> None:
+    async with serve_proxy_in_background(echo_app) as url, connect(url) as conn:
+        head = b"POST /c HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+        await conn.send(head + b"3\r\nabc\r\n")
+        await asyncio.sleep(0.05)
+        await conn.send(b"2\r\nde\r\n0\r\n\r\n")
+        assert (await conn.response())[:3:2] == (200, b"POST /c abcde")
+        await conn.send(post("/stream", b""))
+        _status, headers, body = await conn.response()
+        assert headers["transfer-encoding"] == "chunked"
+        assert body == b"one,two"
+
+
+async def test_expect_100_continue_gets_an_interim_answer() -> None:
+    async with serve_proxy_in_background(echo_app) as url, connect(url) as conn:
+        await conn.send(
+            b"POST /e HTTP/1.1\r\nhost: x\r\ncontent-length: 4\r\nexpect: 100-continue\r\n\r\n"
+        )
+        interim = await asyncio.wait_for(conn.reader.readuntil(b"\r\n\r\n"), 5)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        await conn.send(b"body")
+        assert (await conn.response())[2] == b"POST /e body"
+
+
+async def test_malformed_request_is_a_400_and_the_connection_closes() -> None:
+    async with serve_proxy_in_background(echo_app) as url, connect(url) as conn:
+        await conn.send(b"NOT AN HTTP REQUEST\r\n\r\n")
+        status, headers, body = await conn.response()
+        assert status == 400
+        assert headers["connection"] == "close"
+        assert "message" in json.loads(body)["error"]
+        assert await conn.closed()
+
+
+async def test_http_1_0_and_app_errors_close_the_connection() -> None:
+    async with serve_proxy_in_background(echo_app) as url:
+        async with connect(url) as conn:
+            await conn.send(b"GET /old HTTP/1.0\r\n\r\n")
+            assert (await conn.response())[2] == b"GET /old "
+            assert await conn.closed()
+        async with connect(url) as conn:
+            await conn.send(post("/boom", b""))
+            status, _, body = await conn.response()
+            assert status == 500
+            assert json.loads(body)["error"]["type"] == "server_error"
+            assert await conn.closed()
+
+
+@asynccontextmanager
+async def proxy(tmp_path: Path, **overrides: Any) -> AsyncIterator[ProxyStack]:
+    """The full proxy app on the proxy's server (memory bus, SQLite store)."""
+    bus = MemoryBus()
+    store = create_store(StoreSettings(url=f"sqlite:///{tmp_path}/store.db"))
+    await store.create_model(make_model("tiny"))
+    app = create_app(ProxySettings(port=0, instance_id="t", **overrides), bus=bus, store=store)
+    try:
+        async with serve_proxy_in_background(app) as url:
+            yield ProxyStack(bus=bus, store=store, url=url, core=app.state.core)
+    finally:
+        await bus.close()
+        await store.close()
+
+
+async def test_proxy_routes_and_other_routes_share_the_port(tmp_path: Path) -> None:
+    async with upstreams(1) as ups, proxy(tmp_path) as stack:
+        await stack.set_endpoints("default/tiny", [ups[0][1]])
+        async with httpx.AsyncClient(base_url=stack.url, timeout=5) as client:
+            answer = await client.post("/v1/chat/completions", content=CHAT)
+            assert answer.json()["choices"][0]["message"]["content"] == "hello from u0"
+            assert (await client.get("/v1/models")).json()["data"][0]["id"] == "tiny"
+            assert (await client.get("/healthz")).status_code == 200
+            assert "flexinfer_proxy_requests_total" in (await client.get("/metrics")).text
+
+
+async def test_slow_body_is_a_408_and_oversize_a_413(tmp_path: Path) -> None:
+    async with proxy(tmp_path, body_timeout_s=0.3, max_body_bytes=2048) as stack:
+        async with connect(stack.url) as conn:
+            await conn.send(post("/v1/chat/completions", CHAT)[:-10])  # the rest never comes
+            status, _, body = await conn.response()
+            assert status == 408
+            assert json.loads(body)["error"]["code"] == "request_timeout"
+        async with connect(stack.url) as conn:
+            await conn.send(post("/v1/chat/completions", b"x" * 4000))
+            assert (await conn.response())[0] == 413
+
+
+async def test_client_disconnect_mid_stream_cancels_the_upstream(tmp_path: Path) -> None:
+    async with upstreams(1, chunks=50, chunk_delay_s=0.05) as ups, proxy(tmp_path) as stack:
+        fake, upstream_url = ups[0]
+        await stack.set_endpoints("default/tiny", [upstream_url])
+        body = CHAT[:-1] + b', "stream": true}'
+        async with connect(stack.url) as conn:
+            await conn.send(post("/v1/chat/completions", body))
+            head = await asyncio.wait_for(conn.reader.readuntil(b"data: "), 5)
+            assert b"200 OK" in head
+        await wait_until(lambda: fake.aborted == 1)
+        await wait_until(lambda: stack.core.activity.active("default/tiny") == 0)
+        assert not fake.finished_at
