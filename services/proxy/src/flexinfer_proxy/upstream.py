@@ -191,8 +191,8 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         self.pool.discard(self)
         response = self.response
-        if response is not None and self._eof_body and self.head is not None and self.head.done():
-            response._finish()  # a body delimited by the connection's end
+        if response is not None and self._eof_body and response.status_code:
+            response._finish()  # the head arrived; its body is delimited by the connection's end
         else:
             self._fail(exc or ConnectionResetError("the upstream closed the connection"))
         drain = self._drain
