@@ -8,6 +8,7 @@ compare cost per core. Reported: requests/s, p50/p99 latency added over the dire
 
     python bench/proxy.py --setup              # once: venvs for the peers in bench/.venvs/
     python bench/proxy.py [--duration 5] [--targets direct,flexinfer,litellm,vllm-router]
+                          (flexinfer-uvicorn: our proxy on uvicorn's protocol, to compare)
     python bench/proxy.py --streams 10000      # RSS with that many slow streams open
 
 The peers live in their own virtual environments: their dependency sets conflict with ours,
@@ -133,6 +134,13 @@ def start_upstream(work: Path) -> Target:
     proc = _start(_pinned(SUT_CPU, cmd), work / "upstream.log")
     url = _wait_file(ready, proc, "the fake upstream").strip()
     return Target("direct", url, proc)
+
+
+def start_flexinfer_uvicorn(upstream: str, work: Path) -> Target:
+    """Our proxy on uvicorn's httptools protocol instead of its own (the previous server)."""
+    target = start_flexinfer(upstream, work, {"FLEXINFER_PROXY_SERVER": "uvicorn"})
+    target.name = "flexinfer-uvicorn"
+    return target
 
 
 def start_flexinfer(upstream: str, work: Path, env_extra: dict[str, str] | None = None) -> Target:
@@ -311,6 +319,7 @@ def bench(targets: list[str], duration: float) -> int:
         upstream = start_upstream(work)
         starters = {
             "flexinfer": start_flexinfer,
+            "flexinfer-uvicorn": start_flexinfer_uvicorn,
             "litellm": start_litellm,
             "vllm-router": start_vllm_router,
         }
@@ -435,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.streams:
         return streams_mode(args.streams)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(targets) - {"direct", "flexinfer", "litellm", "vllm-router"}
+    unknown = set(targets) - {"direct", "flexinfer", "flexinfer-uvicorn", "litellm", "vllm-router"}
     if unknown:
         parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
     return bench(targets, args.duration)

@@ -59,7 +59,7 @@ def build_settings(args: argparse.Namespace) -> ProxySettings:
 async def _serve(settings: ProxySettings) -> None:
     async with bus_and_store(settings.bus, settings.store) as (bus, store):
         app = create_app(settings, bus=bus, store=store)
-        await serve_proxy(app, settings.host, settings.port)
+        await serve_proxy(app, settings.host, settings.port, settings.server)
 
 
 def _serve_static(
@@ -72,7 +72,7 @@ def _serve_static(
         store = StaticStore.from_declarations(declared, settings.namespace)
         try:
             app = create_app(settings, bus=bus, store=store)
-            await serve_proxy(app, settings.host, settings.port)
+            await serve_proxy(app, settings.host, settings.port, settings.server)
         finally:
             await store.close()
             await bus.close()

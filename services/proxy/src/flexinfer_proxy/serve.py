@@ -25,9 +25,9 @@ class ProxyServerGroup(ServerGroup):
         return url
 
 
-async def serve_proxy(app: ASGIApp, host: str, port: int) -> None:
-    """Serve the proxy app on host:port until SIGINT/SIGTERM."""
-    group = ProxyServerGroup()
+async def serve_proxy(app: ASGIApp, host: str, port: int, server: str = "flexinfer") -> None:
+    """Serve the proxy app on host:port until SIGINT/SIGTERM (``server``: see ProxySettings)."""
+    group = ProxyServerGroup() if server == "flexinfer" else ServerGroup()
     url = group.add_app("proxy", app, bind_socket(host, port))
     group.install_signal_handlers()
 

@@ -7,7 +7,7 @@ import secrets
 import socket
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, BeforeValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -126,6 +126,10 @@ class ProxySettings(BaseSettings):
 
     max_keepalive_connections: int = Field(default=200, ge=0)
     """Idle upstream connections kept open for reuse."""
+
+    server: Literal["flexinfer", "uvicorn"] = "flexinfer"
+    """HTTP server protocol: the proxy's own lean HTTP/1.1 protocol (the default), or
+    uvicorn's httptools protocol (kept to compare against, and as a fallback)."""
 
     parse_cap_bytes: int = Field(default=1024 * 1024, ge=1024)
     """Bytes of a request body read before forwarding starts (1 MiB): enough for the
