@@ -143,6 +143,12 @@ class DownloadTracker:
         self.providers.provider_for(request.name, int(request.provider))
         flight = self._flights.get(key)
         if flight is None:
+            hit = await self._known_hit(key, request)
+            if hit is not None:
+                yield hit
+                return
+            flight = self._flights.get(key)  # one may have started while we looked
+        if flight is None:
             flight = _Flight()
             self._flights[key] = flight
             task = asyncio.create_task(self._run(key, request, flight), name=f"ensure {key}")
@@ -150,6 +156,22 @@ class DownloadTracker:
             task.add_done_callback(self._tasks.discard)
         async for update in flight.updates():
             yield update
+
+    async def _known_hit(self, key: str, request: DownloadRequest) -> StatusUpdate | None:
+        """The hot path for a cached model: no task, no queue, no thread hop.
+
+        Only answers when the record is DOWNLOADED and the manifest was seen before and every
+        file still stats right; anything else (None) goes the full way through a flight.
+        """
+        record = await self.store.get(key)
+        if record is None or record.status != ModelStatus.DOWNLOADED:
+            return None
+        model = self.cache.load_known(key)
+        if model is None:
+            return None
+        await self.store.touch(key, now=self.clock())
+        self.metrics.cache_hits.inc()
+        return self._done(request, model)
 
     async def close(self) -> None:
         """Cancel in-flight downloads (their claims are released as ERROR)."""
