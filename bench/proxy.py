@@ -146,6 +146,7 @@ def start_flexinfer_uvicorn(upstream: str, work: Path) -> Target:
 def start_flexinfer(upstream: str, work: Path, env_extra: dict[str, str] | None = None) -> Target:
     """Our proxy alone: ``flexinfer proxy --static fake=URL``."""
     ready = work / "flexinfer.json"
+    ready.unlink(missing_ok=True)  # a previous target's file would name a stopped proxy
     env = {**os.environ, "FLEXINFER_READY_FILE": str(ready), **(env_extra or {})}
     cmd = [sys.executable, "-m", "flexinfer_cli", "proxy", "--static", f"fake={upstream}"]
     proc = _start(_pinned(SUT_CPU, [*cmd, "--port", "0"]), work / "flexinfer.log", env)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -32,6 +33,11 @@ async def serve_proxy(app: ASGIApp, host: str, port: int, server: str = "flexinf
     group.install_signal_handlers()
 
     async def ready() -> None:
+        # Everything built at startup (modules, the app, pydantic and prometheus objects)
+        # lives for the whole process: a full collection walking it took tens of ms, which
+        # showed as p99 latency under load. Frozen, collections only walk new objects.
+        gc.collect()
+        gc.freeze()
         logging.getLogger("flexinfer_proxy").info("proxy serving on %s", url)
 
     await group.run(on_ready=ready)
