@@ -101,7 +101,7 @@ class HttpProtocol(asyncio.Protocol):
             drain.set_result(None)
 
     def eof_received(self) -> bool | None:
-        """A half-closed client: keep writing the answer, then close."""
+        """A half-closed client: the transport closes itself (as under uvicorn)."""
         return None
 
     def data_received(self, data: bytes) -> None:
