@@ -7,6 +7,8 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
 
 from fastapi import Depends, FastAPI
 
@@ -53,6 +55,55 @@ def default_providers() -> ProviderResolver:
     return ProviderRegistry()
 
 
+@dataclass(frozen=True)
+class _Wiring:
+    """What the lifespan builds the core from."""
+
+    settings: RegistrySettings
+    info: ServerInfo
+    stores: Stores | None
+    providers: ProviderResolver | None
+    clock: Callable[[], float]
+    token: str | None
+
+
+@asynccontextmanager
+async def _running(app: FastAPI, wiring: _Wiring) -> AsyncIterator[None]:
+    """Build the core, serve gRPC and run the background tasks for the app's lifetime."""
+    settings = wiring.settings
+    stores = wiring.stores if wiring.stores is not None else await create_stores(settings)
+    core = build_core(
+        core_config(settings),
+        stores,
+        wiring.providers or default_providers(),
+        metrics=app.state.metrics,
+        info=wiring.info,
+        clock=wiring.clock,
+    )
+    await asyncio.to_thread(core.cache.clean_tmp, settings.download_stale_s)
+    options = GrpcOptions(
+        host=settings.grpc_host,
+        port=settings.grpc_port,
+        max_message_bytes=settings.grpc_max_message_bytes,
+        auth_token=wiring.token,
+    )
+    grpc_server = await start_grpc_server(options, wiring.info, core)
+    app.state.core = core
+    app.state.grpc_address = grpc_server.address
+    tasks = _background(core, settings)
+    try:
+        yield
+    finally:
+        app.state.grpc_address = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await grpc_server.stop(settings.grpc_grace_s)
+        await core.tracker.close()
+        if wiring.stores is None:  # injected stores belong to whoever passed them
+            await stores.close()
+
+
 def create_app(
     settings: RegistrySettings,
     *,
@@ -67,48 +118,11 @@ def create_app(
     closed by the app (their owner may share them between apps). Once started,
     ``app.state.grpc_address`` is the bound gRPC address and ``app.state.core`` the core.
     """
-    server_info = info or ServerInfo()
-    config = core_config(settings)
     token = settings.auth_token.get_secret_value() if settings.auth_token else None
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        own = stores is None
-        used = stores if stores is not None else await create_stores(settings)
-        core = build_core(
-            config,
-            used,
-            providers or default_providers(),
-            metrics=app.state.metrics,
-            info=server_info,
-            clock=clock,
-        )
-        await asyncio.to_thread(core.cache.clean_tmp, settings.download_stale_s)
-        options = GrpcOptions(
-            host=settings.grpc_host,
-            port=settings.grpc_port,
-            max_message_bytes=settings.grpc_max_message_bytes,
-            auth_token=token,
-        )
-        grpc_server = await start_grpc_server(options, server_info, core)
-        app.state.core = core
-        app.state.grpc_address = grpc_server.address
-        tasks = _background(core, settings)
-        try:
-            yield
-        finally:
-            app.state.grpc_address = None
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await grpc_server.stop(settings.grpc_grace_s)
-            await core.tracker.close()
-            if own:
-                await used.close()
-
-    app = FastAPI(title="FlexInfer registry", lifespan=lifespan)
+    wiring = _Wiring(settings, info or ServerInfo(), stores, providers, clock, token)
+    app = FastAPI(title="FlexInfer registry", lifespan=partial(_running, wiring=wiring))
     app.state.settings = settings
-    app.state.info = server_info
+    app.state.info = wiring.info
     app.state.grpc_address = None
     app.state.core = None
 
@@ -124,9 +138,9 @@ def create_app(
     install_error_handlers(app)
     install_admin_errors(app)
     app.include_router(health_router(ready))
-    app.include_router(
-        admin_router(running_core, config.eviction), dependencies=[Depends(bearer_guard(token))]
-    )
+    eviction = core_config(settings).eviction
+    guard = [Depends(bearer_guard(token))]
+    app.include_router(admin_router(running_core, eviction), dependencies=guard)
     app.state.telemetry = setup_telemetry(app, "registry", settings.telemetry)
     app.state.metrics = RegistryMetrics(app.state.telemetry.registry)
     return app
