@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp
 
 from flexinfer_common.bus import EventBus, create_bus
-from flexinfer_common.errors import FlexInferError
+from flexinfer_common.errors import ConfigError, FlexInferError
 from flexinfer_common.serving import ServerGroup, bind_socket
 from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings
 from flexinfer_common.store import ModelStore, create_store
@@ -76,6 +76,9 @@ def run_main(
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         print(f"{prog}: invalid setting {where}: {first['msg']}", file=sys.stderr)
+        return 2
+    except ConfigError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log)
     try:

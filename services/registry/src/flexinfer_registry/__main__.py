@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from flexinfer_common.service import flag_overrides, run_main, serve_app
 from flexinfer_registry.app import create_app
@@ -20,6 +21,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--grpc-host", help="gRPC listen address (FLEXINFER_REGISTRY_GRPC_HOST)")
     parser.add_argument(
         "--grpc-port", type=int, help="gRPC port, 0 = any (FLEXINFER_REGISTRY_GRPC_PORT)"
+    )
+    parser.add_argument(
+        "--config",
+        dest="config_file",
+        type=Path,
+        help="a ModelExpress server YAML config file (FLEXINFER_REGISTRY_CONFIG_FILE)",
     )
     return parser
 

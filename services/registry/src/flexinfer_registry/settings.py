@@ -7,12 +7,21 @@ ModelExpress deployment's environment configures this registry unchanged.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 from pydantic import AliasChoices, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from flexinfer_common.settings import LogSettings, TelemetrySettings
+from flexinfer_registry.config_file import read_config_file
 
 PREFIX = "FLEXINFER_REGISTRY_"
 CHUNK_OVERHEAD_BYTES = 64 * 1024
@@ -153,11 +162,28 @@ class RegistrySettings(BaseSettings):
     eviction_max_models: int | None = Field(default=None, ge=0)
     """Keep at most this many DOWNLOADED models, evicting least recently used (None = no cap)."""
 
+    config_file: Path | None = None
+    """A ModelExpress server YAML config file (``--config``). As in ModelExpress, flags and
+    environment variables override it, and it overrides the defaults."""
+
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     """Metrics and traces (``FLEXINFER_TELEMETRY_*``)."""
 
     log: LogSettings = Field(default_factory=LogSettings)
     """Logging (``FLEXINFER_LOG_*``)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Flags, then the environment, then the config file, then defaults."""
+        config = _ConfigFileSource(settings_cls, init_settings)
+        return init_settings, env_settings, dotenv_settings, file_secret_settings, config
 
     @model_validator(mode="after")
     def _chunks_fit_messages(self) -> RegistrySettings:
@@ -169,3 +195,22 @@ class RegistrySettings(BaseSettings):
                 "max_chunk_size plus 64 KiB of message fields must fit grpc_max_message_bytes"
             )
         return self
+
+
+class _ConfigFileSource(PydanticBaseSettingsSource):
+    """Field values from the file named by ``config_file`` (a flag or the environment)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], init: PydanticBaseSettingsSource):
+        super().__init__(settings_cls)
+        self._init = init
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        """Unused: ``__call__`` returns every value at once."""
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = None
+        if isinstance(self._init, InitSettingsSource):
+            path = self._init.init_kwargs.get("config_file")
+        path = path or os.environ.get(PREFIX + "CONFIG_FILE")
+        return read_config_file(Path(path)) if path else {}

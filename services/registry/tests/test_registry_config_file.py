@@ -1,0 +1,110 @@
+"""The ModelExpress server's YAML config file: mapping, precedence and rejections."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flexinfer_common.errors import ConfigError
+from flexinfer_registry.config_file import parse_human_duration, settings_from_config
+from flexinfer_registry.settings import RegistrySettings
+
+MODELEXPRESS_DEFAULTS = """
+server:
+  host: "0.0.0.0"
+  port: 8001
+cache:
+  directory: "./cache"
+  max_size_bytes: null
+  eviction:
+    enabled: true
+    policy:
+      type: lru
+      unused_threshold: "7d"
+      max_models: null
+      min_free_space_bytes: null
+    check_interval: "1h"
+logging:
+  level: info
+  format: pretty
+  file: null
+  structured: false
+"""
+
+
+def test_modelexpress_default_config_maps_onto_our_settings(tmp_path: Path) -> None:
+    path = tmp_path / "mx.yaml"
+    path.write_text(MODELEXPRESS_DEFAULTS.replace("max_models: null", "max_models: 12"))
+    settings = RegistrySettings(config_file=path)
+    assert settings.grpc_host == "0.0.0.0"
+    assert settings.grpc_port == 8001
+    assert settings.cache_dir == Path("./cache")
+    assert settings.eviction_enabled
+    assert settings.eviction_unused_threshold_s == 7 * 86400
+    assert settings.eviction_interval_s == 3600
+    assert settings.eviction_max_models == 12
+    assert settings.log.level == "INFO"
+    assert not settings.log.json_format
+
+
+def test_flags_and_environment_override_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mx.yaml"
+    path.write_text("server: {port: 9001}\ncache: {eviction: {check_interval: 30m}}\n")
+    monkeypatch.setenv("MX_GC_TIMEOUT_SECS", "60")
+    monkeypatch.setenv("FLEXINFER_REGISTRY_EVICTION_INTERVAL_S", "5")
+    settings = RegistrySettings(config_file=path, grpc_port=0)
+    assert settings.grpc_port == 0, "a flag beats the file"
+    assert settings.eviction_interval_s == 5, "the environment beats the file"
+    assert settings.gc_timeout_s == 60
+
+
+def test_config_file_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "mx.yaml"
+    path.write_text("cache: {eviction: {enabled: false}}\n")
+    monkeypatch.setenv("FLEXINFER_REGISTRY_CONFIG_FILE", str(path))
+    assert not RegistrySettings().eviction_enabled
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("server: {tls: true}", "unsupported keys: server.tls"),
+        ("cache: {eviction: {policy: {type: lfu}}}", "must be lru"),
+        ("cache: {max_size_bytes: 10}", "max_size_bytes is not supported"),
+        ("cache: {eviction: {check_interval: soon}}", "invalid duration"),
+        ("- a list", "must be a mapping"),
+        ("server: [", "not valid YAML"),
+        ("bogus: 1", "unsupported keys: bogus"),
+    ],
+)
+def test_bad_config_files_are_rejected(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        settings_from_config(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("7d", 604800), ("1h 30m", 5400), ("250ms", 0.25), (90, 90), ("2h", 7200)],
+)
+def test_human_durations(text: str | int, seconds: float) -> None:
+    assert parse_human_duration(text) == seconds
+
+
+def test_registry_cli_reports_a_bad_config_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "mx.yaml"
+    path.write_text("cache: {eviction: {policy: {type: lfu}}}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "flexinfer_registry", "--config", str(path), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "must be lru" in result.stderr
