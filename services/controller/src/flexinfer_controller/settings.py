@@ -90,6 +90,10 @@ class ControllerSettings(BaseSettings):
     """Window in seconds over which crashes are counted."""
 
     bus: BusSettings = Field(default_factory=BusSettings)
+    """The event bus (``FLEXINFER_BUS_*``): in memory embedded, Redis distributed."""
     store: StoreSettings = Field(default_factory=StoreSettings)
+    """The SQL store (``FLEXINFER_STORE_*``): SQLite embedded, PostgreSQL distributed."""
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    """Metrics and traces (``FLEXINFER_TELEMETRY_*``)."""
     log: LogSettings = Field(default_factory=LogSettings)
+    """Logging (``FLEXINFER_LOG_*``)."""
