@@ -12,15 +12,22 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httptools
 
-_HIGH_WATER = 256 * 1024
-"""Buffered answer bytes beyond which reading from the engine pauses (slow client)."""
+from flexinfer_proxy.upstream_response import UpstreamReadError, UpstreamResponse, expire
+
+__all__ = [
+    "ConnectFailedError",
+    "RequestFailedError",
+    "UpstreamPool",
+    "UpstreamReadError",
+    "UpstreamResponse",
+]
+
 _KEEPALIVE_S = 30.0
 
 
@@ -30,124 +37,6 @@ class ConnectFailedError(Exception):
 
 class RequestFailedError(Exception):
     """The request failed before the answer's head arrived (it may have been processed)."""
-
-
-class UpstreamReadError(Exception):
-    """The engine's answer broke off mid-body."""
-
-
-class UpstreamResponse:
-    """An answer whose head has arrived; the body streams through ``aiter_raw``."""
-
-    __slots__ = (
-        "_buffered",
-        "_chunks",
-        "_conn",
-        "_done",
-        "_error",
-        "_read_timeout",
-        "_waiter",
-        "headers",
-        "keep_alive",
-        "status_code",
-        "url",
-    )
-
-    def __init__(self, conn: _Connection, url: str, read_timeout: float) -> None:
-        self.url = url
-        self.status_code = 0
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.keep_alive = False
-        self._conn: _Connection | None = conn
-        self._read_timeout = read_timeout
-        self._chunks: deque[bytes] = deque()
-        self._buffered = 0
-        self._done = False
-        self._error: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
-
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of header ``name`` (lowercase), if any."""
-        for key, value in self.headers:
-            if key.lower() == name:
-                return value
-        return None
-
-    @property
-    def complete(self) -> bool:
-        """The whole body arrived intact (it may still be buffered here)."""
-        return self._done and self._error is None
-
-    def read_buffered(self) -> bytes:
-        """Take every buffered body byte now (used when the answer is already complete)."""
-        chunks = self._chunks
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        chunks.clear()
-        self._buffered = 0
-        return data
-
-    async def aiter_raw(self) -> AsyncIterator[bytes]:
-        """Body chunks as they arrive; UpstreamReadError if the engine breaks off."""
-        chunks = self._chunks
-        while True:
-            if chunks:
-                chunk = chunks.popleft()
-                self._buffered -= len(chunk)
-                conn = self._conn
-                if conn is not None and conn.reading_paused and self._buffered < _HIGH_WATER // 2:
-                    conn.resume_reading()
-                yield chunk
-            elif self._error is not None:
-                raise UpstreamReadError(f"upstream {self.url} broke off: {self._error!r}")
-            elif self._done:
-                return
-            else:
-                await self._wait()
-
-    async def aclose(self) -> None:
-        """Give the connection back to the pool when reusable, else close it."""
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        conn.response = None
-        if self._done and self.keep_alive and self._error is None:
-            conn.release()
-        else:
-            conn.close()
-
-    async def _wait(self) -> None:
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(self._read_timeout, _expire, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            self._waiter = None
-
-    # Called by the connection.
-    def _feed(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self._buffered += len(data)
-        if self._buffered > _HIGH_WATER and self._conn is not None:
-            self._conn.pause_reading()
-        self._wake()
-
-    def _finish(self, error: BaseException | None = None) -> None:
-        if error is not None and not self._done:
-            self._error = error
-        self._done = True
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError("no data from the upstream within the read timeout"))
 
 
 class _Connection(asyncio.Protocol):
@@ -420,7 +309,7 @@ class UpstreamPool:
                     transport.write(body)
             else:
                 await _send_stream(conn, transport, head, body)
-            timer = loop.call_later(self.read_timeout, _expire, waiter)
+            timer = loop.call_later(self.read_timeout, expire, waiter)
             try:
                 await waiter
             finally:
