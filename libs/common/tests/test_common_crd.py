@@ -12,8 +12,18 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from flexinfer_common.api.lora import LoRAAdapter
 from flexinfer_common.api.model import Model
-from flexinfer_common.crd import main, model_crd, render_crds, structural_schema, write_crds
+from flexinfer_common.crd import (
+    KINDS,
+    KindDescription,
+    lora_adapter_crd,
+    main,
+    model_crd,
+    render_crds,
+    structural_schema,
+    write_crds,
+)
 
 
 def _repo_root() -> Path:
@@ -31,10 +41,13 @@ def _repo_root() -> Path:
 ROOT = _repo_root()
 CRD_DIR = ROOT / "k8s" / "crds"
 EXAMPLES = sorted((ROOT / "k8s" / "examples").glob("model-*.yaml"))
+LORA_EXAMPLES = sorted((ROOT / "k8s" / "examples").glob("loraadapter-*.yaml"))
+GENERATED = ["ai.flexinfer_models.yaml", "ai.flexinfer_loraadapters.yaml"]
 
 
-def _schema() -> dict[str, Any]:
-    schema: dict[str, Any] = model_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+def _schema(crd: dict[str, Any] | None = None) -> dict[str, Any]:
+    crd = crd if crd is not None else model_crd()
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schema
 
 
@@ -59,13 +72,16 @@ def test_committed_crds_match_the_types() -> None:
 
 
 def test_write_crds_reports_drift_and_fixes_it(tmp_path: Path) -> None:
-    assert write_crds(tmp_path, check=True) == [tmp_path / "ai.flexinfer_models.yaml"]
+    expected = [tmp_path / name for name in GENERATED]
+    assert write_crds(tmp_path, check=True) == expected
     assert not any(tmp_path.iterdir()), "check=True must write nothing"
     written = write_crds(tmp_path, check=False)
-    assert written == [tmp_path / "ai.flexinfer_models.yaml"]
+    assert written == expected
     assert write_crds(tmp_path, check=True) == []
-    written[0].write_text(written[0].read_text() + "# edited\n")
-    assert write_crds(tmp_path, check=True) == written
+    for path in written:
+        path.write_text(path.read_text() + "# edited\n")
+        assert write_crds(tmp_path, check=True) == [path]
+        assert write_crds(tmp_path, check=False) == [path]
 
 
 def test_main_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -104,8 +120,39 @@ def test_crd_names_and_columns() -> None:
     }
 
 
-def test_schema_is_structural() -> None:
-    schema = _schema()
+def test_lora_adapter_crd_names_and_columns() -> None:
+    crd = lora_adapter_crd()
+    spec = crd["spec"]
+    assert crd["metadata"]["name"] == "loraadapters.ai.flexinfer"
+    assert spec["names"] == {
+        "kind": "LoRAAdapter",
+        "listKind": "LoRAAdapterList",
+        "plural": "loraadapters",
+        "singular": "loraadapter",
+        "shortNames": ["lora"],
+    }
+    (version,) = spec["versions"]
+    assert version["subresources"] == {"status": {}}
+    columns = [(c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"]]
+    assert columns == [
+        ("Model", ".spec.modelRef"),
+        ("Adapter", ".spec.adapterName"),
+        ("Phase", ".status.phase"),
+        ("Loaded", ".status.loadedReplicas"),
+    ]
+    schema = _schema(crd)
+    assert schema["properties"]["spec"]["required"] == ["modelRef", "adapterName", "source"]
+    source = schema["properties"]["spec"]["properties"]["source"]
+    assert source["required"] == ["type", "uri"]
+    assert source["properties"]["type"]["enum"] == ["HuggingFace", "OCI", "LocalPath"]
+    status = schema["properties"]["status"]["properties"]
+    assert status["phase"]["enum"] == ["Pending", "Caching", "Loaded", "Unloading", "Failed"]
+    assert {"conditions", "loadedReplicas", "totalReplicas", "message"} <= status.keys()
+
+
+@pytest.mark.parametrize("desc", KINDS, ids=lambda d: d.kind)
+def test_schema_is_structural(desc: KindDescription) -> None:
+    schema = structural_schema(desc.type)
     assert schema["properties"]["metadata"] == {"type": "object"}
     for path, node in _walk(schema):
         for banned in ("$ref", "$defs", "anyOf", "oneOf", "allOf", "title", "const", "nullable"):
@@ -189,6 +236,40 @@ def test_example_manifests_validate(path: Path) -> None:
 def test_examples_exist() -> None:
     names = {p.name for p in EXAMPLES}
     assert {"model-tiny.yaml", "model-llama-vllm.yaml"} <= names
+    assert LORA_EXAMPLES, "no LoRAAdapter example"
+
+
+@pytest.mark.parametrize("path", LORA_EXAMPLES, ids=lambda p: p.name)
+def test_lora_adapter_examples_validate(path: Path) -> None:
+    schema = _schema(lora_adapter_crd())
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert docs
+    for doc in docs:
+        jsonschema.Draft7Validator(schema).validate(doc)
+        assert _unknown_fields(doc, schema) == []
+        adapter = LoRAAdapter.model_validate(doc)
+        assert adapter.spec.adapter_name == doc["spec"]["adapterName"]
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        (("modelRef",), "Not_A_Name"),
+        (("source", "type"), "S3"),
+        (("maxRank",), 0),
+        (("adapterName",), ""),
+    ],
+)
+def test_lora_schema_rejects_what_pydantic_rejects(where: tuple[str, ...], value: Any) -> None:
+    doc = yaml.safe_load(LORA_EXAMPLES[0].read_text())
+    target = doc["spec"]
+    for key in where[:-1]:
+        target = target[key]
+    target[where[-1]] = value
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(_schema(lora_adapter_crd())).validate(doc)
+    with pytest.raises(ValueError, match="validation error"):
+        LoRAAdapter.model_validate(doc)
 
 
 @pytest.mark.parametrize(

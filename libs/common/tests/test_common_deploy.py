@@ -46,7 +46,7 @@ DOCKERFILES = {svc: ROOT / "services" / svc / "Dockerfile" for svc in SERVICE_PO
     "cli": ROOT / "cli" / "Dockerfile"
 }
 # Custom kinds have no schema in kubernetes-validate; test_common_crd validates them.
-CUSTOM_KINDS = {"Model", "Kustomization"}
+CUSTOM_KINDS = {"Model", "LoRAAdapter", "Kustomization"}
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:
@@ -72,7 +72,11 @@ def _base_objects() -> list[dict[str, Any]]:
 
 def test_k8s_has_the_layout() -> None:
     names = {str(p.relative_to(ROOT / "k8s")) for p in K8S_FILES}
-    assert {"crds/ai.flexinfer_models.yaml", "base/kustomization.yaml"} <= names
+    assert {
+        "crds/ai.flexinfer_models.yaml",
+        "crds/ai.flexinfer_loraadapters.yaml",
+        "base/kustomization.yaml",
+    } <= names
     assert {"examples/model-tiny.yaml", "examples/model-llama-vllm.yaml"} <= names
 
 

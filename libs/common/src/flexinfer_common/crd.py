@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import yaml
 from pydantic import BaseModel, TypeAdapter
 
 from flexinfer_common.api.duration import Duration, format_duration
+from flexinfer_common.api.lora import LORA_KIND, LoRAAdapter
 from flexinfer_common.api.model import API_GROUP, KIND, Model
 
 JSONSchema = dict[str, Any]
@@ -174,38 +176,83 @@ def structural_schema(model: type[BaseModel]) -> JSONSchema:
     return out
 
 
-def _printer_columns() -> list[JSONSchema]:
-    def column(name: str, kind: str, path: str, priority: int = 0) -> JSONSchema:
-        col: JSONSchema = {"name": name, "type": kind, "jsonPath": path}
-        if priority:
-            col["priority"] = priority
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One additionalPrinterColumn: what ``kubectl get`` shows."""
+
+    name: str
+    type: str
+    json_path: str
+    priority: int = 0
+
+    def render(self) -> JSONSchema:
+        """The column as the CRD spells it."""
+        col: JSONSchema = {"name": self.name, "type": self.type, "jsonPath": self.json_path}
+        if self.priority:
+            col["priority"] = self.priority
         return col
 
-    return [
-        column("Backend", "string", ".spec.backend"),
-        column("Phase", "string", ".status.phase"),
-        column("Shared", "string", ".spec.gpu.shared", 1),
-        column("Priority", "integer", ".spec.gpu.priority", 1),
-        column("TPS", "string", ".status.metrics.tokensPerSecond"),
-        column("Age", "date", ".metadata.creationTimestamp"),
-    ]
+
+@dataclass(frozen=True, slots=True)
+class KindDescription:
+    """What a CRD says about one kind beyond its schema: names and printer columns."""
+
+    type: type[BaseModel]
+    kind: str
+    plural: str
+    singular: str
+    short_names: tuple[str, ...]
+    columns: tuple[Column, ...]
 
 
-def model_crd() -> JSONSchema:
-    """The CustomResourceDefinition of the Model kind, as a plain dict."""
-    plural = "models"
+MODEL_KIND = KindDescription(
+    type=Model,
+    kind=KIND,
+    plural="models",
+    singular="model",
+    short_names=("mdl",),
+    columns=(
+        Column("Backend", "string", ".spec.backend"),
+        Column("Phase", "string", ".status.phase"),
+        Column("Shared", "string", ".spec.gpu.shared", 1),
+        Column("Priority", "integer", ".spec.gpu.priority", 1),
+        Column("TPS", "string", ".status.metrics.tokensPerSecond"),
+        Column("Age", "date", ".metadata.creationTimestamp"),
+    ),
+)
+
+LORA_ADAPTER_KIND = KindDescription(
+    type=LoRAAdapter,
+    kind=LORA_KIND,
+    plural="loraadapters",
+    singular="loraadapter",
+    short_names=("lora",),
+    columns=(
+        Column("Model", "string", ".spec.modelRef"),
+        Column("Adapter", "string", ".spec.adapterName"),
+        Column("Phase", "string", ".status.phase"),
+        Column("Loaded", "integer", ".status.loadedReplicas"),
+    ),
+)
+
+KINDS = (MODEL_KIND, LORA_ADAPTER_KIND)
+"""Every kind with a generated CRD."""
+
+
+def crd_of(desc: KindDescription) -> JSONSchema:
+    """The CustomResourceDefinition of one kind, as a plain dict."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{API_GROUP}"},
+        "metadata": {"name": f"{desc.plural}.{API_GROUP}"},
         "spec": {
             "group": API_GROUP,
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": plural,
-                "singular": "model",
-                "shortNames": ["mdl"],
+                "kind": desc.kind,
+                "listKind": f"{desc.kind}List",
+                "plural": desc.plural,
+                "singular": desc.singular,
+                "shortNames": list(desc.short_names),
             },
             "scope": "Namespaced",
             "versions": [
@@ -214,12 +261,22 @@ def model_crd() -> JSONSchema:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": _printer_columns(),
-                    "schema": {"openAPIV3Schema": structural_schema(Model)},
+                    "additionalPrinterColumns": [c.render() for c in desc.columns],
+                    "schema": {"openAPIV3Schema": structural_schema(desc.type)},
                 }
             ],
         },
     }
+
+
+def model_crd() -> JSONSchema:
+    """The CustomResourceDefinition of the Model kind, as a plain dict."""
+    return crd_of(MODEL_KIND)
+
+
+def lora_adapter_crd() -> JSONSchema:
+    """The CustomResourceDefinition of the LoRAAdapter kind, as a plain dict."""
+    return crd_of(LORA_ADAPTER_KIND)
 
 
 def to_yaml(document: Mapping[str, Any]) -> str:
@@ -232,7 +289,7 @@ def to_yaml(document: Mapping[str, Any]) -> str:
 
 def render_crds() -> dict[str, str]:
     """Every generated CRD: file name -> YAML text."""
-    crds = [model_crd()]
+    crds = [crd_of(desc) for desc in KINDS]
     return {
         f"{crd['spec']['group']}_{crd['spec']['names']['plural']}.yaml": to_yaml(crd)
         for crd in crds
