@@ -40,6 +40,8 @@ async def echo_app(scope: Scope, receive: Receive, send: Send) -> None:
         more = message.get("more_body", False)
     if scope["path"] == "/boom":
         raise RuntimeError("the app fails")
+    if scope["path"] == "/slow":
+        await asyncio.sleep(0.6)
     answer = b"%s %s %s" % (scope["method"].encode(), scope["path"].encode(), body)
     if scope["path"] == "/stream":
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -227,3 +229,14 @@ async def test_client_disconnect_mid_stream_cancels_the_upstream(tmp_path: Path)
         await wait_until(lambda: fake.aborted == 1)
         await wait_until(lambda: stack.core.activity.active("default/tiny") == 0)
         assert not fake.finished_at
+
+
+async def test_idle_connections_close_after_the_keepalive_timeout_busy_ones_do_not() -> None:
+    async with serve_proxy_in_background(echo_app, keepalive_s=0.3) as url, connect(url) as conn:
+        await conn.send(post("/slow", b""))  # runs longer than the keep-alive timeout
+        assert (await conn.response())[2] == b"POST /slow "
+        await conn.send(post("/again", b""))
+        assert (await conn.response())[2] == b"POST /again "
+        started = asyncio.get_running_loop().time()
+        assert await conn.closed()
+        assert asyncio.get_running_loop().time() - started < 2

@@ -44,10 +44,13 @@ async def serve_proxy(app: ASGIApp, host: str, port: int, server: str = "flexinf
 
 
 @asynccontextmanager
-async def serve_proxy_in_background(app: ASGIApp, host: str = "127.0.0.1") -> AsyncIterator[str]:
+async def serve_proxy_in_background(
+    app: ASGIApp, host: str = "127.0.0.1", *, keepalive_s: float = 5.0
+) -> AsyncIterator[str]:
     """Serve ``app`` (lifespan included) with ``HttpProtocol`` on a free port; yields its URL."""
     group = ProxyServerGroup(log_level="error", ready_file=None)
     url = group.add_app("app", app, bind_socket(host, 0))
+    group._servers[-1][1].config.timeout_keep_alive = keepalive_s  # type: ignore[assignment]
     started = asyncio.Event()
 
     async def on_ready() -> None:

@@ -68,6 +68,7 @@ class HttpProtocol(asyncio.Protocol):
         self.reading_paused = False
         self._drain: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._idle_since: float | None = None
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._continue = False
@@ -89,6 +90,8 @@ class HttpProtocol(asyncio.Protocol):
         """Tell the running request (and queued ones) that the client is gone."""
         self.server_state.connections.discard(self)
         self._cancel_timer()
+        if self._timer is not None:
+            self._timer.cancel()
         for exchange in (self.running, *self.pipeline):
             if exchange is not None:
                 exchange.lost()
@@ -331,13 +334,27 @@ class HttpProtocol(asyncio.Protocol):
         self.close()
 
     def _arm_timer(self) -> None:
-        self._cancel_timer()
-        self._timer = self.loop.call_later(self.keepalive_s, self.close)
+        """The connection is idle from now: close it unless a request head comes in time.
+
+        Lazy: one timer per connection that re-checks when it fires, instead of a timer
+        armed and cancelled on every request.
+        """
+        self._idle_since = self.loop.time()
+        if self._timer is None:
+            self._timer = self.loop.call_later(self.keepalive_s, self._check_idle)
 
     def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._idle_since = None
+
+    def _check_idle(self) -> None:
+        self._timer = None
+        if self._idle_since is None:
+            return  # busy: the next idle period arms it again
+        left = self._idle_since + self.keepalive_s - self.loop.time()
+        if left <= 0:
+            self.close()
+        else:
+            self._timer = self.loop.call_later(left, self._check_idle)
 
 
 class _RejectedError(Exception):
