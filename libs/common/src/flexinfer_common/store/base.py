@@ -1,4 +1,4 @@
-"""The store interface: Models (spec + status, optimistic concurrency) and endpoints.
+"""The store interface: Models and LoRAAdapters (spec + status, optimistic concurrency), endpoints.
 
 The store plays the part the Kubernetes API server plays in the operator: the controller
 writes, the proxy reads, and every write bumps ``metadata.resourceVersion`` so a writer
@@ -11,7 +11,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime
 
-from flexinfer_common.api import Model, ModelStatus
+from flexinfer_common.api import LoRAAdapter, LoRAAdapterStatus, Model, ModelStatus
+from flexinfer_common.errors import NotFoundError, PermanentError
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +78,36 @@ class ModelStore(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Dispose of connections."""
+
+    # LoRAAdapters: the same resourceVersion/generation rules as Models. The defaults are a
+    # store that holds none (a static, read-only catalog); the SQL store overrides them all.
+
+    async def create_adapter(self, adapter: LoRAAdapter) -> LoRAAdapter:
+        """Insert a new LoRAAdapter (generation 1); ConflictError if the key exists."""
+        raise PermanentError(f"{type(self).__name__} does not keep LoRAAdapters")
+
+    async def get_adapter(self, namespace: str, name: str) -> LoRAAdapter:
+        """The LoRAAdapter, or NotFoundError."""
+        raise NotFoundError(f"loraadapter {namespace}/{name} not found")
+
+    async def list_adapters(self, namespace: str | None = None) -> list[LoRAAdapter]:
+        """All LoRAAdapters, optionally of one namespace, ordered by key."""
+        return []
+
+    async def replace_adapter(self, adapter: LoRAAdapter) -> LoRAAdapter:
+        """Replace labels/annotations and spec; the resource_version rule of replace_model."""
+        raise PermanentError(f"{type(self).__name__} does not keep LoRAAdapters")
+
+    async def update_adapter_status(
+        self,
+        namespace: str,
+        name: str,
+        status: LoRAAdapterStatus,
+        resource_version: str | None = None,
+    ) -> LoRAAdapter:
+        """Replace the status only; the same resource_version rule as replace_adapter."""
+        raise PermanentError(f"{type(self).__name__} does not keep LoRAAdapters")
+
+    async def delete_adapter(self, namespace: str, name: str) -> None:
+        """Delete the LoRAAdapter; NotFoundError if absent."""
+        raise NotFoundError(f"loraadapter {namespace}/{name} not found")

@@ -13,15 +13,15 @@ import contextlib
 import functools
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio.to_thread
 import pydantic
-from sqlalchemy import Connection, Engine, case, delete, select, update
+from sqlalchemy import Connection, Engine, Table, case, delete, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from flexinfer_common.api import Model, ModelStatus
+from flexinfer_common.api import LoRAAdapter, LoRAAdapterStatus, Model, ModelStatus
 from flexinfer_common.errors import ConflictError, FlexInferError, NotFoundError, StoreError
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import sql_schema as schema
@@ -29,13 +29,16 @@ from flexinfer_common.store.base import EndpointRecord, ModelStore
 from flexinfer_common.store.sql_engine import build_engine, create_tables, ensure_schema, upsert
 
 T = TypeVar("T")
+Row = Callable[[Mapping[str, Any]], T]
+"""Turns a fetched row into the API object (runs inside the store call, so a corrupt row
+becomes StoreError like every other failure)."""
 
-_M = schema.MODELS.c
 _E = schema.ENDPOINTS.c
+_ADAPTER = "loraadapter"
 
 
 class SqlModelStore(ModelStore):
-    """Models and endpoints in SQL tables, created on first use."""
+    """Models, LoRAAdapters and endpoints in SQL tables, created on first use."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -88,117 +91,182 @@ class SqlModelStore(ModelStore):
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(functools.partial(self._run, fn, *args))
 
-    # -- models -----------------------------------------------------------------------
+    # -- objects (Models, LoRAAdapters): one row layout, one set of queries ---------------
 
-    async def create_model(self, model: Model) -> Model:
-        """Insert a new Model (generation 1); ConflictError if the key exists."""
-        return await self._call(self._create_model, model)
-
-    def _create_model(self, model: Model) -> Model:
-        spec = schema.dump(model.spec)
+    def _insert(self, table: Table, obj: Model | LoRAAdapter, what: str, out: Row[T]) -> T:
+        spec = schema.dump(obj.spec)
         values = {
-            "namespace": model.metadata.namespace,
-            "name": model.metadata.name,
+            "namespace": obj.metadata.namespace,
+            "name": obj.metadata.name,
             "uid": str(uuid.uuid4()),
             "generation": 1,
             "created_at": schema.now_utc(),
-            "meta": schema.meta_json(model),
+            "meta": schema.meta_json(obj),
             "spec": spec,
             "spec_hash": schema.spec_hash(spec),
-            "status": schema.dump(model.status),
+            "status": schema.dump(obj.status),
         }
         try:
             with self._engine.begin() as conn:
                 values["resource_version"] = _bump(conn)
-                stmt = schema.MODELS.insert().values(values).returning(*schema.MODELS.c)
-                row = conn.execute(stmt).one()
+                row = conn.execute(table.insert().values(values).returning(*table.c)).one()
         except IntegrityError as exc:
-            raise ConflictError(f"model {model.key} already exists") from exc
-        return schema.row_to_model(dict(row._mapping))
+            raise ConflictError(f"{what} {obj.key} already exists") from exc
+        return out(dict(row._mapping))
+
+    def _select(self, table: Table, namespace: str, name: str, what: str, out: Row[T]) -> T:
+        with self._engine.connect() as conn:
+            stmt = select(table).where(table.c.namespace == namespace, table.c.name == name)
+            row = conn.execute(stmt).first()
+        if row is None:
+            raise NotFoundError(f"{what} {namespace}/{name} not found")
+        return out(dict(row._mapping))
+
+    def _select_all(self, table: Table, namespace: str | None, out: Row[T]) -> list[T]:
+        stmt = select(table)
+        if namespace is not None:
+            stmt = stmt.where(table.c.namespace == namespace)
+        with self._engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        return [out(dict(r._mapping)) for r in rows]
+
+    @staticmethod
+    def _spec_values(table: Table, obj: Model | LoRAAdapter) -> dict[str, Any]:
+        """The columns a replace writes; generation bumps only when the spec changed."""
+        spec = schema.dump(obj.spec)
+        digest = schema.spec_hash(spec)
+        c = table.c
+        return {
+            "meta": schema.meta_json(obj),
+            "spec": spec,
+            "spec_hash": digest,
+            "generation": case((c.spec_hash == digest, c.generation), else_=c.generation + 1),
+        }
+
+    def _cas(
+        self,
+        table: Table,
+        what: str,
+        namespace: str,
+        name: str,
+        expected: str | None,
+        values: dict[str, Any],
+        out: Row[T],
+    ) -> T:
+        key = f"{namespace}/{name}"
+        old = _parse_version(what, key, expected)
+        c = table.c
+        with self._engine.begin() as conn:
+            stmt = update(table).where(c.namespace == namespace, c.name == name)
+            if old is not None:
+                stmt = stmt.where(c.resource_version == old)
+            stmt = stmt.values(**values, resource_version=_bump(conn))
+            row = conn.execute(stmt.returning(*table.c)).first()
+            if row is None:
+                exists = conn.execute(
+                    select(c.resource_version).where(c.namespace == namespace, c.name == name)
+                ).first()
+                if exists is None:
+                    raise NotFoundError(f"{what} {key} not found")
+                raise ConflictError(
+                    f"{what} {key} changed: resourceVersion {expected} is stale"
+                    f" (now {exists[0]}); read it again and retry"
+                )
+        return out(dict(row._mapping))
+
+    def _delete(self, table: Table, what: str, namespace: str, name: str) -> None:
+        with self._engine.begin() as conn:
+            c = table.c
+            result = conn.execute(delete(table).where(c.namespace == namespace, c.name == name))
+            if result.rowcount == 0:
+                raise NotFoundError(f"{what} {namespace}/{name} not found")
+            if table is schema.MODELS:
+                conn.execute(delete(schema.ENDPOINTS).where(_E.model == f"{namespace}/{name}"))
+
+    # -- models -----------------------------------------------------------------------
+
+    async def create_model(self, model: Model) -> Model:
+        """Insert a new Model (generation 1); ConflictError if the key exists."""
+        return await self._call(self._insert, schema.MODELS, model, "model", schema.row_to_model)
 
     async def get_model(self, namespace: str, name: str) -> Model:
         """The Model, or NotFoundError."""
-        return await self._call(self._get_model, namespace, name)
-
-    def _get_model(self, namespace: str, name: str) -> Model:
-        with self._engine.connect() as conn:
-            stmt = select(schema.MODELS).where(_M.namespace == namespace, _M.name == name)
-            row = conn.execute(stmt).first()
-        if row is None:
-            raise NotFoundError(f"model {namespace}/{name} not found")
-        return schema.row_to_model(dict(row._mapping))
+        args = (schema.MODELS, namespace, name, "model", schema.row_to_model)
+        return await self._call(self._select, *args)
 
     async def list_models(self, namespace: str | None = None) -> list[Model]:
         """All Models, optionally of one namespace, ordered by key."""
-        return await self._call(self._list_models, namespace)
-
-    def _list_models(self, namespace: str | None) -> list[Model]:
-        stmt = select(schema.MODELS)
-        if namespace is not None:
-            stmt = stmt.where(_M.namespace == namespace)
-        with self._engine.connect() as conn:
-            rows = conn.execute(stmt).all()
+        models = await self._call(self._select_all, schema.MODELS, namespace, schema.row_to_model)
         # Sorted here, not by ORDER BY: "namespace/name" order must not depend on collation.
-        return sorted((schema.row_to_model(dict(r._mapping)) for r in rows), key=lambda m: m.key)
+        return sorted(models, key=lambda m: m.key)
 
     async def replace_model(self, model: Model) -> Model:
         """Replace labels/annotations and spec; bump generation when spec changed."""
-        return await self._call(self._replace_model, model)
-
-    def _replace_model(self, model: Model) -> Model:
-        spec = schema.dump(model.spec)
-        digest = schema.spec_hash(spec)
-        values = {
-            "meta": schema.meta_json(model),
-            "spec": spec,
-            "spec_hash": digest,
-            "generation": case((_M.spec_hash == digest, _M.generation), else_=_M.generation + 1),
-        }
+        values = self._spec_values(schema.MODELS, model)
         meta = model.metadata
-        return self._compare_and_set(meta.namespace, meta.name, meta.resource_version, values)
+        return await self._model_cas(meta.namespace, meta.name, meta.resource_version, values)
 
     async def update_status(
         self, namespace: str, name: str, status: ModelStatus, resource_version: str | None = None
     ) -> Model:
         """Replace the status only; the same resource_version rule as replace_model."""
         values = {"status": schema.dump(status)}
-        return await self._call(self._compare_and_set, namespace, name, resource_version, values)
+        return await self._model_cas(namespace, name, resource_version, values)
 
-    def _compare_and_set(
+    async def _model_cas(
         self, namespace: str, name: str, expected: str | None, values: dict[str, Any]
     ) -> Model:
-        key = f"{namespace}/{name}"
-        old = _parse_version(key, expected)
-        with self._engine.begin() as conn:
-            stmt = update(schema.MODELS).where(_M.namespace == namespace, _M.name == name)
-            if old is not None:
-                stmt = stmt.where(_M.resource_version == old)
-            stmt = stmt.values(**values, resource_version=_bump(conn))
-            row = conn.execute(stmt.returning(*schema.MODELS.c)).first()
-            if row is None:
-                exists = conn.execute(
-                    select(_M.resource_version).where(_M.namespace == namespace, _M.name == name)
-                ).first()
-                if exists is None:
-                    raise NotFoundError(f"model {key} not found")
-                raise ConflictError(
-                    f"model {key} changed: resourceVersion {expected} is stale"
-                    f" (now {exists[0]}); read it again and retry"
-                )
-        return schema.row_to_model(dict(row._mapping))
+        args = (schema.MODELS, "model", namespace, name, expected, values, schema.row_to_model)
+        return await self._call(self._cas, *args)
 
     async def delete_model(self, namespace: str, name: str) -> None:
         """Delete the Model and its endpoints; NotFoundError if absent."""
-        await self._call(self._delete_model, namespace, name)
+        await self._call(self._delete, schema.MODELS, "model", namespace, name)
 
-    def _delete_model(self, namespace: str, name: str) -> None:
-        with self._engine.begin() as conn:
-            result = conn.execute(
-                delete(schema.MODELS).where(_M.namespace == namespace, _M.name == name)
-            )
-            if result.rowcount == 0:
-                raise NotFoundError(f"model {namespace}/{name} not found")
-            conn.execute(delete(schema.ENDPOINTS).where(_E.model == f"{namespace}/{name}"))
+    # -- LoRA adapters ----------------------------------------------------------------
+
+    async def create_adapter(self, adapter: LoRAAdapter) -> LoRAAdapter:
+        """Insert a new LoRAAdapter (generation 1); ConflictError if the key exists."""
+        args = (schema.ADAPTERS, adapter, _ADAPTER, schema.row_to_adapter)
+        return await self._call(self._insert, *args)
+
+    async def get_adapter(self, namespace: str, name: str) -> LoRAAdapter:
+        """The LoRAAdapter, or NotFoundError."""
+        args = (schema.ADAPTERS, namespace, name, _ADAPTER, schema.row_to_adapter)
+        return await self._call(self._select, *args)
+
+    async def list_adapters(self, namespace: str | None = None) -> list[LoRAAdapter]:
+        """All LoRAAdapters, optionally of one namespace, ordered by key."""
+        args = (schema.ADAPTERS, namespace, schema.row_to_adapter)
+        adapters = await self._call(self._select_all, *args)
+        return sorted(adapters, key=lambda a: a.key)
+
+    async def replace_adapter(self, adapter: LoRAAdapter) -> LoRAAdapter:
+        """Replace labels/annotations and spec; bump generation when spec changed."""
+        values = self._spec_values(schema.ADAPTERS, adapter)
+        meta = adapter.metadata
+        return await self._adapter_cas(meta.namespace, meta.name, meta.resource_version, values)
+
+    async def update_adapter_status(
+        self,
+        namespace: str,
+        name: str,
+        status: LoRAAdapterStatus,
+        resource_version: str | None = None,
+    ) -> LoRAAdapter:
+        """Replace the status only; the same resource_version rule as replace_adapter."""
+        values = {"status": schema.dump(status)}
+        return await self._adapter_cas(namespace, name, resource_version, values)
+
+    async def _adapter_cas(
+        self, namespace: str, name: str, expected: str | None, values: dict[str, Any]
+    ) -> LoRAAdapter:
+        args = (schema.ADAPTERS, _ADAPTER, namespace, name, expected, values, schema.row_to_adapter)
+        return await self._call(self._cas, *args)
+
+    async def delete_adapter(self, namespace: str, name: str) -> None:
+        """Delete the LoRAAdapter; NotFoundError if absent."""
+        await self._call(self._delete, schema.ADAPTERS, _ADAPTER, namespace, name)
 
     # -- endpoints --------------------------------------------------------------------
 
@@ -261,13 +329,15 @@ def _bump(conn: Connection) -> int:
     return int(conn.execute(stmt).scalar_one())
 
 
-def _parse_version(key: str, text: str | None) -> int | None:
+def _parse_version(what: str, key: str, text: str | None) -> int | None:
     if text is None:
         return None
     try:
         return int(text)
     except ValueError:
-        raise ConflictError(f"model {key}: resourceVersion {text!r} is not one we issued") from None
+        raise ConflictError(
+            f"{what} {key}: resourceVersion {text!r} is not one we issued"
+        ) from None
 
 
 def _reason(exc: SQLAlchemyError) -> str:

@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-from flexinfer_common.api import API_VERSION, Model
+from flexinfer_common.api import API_VERSION, LORA_KIND, LoRAAdapter, Model
 from flexinfer_common.store.base import EndpointRecord
 
 # JSONB on PostgreSQL (compact, comparable); JSON text elsewhere.
@@ -34,6 +34,23 @@ class ModelRow(_StoreTable, table=True):
     """One Model: indexed identity columns, the rest as JSON documents."""
 
     __tablename__ = "flexinfer_models"
+
+    namespace: str = Field(primary_key=True, max_length=63)
+    name: str = Field(primary_key=True, max_length=253)
+    uid: str = Field(max_length=36)
+    generation: int = Field(sa_type=BigInteger)
+    resource_version: int = Field(sa_type=BigInteger)
+    created_at: datetime = Field(sa_type=DateTime(timezone=True))
+    meta: dict[str, Any] = Field(sa_column=Column("meta", _JSON, nullable=False))
+    spec: dict[str, Any] = Field(sa_column=Column("spec", _JSON, nullable=False))
+    spec_hash: str = Field(max_length=64)
+    status: dict[str, Any] = Field(sa_column=Column("status", _JSON, nullable=False))
+
+
+class LoRAAdapterRow(_StoreTable, table=True):
+    """One LoRAAdapter: the same layout as a Model's row."""
+
+    __tablename__ = "flexinfer_lora_adapters"
 
     namespace: str = Field(primary_key=True, max_length=63)
     name: str = Field(primary_key=True, max_length=253)
@@ -73,6 +90,7 @@ METADATA = _StoreTable.metadata
 # SQLModel sets __table__ at class creation; its stubs don't declare it.
 MODELS = cast(Table, ModelRow.__table__)  # type: ignore[attr-defined]
 ENDPOINTS = cast(Table, EndpointRow.__table__)  # type: ignore[attr-defined]
+ADAPTERS = cast(Table, LoRAAdapterRow.__table__)  # type: ignore[attr-defined]
 COUNTERS = cast(Table, CounterRow.__table__)  # type: ignore[attr-defined]
 
 RESOURCE_VERSION = "resource_version"
@@ -96,7 +114,7 @@ def dump(obj: Any) -> dict[str, Any]:
     return data
 
 
-def meta_json(model: Model) -> dict[str, Any]:
+def meta_json(model: Model | LoRAAdapter) -> dict[str, Any]:
     """Metadata without the fields that have columns of their own."""
     data = dump(model.metadata)
     for key in _COLUMN_META:
@@ -110,8 +128,8 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def row_to_model(row: Mapping[str, Any]) -> Model:
-    """A fully populated Model from a ``flexinfer_models`` row."""
+def _document(row: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """The API document of an object row (a Model's or a LoRAAdapter's)."""
     meta = dict(row["meta"])
     meta.update(
         name=row["name"],
@@ -121,15 +139,23 @@ def row_to_model(row: Mapping[str, Any]) -> Model:
         resourceVersion=str(row["resource_version"]),
         creationTimestamp=to_utc(row["created_at"]).isoformat(),
     )
-    return Model.model_validate(
-        {
-            "apiVersion": API_VERSION,
-            "kind": "Model",
-            "metadata": meta,
-            "spec": row["spec"],
-            "status": row["status"],
-        }
-    )
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": meta,
+        "spec": row["spec"],
+        "status": row["status"],
+    }
+
+
+def row_to_model(row: Mapping[str, Any]) -> Model:
+    """A fully populated Model from a ``flexinfer_models`` row."""
+    return Model.model_validate(_document(row, "Model"))
+
+
+def row_to_adapter(row: Mapping[str, Any]) -> LoRAAdapter:
+    """A fully populated LoRAAdapter from a ``flexinfer_lora_adapters`` row."""
+    return LoRAAdapter.model_validate(_document(row, LORA_KIND))
 
 
 def row_to_endpoint(row: Mapping[str, Any]) -> EndpointRecord:
