@@ -165,7 +165,11 @@ class OpenAIProxy:
         try:
             grant = core.auth.authenticate(_header(scope, b"authorization"))
             request = await extract_request(scope, receive, core.settings)
-            target = await core.catalog.resolve_target(request.name)
+            # A known name is a dict lookup; only a miss needs the (async) store re-read.
+            catalog = core.catalog
+            target = catalog.lookup_target(request.name) or await catalog.resolve_target(
+                request.name
+            )
             if target is None:
                 raise ModelNotFoundError(request.name)
             core.auth.authorize(grant, target.model)
