@@ -15,6 +15,7 @@ from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
 from flexinfer_controller.api.admin import install_admin
 from flexinfer_controller.backends import LaunchContext, default_backends
+from flexinfer_controller.core.adapters import AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.models import ModelService
@@ -70,6 +71,7 @@ def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore
     app.state.settings = settings
     app.state.controller = controller
     app.state.model_service = service
+    app.state.adapter_service = AdapterService(store, bus)
     app.state.metrics = metrics
 
     async def ready() -> bool:

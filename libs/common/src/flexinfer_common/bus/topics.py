@@ -23,6 +23,9 @@ ENDPOINTS = "flexinfer.endpoints"
 MODELS = "flexinfer.models"
 """controller → everyone: a Model was created, changed or deleted."""
 
+ADAPTERS = "flexinfer.adapters"
+"""controller → everyone: a LoRAAdapter was created, changed or deleted."""
+
 PROGRESS = "flexinfer.progress"
 """controller/engine → proxy: how far a model's cold start has come (phase, eta)."""
 
@@ -77,6 +80,15 @@ class ModelChangedEvent(Event):
     """``model`` was created, updated or deleted (``deleted``)."""
 
     model: str
+    generation: int
+    deleted: bool = False
+
+
+class AdapterChangedEvent(Event):
+    """LoRAAdapter ``adapter`` (on base Model ``model``) was created, updated or deleted."""
+
+    adapter: str = Field(description="namespace/name of the LoRAAdapter")
+    model: str = Field(description="namespace/name of its base Model (spec.modelRef)")
     generation: int
     deleted: bool = False
 

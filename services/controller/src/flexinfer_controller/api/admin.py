@@ -1,21 +1,27 @@
-"""Admin REST API: Model CRUD (JSON or YAML, as the CRD) and endpoint records."""
+"""Admin REST API: Model and LoRAAdapter CRUD (JSON or YAML, as the CRDs), endpoint records."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from flexinfer_common.api import API_VERSION, Model
+from flexinfer_common.api import API_VERSION, LoRAAdapter, Model
+from flexinfer_common.api.meta import ApiModel
 from flexinfer_common.errors import InvalidSpecError
 from flexinfer_common.web import openai_error
-from flexinfer_controller.core.documents import Format, decode, parse_model
+from flexinfer_controller.core.adapters import AdapterService
+from flexinfer_controller.core.documents import Format, decode, parse_adapter, parse_model
 from flexinfer_controller.core.models import ModelService
 from flexinfer_controller.settings import ControllerSettings
 
 _JSON_TYPES = {"application/json"}
 _YAML_TYPES = {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"}
+
+Doc = TypeVar("Doc", bound=ApiModel)
+Parser = Callable[..., Doc]
 
 
 class BodyError(Exception):
@@ -39,7 +45,14 @@ def get_settings(request: Request) -> ControllerSettings:
     return settings
 
 
+def get_adapter_service(request: Request) -> AdapterService:
+    """The app's AdapterService (built in create_app)."""
+    service: AdapterService = request.app.state.adapter_service
+    return service
+
+
 Service = Annotated[ModelService, Depends(get_service)]
+Adapters = Annotated[AdapterService, Depends(get_adapter_service)]
 Settings = Annotated[ControllerSettings, Depends(get_settings)]
 NamespaceQuery = Annotated[str | None, Query(min_length=1, max_length=63)]
 
@@ -72,23 +85,35 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _model_from(
-    request: Request, settings: ControllerSettings, namespace: str | None, name: str | None
-) -> Model:
+async def _document_from(
+    request: Request,
+    settings: ControllerSettings,
+    namespace: str | None,
+    name: str | None,
+    parse: Parser[Doc],
+    kind: str,
+) -> Doc:
+    """The body as a validated ``kind`` document (JSON or YAML, size-capped)."""
     fmt = _media_format(request.headers.get("content-type"))
     body = await read_body(request, settings.max_body_bytes)
     if not body.strip():
-        raise BodyError(400, "request body is empty: send a Model document", "empty_body")
-    return parse_model(
-        decode(body, fmt),
+        raise BodyError(400, f"request body is empty: send a {kind} document", "empty_body")
+    return parse(
+        decode(body, fmt, kind),
         namespace=namespace,
         default_namespace=settings.namespace,
         path_name=name,
     )
 
 
-def dump(model: Model) -> dict[str, Any]:
-    """A Model as the API returns it: camelCase, without nulls."""
+async def _model_from(
+    request: Request, settings: ControllerSettings, namespace: str | None, name: str | None
+) -> Model:
+    return await _document_from(request, settings, namespace, name, parse_model, "Model")
+
+
+def dump(model: ApiModel) -> dict[str, Any]:
+    """A Model (or any API object) as the API returns it: camelCase, without nulls."""
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
@@ -135,6 +160,8 @@ def admin_router() -> APIRouter:
         await service.delete(namespace or settings.namespace, name)
         return Response(status_code=204)
 
+    _adapter_routes(router)
+
     @router.get("/endpoints")
     async def list_endpoints(service: Service, model: str | None = None) -> dict[str, Any]:
         records = await service.endpoints(model)
@@ -153,6 +180,57 @@ def admin_router() -> APIRouter:
         }
 
     return router
+
+
+def _adapter_routes(router: APIRouter) -> None:
+    """/loraadapters[/{name}]: the same CRUD as /models."""
+
+    async def adapter_from(
+        request: Request, settings: ControllerSettings, namespace: str | None, name: str | None
+    ) -> LoRAAdapter:
+        return await _document_from(
+            request, settings, namespace, name, parse_adapter, "LoRAAdapter"
+        )
+
+    @router.post("/loraadapters", status_code=201)
+    async def create_adapter(
+        request: Request, service: Adapters, settings: Settings, namespace: NamespaceQuery = None
+    ) -> JSONResponse:
+        adapter = await adapter_from(request, settings, namespace, None)
+        return JSONResponse(dump(await service.create(adapter)), status_code=201)
+
+    @router.put("/loraadapters/{name}")
+    async def apply_adapter(
+        name: str,
+        request: Request,
+        service: Adapters,
+        settings: Settings,
+        namespace: NamespaceQuery = None,
+    ) -> JSONResponse:
+        adapter = await adapter_from(request, settings, namespace, name)
+        stored, created = await service.apply(adapter)
+        return JSONResponse(dump(stored), status_code=201 if created else 200)
+
+    @router.get("/loraadapters")
+    async def list_adapters(
+        service: Adapters, settings: Settings, namespace: NamespaceQuery = None
+    ) -> dict[str, Any]:
+        items = await service.list_adapters(namespace or settings.namespace)
+        kind = "LoRAAdapterList"
+        return {"apiVersion": API_VERSION, "kind": kind, "items": [dump(a) for a in items]}
+
+    @router.get("/loraadapters/{name}")
+    async def get_adapter(
+        name: str, service: Adapters, settings: Settings, namespace: NamespaceQuery = None
+    ) -> dict[str, Any]:
+        return dump(await service.get(namespace or settings.namespace, name))
+
+    @router.delete("/loraadapters/{name}", status_code=204)
+    async def delete_adapter(
+        name: str, service: Adapters, settings: Settings, namespace: NamespaceQuery = None
+    ) -> Response:
+        await service.delete(namespace or settings.namespace, name)
+        return Response(status_code=204)
 
 
 def install_admin(app: FastAPI) -> None:
