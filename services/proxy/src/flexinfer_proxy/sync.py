@@ -11,7 +11,12 @@ import httpx
 import pydantic
 
 from flexinfer_common.bus import Consumer, Message, topics
-from flexinfer_common.bus.topics import EndpointsEvent, ModelChangedEvent, ProgressEvent
+from flexinfer_common.bus.topics import (
+    AdapterChangedEvent,
+    EndpointsEvent,
+    ModelChangedEvent,
+    ProgressEvent,
+)
 from flexinfer_common.errors import FlexInferError
 from flexinfer_proxy.core.service import ProxyCore
 
@@ -36,6 +41,7 @@ class ProxySync:
         endpoints = core.bus.consumer(topics.ENDPOINTS, group, name)
         models = core.bus.consumer(topics.MODELS, group, name)
         progress = core.bus.consumer(topics.PROGRESS, group, name)
+        adapters = core.bus.consumer(topics.ADAPTERS, group, name)
         try:
             await core.resync()
         except FlexInferError as exc:
@@ -44,6 +50,7 @@ class ProxySync:
         self._tasks = [
             asyncio.create_task(self._consume(endpoints, self._on_endpoints), name="proxy-ep"),
             asyncio.create_task(self._consume(models, self._on_models), name="proxy-models"),
+            asyncio.create_task(self._consume(adapters, self._on_adapters), name="proxy-adapters"),
             asyncio.create_task(self._resync_loop(), name="proxy-resync"),
             asyncio.create_task(core.activity.run(period), name="proxy-activity"),
             asyncio.create_task(self._consume(progress, self._on_progress), name="proxy-progress"),
@@ -98,6 +105,19 @@ class ProxySync:
         if deleted:
             known = {m.key for m in self.core.catalog.models}
             self.core.table.forget_only([m for m in deleted if m not in known])
+
+    async def _on_adapters(self, messages: list[Message]) -> None:
+        valid = 0
+        for message in messages:
+            try:
+                AdapterChangedEvent.model_validate(message.payload)
+            except pydantic.ValidationError as exc:
+                log.warning("ignoring malformed adapter event %s: %s", message.id, exc)
+                continue
+            valid += 1
+        if valid:
+            # One re-read of models and adapters covers a whole batch of changes.
+            await self.core.catalog.refresh()
 
     async def _on_progress(self, messages: list[Message]) -> None:
         for message in messages:

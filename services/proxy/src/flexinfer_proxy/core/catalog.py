@@ -1,15 +1,23 @@
-"""The models this proxy serves, by every name a client may use, cached from the store."""
+"""The models this proxy serves, by every name a client may use, cached from the store.
+
+Names resolve in this order: served names, then aliases, then LoRAAdapter objects
+(``spec.adapterName`` -> ``spec.modelRef`` in the adapter's namespace), then the
+``flexinfer.ai/lora-adapters`` annotation, then service labels. The first claimant of a
+name (by key) wins it, so the index never depends on the order the store returns.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from flexinfer_common.api import Model
+from flexinfer_common.api import LoRAAdapter, Model
+from flexinfer_common.errors import NotFoundError
 from flexinfer_common.store import ModelStore
+from flexinfer_proxy.core.errors import ModelNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +37,18 @@ class Target:
     selects the adapter by the request's ``model`` field)."""
 
 
+class AdapterBaseMissingError(ModelNotFoundError):
+    """The name is a LoRAAdapter's, but its base Model does not exist (HTTP 404)."""
+
+    def __init__(self, name: str, base: str) -> None:
+        NotFoundError.__init__(
+            self,
+            f"The model '{name}' is a LoRA adapter of Model '{base}', which does not exist",
+        )
+        self.name = name
+        self.base = base
+
+
 def _csv(value: str | None) -> list[str]:
     return [part.strip() for part in (value or "").split(",") if part.strip()]
 
@@ -45,22 +65,40 @@ def lora_adapters(model: Model) -> list[str]:
     return _csv(model.metadata.annotations.get(LORA_ANNOTATION))
 
 
-def build_target_index(models: list[Model]) -> tuple[dict[str, Target], dict[str, list[Model]]]:
+def build_target_index(
+    models: list[Model], adapters: Iterable[LoRAAdapter] = ()
+) -> tuple[dict[str, Target], dict[str, list[Model]]]:
     """Names, aliases and adapters -> Targets; service labels -> the Models claiming them."""
     ordered = sorted(models, key=lambda m: m.key)
     index = {
         name: Target(model, model.served_names[0])
         for name, model in build_name_index(ordered).items()
     }
+    by_key = {m.key: m for m in ordered}
+    for adapter in sorted(adapters, key=lambda a: a.key):
+        base = by_key.get(adapter.model_key)
+        if base is not None:
+            index.setdefault(adapter.spec.adapter_name, Target(base, adapter.spec.adapter_name))
     for model in ordered:
-        for adapter in lora_adapters(model):
-            index.setdefault(adapter, Target(model, adapter))
+        for name in lora_adapters(model):
+            index.setdefault(name, Target(model, name))
     labels: dict[str, list[Model]] = {}
     for model in ordered:
         for label in service_labels(model):
             if label not in index:
                 labels.setdefault(label, []).append(model)
     return index, labels
+
+
+def dangling_adapters(
+    adapters: Iterable[LoRAAdapter], targets: dict[str, Target]
+) -> dict[str, str]:
+    """Adapter names no Target answers to (their base Model is missing) -> the base's key."""
+    out: dict[str, str] = {}
+    for adapter in sorted(adapters, key=lambda a: a.key):
+        if adapter.spec.adapter_name not in targets:
+            out.setdefault(adapter.spec.adapter_name, adapter.model_key)
+    return out
 
 
 def build_name_index(models: list[Model]) -> dict[str, Model]:
@@ -99,6 +137,8 @@ class ModelCatalog:
         self._labels: dict[str, list[Model]] = {}
         self._index: dict[str, Model] = {}
         self._by_key: dict[str, Model] = {}
+        self._adapters: list[LoRAAdapter] = []
+        self._dangling: dict[str, str] = {}
         self._misses: dict[str, float] = {}
         self._refreshing: asyncio.Task[None] | None = None
         self.loaded = False
@@ -133,20 +173,34 @@ class ModelCatalog:
         target = await self.resolve_target(name)
         return target.model if target is not None else None
 
+    @property
+    def adapters(self) -> list[LoRAAdapter]:
+        """The LoRAAdapters of the namespace, as last read, ordered by key."""
+        return list(self._adapters)
+
     async def resolve_target(self, name: str) -> Target | None:
-        """The Target for ``name``; on a miss, re-read the store (throttled per name)."""
+        """The Target for ``name``; on a miss, re-read the store (throttled per name).
+
+        Raises AdapterBaseMissingError when ``name`` is a LoRAAdapter's whose base Model
+        does not exist, so the client learns why rather than only that nothing matched.
+        """
         target = self.lookup_target(name)
         if target is not None:
             return target
         now = self._clock()
         last = self._misses.get(name)
-        if last is not None and now - last < self._miss_interval_s:
-            return None
-        if len(self._misses) >= _MAX_MISS_ENTRIES:
-            self._prune_misses(now)
-        self._misses[name] = now
-        await self.refresh()
-        return self.lookup_target(name)
+        if last is None or now - last >= self._miss_interval_s:
+            if len(self._misses) >= _MAX_MISS_ENTRIES:
+                self._prune_misses(now)
+            self._misses[name] = now
+            await self.refresh()
+            target = self.lookup_target(name)
+            if target is not None:
+                return target
+        base = self._dangling.get(name)
+        if base is not None:
+            raise AdapterBaseMissingError(name, base)
+        return None
 
     async def refresh(self) -> None:
         """Re-read every Model of the namespace; concurrent callers share one read."""
@@ -156,19 +210,27 @@ class ModelCatalog:
             self._refreshing = task
         await asyncio.shield(task)
 
-    def apply(self, models: list[Model]) -> None:
-        """Replace the cached models (also used when a caller already holds the list)."""
+    def apply(self, models: list[Model], adapters: list[LoRAAdapter] | None = None) -> None:
+        """Replace the cached models, and the adapters unless None (keeps the last read)."""
         ours = [m for m in models if m.metadata.namespace == self._namespace]
+        if adapters is not None:
+            self._adapters = sorted(
+                (a for a in adapters if a.metadata.namespace == self._namespace),
+                key=lambda a: a.key,
+            )
         self._index = build_name_index(ours)
-        self._targets, self._labels = build_target_index(ours)
+        self._targets, self._labels = build_target_index(ours, self._adapters)
+        self._dangling = dangling_adapters(self._adapters, self._targets)
         self._by_key = {m.key: m for m in ours}
         self.loaded = True
         if self._on_change is not None:
             self._on_change(self._by_key)
 
     async def _load(self) -> None:
-        models = await self._store.list_models(self._namespace)
-        self.apply(models)
+        models, adapters = await asyncio.gather(
+            self._store.list_models(self._namespace), self._store.list_adapters(self._namespace)
+        )
+        self.apply(models, adapters)
 
     def _prune_misses(self, now: float) -> None:
         stale = [n for n, t in self._misses.items() if now - t >= self._miss_interval_s]

@@ -1,0 +1,175 @@
+"""LoRAAdapter objects: adapterName -> base Model, the adapter name forwarded unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletionMessageParam
+
+from flexinfer_common.api import LoRAAdapter, Model
+from flexinfer_common.bus import topics
+from flexinfer_proxy.core.catalog import build_target_index, dangling_adapters
+from flexinfer_proxy.testing import make_model
+from flexinfer_proxy.testing_stack import ProxyStack, proxy_stack, upstreams, wait_until
+
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+
+
+def make_adapter(
+    name: str, model_ref: str, *, adapter_name: str | None = None, namespace: str = "default"
+) -> LoRAAdapter:
+    """A LoRAAdapter on ``model_ref``, served as ``adapter_name`` (default: ``name``)."""
+    return LoRAAdapter.model_validate(
+        {
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "modelRef": model_ref,
+                "adapterName": adapter_name or name,
+                "source": {"type": "HuggingFace", "uri": f"org/{name}"},
+            },
+        }
+    )
+
+
+async def announce(stack: ProxyStack, adapter: LoRAAdapter, *, deleted: bool = False) -> None:
+    """Publish the controller's change event for ``adapter``."""
+    event = topics.AdapterChangedEvent(
+        adapter=adapter.key, model=adapter.model_key, generation=1, deleted=deleted
+    )
+    await stack.bus.publish(topics.ADAPTERS, event.model_dump(mode="json"))
+
+
+def adapter_names(stack: ProxyStack) -> list[str]:
+    return [a.spec.adapter_name for a in stack.core.catalog.adapters]
+
+
+async def test_adapter_request_reaches_the_base_model_with_the_adapter_name(
+    tmp_path: Path,
+) -> None:
+    base = make_model("llama", served_name="llama-3-8b")
+    async with upstreams(1) as ups, proxy_stack(tmp_path, [base]) as stack:
+        ((fake, url),) = ups
+        await stack.set_endpoints("default/llama", [url])
+        sql = await stack.store.create_adapter(make_adapter("sql", "llama", adapter_name="sql-v1"))
+        await announce(stack, sql)
+        await wait_until(lambda: "sql-v1" in adapter_names(stack))
+        async with stack.openai() as client:
+            reply = await client.chat.completions.create(model="sql-v1", messages=MESSAGES)
+            assert reply.choices[0].message.content == "hello from u0"
+            assert fake.seen[-1].json()["model"] == "sql-v1"
+            stream = await client.chat.completions.create(
+                model="sql-v1",
+                messages=MESSAGES,
+                stream=True,
+            )
+            chunks = [c async for c in stream]
+            assert chunks
+            assert fake.seen[-1].json()["model"] == "sql-v1"
+            # The base model's own name still reaches it under its served name.
+            await client.chat.completions.create(model="llama-3-8b", messages=MESSAGES)
+            assert fake.seen[-1].json()["model"] == "llama-3-8b"
+            assert len(fake.seen) == 3
+
+
+async def test_unknown_adapter_is_404(tmp_path: Path) -> None:
+    async with proxy_stack(tmp_path, [make_model("llama")]) as stack, stack.openai() as client:
+        with pytest.raises(openai.NotFoundError) as caught:
+            await client.chat.completions.create(model="no-such-lora", messages=MESSAGES)
+        error = caught.value.body
+        assert isinstance(error, dict)
+        assert error["code"] == "model_not_found"
+        assert "no-such-lora" in error["message"]
+
+
+async def test_adapter_whose_base_model_is_missing_is_404_saying_so(tmp_path: Path) -> None:
+    async with proxy_stack(tmp_path, [make_model("llama")]) as stack:
+        await stack.store.create_adapter(make_adapter("orphan", "ghost"))
+        async with stack.openai() as client:
+            # The first request misses the cache, re-reads the store, then explains.
+            for _ in range(2):
+                with pytest.raises(openai.NotFoundError) as caught:
+                    await client.chat.completions.create(model="orphan", messages=MESSAGES)
+                error = caught.value.body
+                assert isinstance(error, dict)
+                assert error["code"] == "model_not_found"
+                assert error["param"] == "model"
+                assert error["message"] == (
+                    "The model 'orphan' is a LoRA adapter of Model 'default/ghost', "
+                    "which does not exist"
+                )
+
+
+async def test_change_events_add_and_remove_adapters(tmp_path: Path) -> None:
+    # A long miss interval: only the events can make the proxy notice the changes.
+    models = [make_model("llama")]
+    async with (
+        upstreams(1) as ups,
+        proxy_stack(tmp_path, models, miss_refresh_interval_s=3600) as stack,
+        stack.openai() as client,
+    ):
+        ((fake, url),) = ups
+        await stack.set_endpoints("default/llama", [url])
+        with pytest.raises(openai.NotFoundError):
+            await client.chat.completions.create(model="chat", messages=MESSAGES)
+        chat = await stack.store.create_adapter(make_adapter("chat", "llama"))
+        await announce(stack, chat)
+        await wait_until(lambda: adapter_names(stack) == ["chat"])
+        await client.chat.completions.create(model="chat", messages=MESSAGES)
+        assert fake.seen[-1].json()["model"] == "chat"
+        await stack.store.delete_adapter("default", "chat")
+        await announce(stack, chat, deleted=True)
+        await wait_until(lambda: adapter_names(stack) == [])
+        with pytest.raises(openai.NotFoundError):
+            await client.chat.completions.create(model="chat", messages=MESSAGES)
+
+
+async def test_periodic_resync_picks_up_adapters_without_events(tmp_path: Path) -> None:
+    models = [make_model("llama")]
+    async with proxy_stack(tmp_path, models, resync_interval_s=0.05) as stack:
+        await stack.store.create_adapter(make_adapter("quiet", "llama"))
+        await wait_until(lambda: adapter_names(stack) == ["quiet"])
+        target = stack.core.catalog.lookup_target("quiet")
+        assert target is not None
+        assert (target.model.key, target.upstream_name) == ("default/llama", "quiet")
+
+
+async def test_malformed_adapter_events_are_ignored(tmp_path: Path) -> None:
+    models = [make_model("llama")]
+    async with proxy_stack(tmp_path, models, miss_refresh_interval_s=3600) as stack:
+        await stack.bus.publish(topics.ADAPTERS, {"adapter": 1})
+        good = await stack.store.create_adapter(make_adapter("good", "llama"))
+        await announce(stack, good)
+        await wait_until(lambda: adapter_names(stack) == ["good"])
+
+
+def test_index_precedence_and_namespaces() -> None:
+    llama, coder = make_model("llama"), make_model("coder")
+    llama.metadata.annotations["flexinfer.ai/lora-adapters"] = "shared, annotated"
+    other_ns = make_model("llama", namespace="ml")
+    adapters = [
+        make_adapter("b-shared", "coder", adapter_name="shared"),
+        make_adapter("a-shared", "llama", adapter_name="shared"),  # first by key wins
+        make_adapter("steal", "coder", adapter_name="llama"),  # a served name is never taken
+        make_adapter("annotated", "coder"),  # an object wins over the annotation
+        make_adapter("orphan", "ghost"),
+        make_adapter("elsewhere", "llama", namespace="ml"),  # base is ml/llama, not here
+    ]
+    models: list[Model] = [llama, coder]
+    targets, _ = build_target_index(models, adapters)
+    assert (targets["shared"].model.key, targets["shared"].upstream_name) == (
+        "default/llama",
+        "shared",
+    )
+    assert targets["llama"].upstream_name == "llama"
+    assert targets["llama"].model is llama
+    assert targets["annotated"].model is coder
+    assert "orphan" not in targets
+    assert "elsewhere" not in targets
+    assert dangling_adapters(adapters, targets) == {
+        "orphan": "default/ghost",
+        "elsewhere": "ml/llama",
+    }
+    targets_ml, _ = build_target_index([other_ns], adapters)
+    assert targets_ml["elsewhere"].model is other_ns
