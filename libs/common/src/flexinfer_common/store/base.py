@@ -31,7 +31,7 @@ class EndpointRecord:
 
 
 class ModelStore(ABC):
-    """Persistent Models and endpoints. All methods raise StoreError when the DB fails."""
+    """Persistent Models, LoRAAdapters and endpoints. Methods raise StoreError when the DB fails."""
 
     @abstractmethod
     async def create_model(self, model: Model) -> Model:
