@@ -165,6 +165,17 @@ async def test_malformed_request_is_a_400_and_the_connection_closes() -> None:
         assert await conn.closed()
 
 
+async def test_an_endless_request_head_is_a_431() -> None:
+    async with serve_proxy_in_background(echo_app) as url, connect(url) as conn:
+        await conn.send(b"POST /a HTTP/1.1\r\nhost: x\r\n")
+        for _ in range(100):
+            with contextlib.suppress(ConnectionError):
+                await conn.send(b"x-filler: " + b"y" * 1000 + b"\r\n")
+        status, headers, _ = await conn.response()
+        assert status == 431
+        assert headers["connection"] == "close"
+
+
 async def test_http_1_0_and_app_errors_close_the_connection() -> None:
     async with serve_proxy_in_background(echo_app) as url:
         async with connect(url) as conn:

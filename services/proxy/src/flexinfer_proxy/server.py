@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 _HIGH_WATER = 64 * 1024
 """Request body bytes buffered for the app beyond which reading from the client pauses."""
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
+_MAX_HEAD = 64 * 1024
+"""Request line + headers beyond this are refused (431): httptools itself sets no limit."""
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -73,6 +75,8 @@ class HttpProtocol(asyncio.Protocol):
         self._headers: list[tuple[bytes, bytes]] = []
         self._continue = False
         self._defaults: tuple[object, bytes] = (None, b"")
+        self._head_size = 0
+        self._discard = False
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -109,6 +113,8 @@ class HttpProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         """Feed the parser; malformed HTTP gets a 400 and the connection closes."""
+        if self._discard:
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -138,17 +144,25 @@ class HttpProtocol(asyncio.Protocol):
         self._url = b""
         self._headers = []
         self._continue = False
+        self._head_size = 0
 
     def on_url(self, url: bytes) -> None:
         """Part of the request target."""
         self._url += url
+        self._grow(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """One request header (names lowercased, as ASGI wants)."""
+        self._grow(len(name) + len(value) + 4)
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self._continue = True
         self._headers.append((name, value))
+
+    def _grow(self, size: int) -> None:
+        self._head_size += size
+        if self._head_size > _MAX_HEAD:
+            raise _RejectedError(431, f"the request head exceeds {_MAX_HEAD} bytes")
 
     def on_headers_complete(self) -> None:
         """The head is in: run the request now, or queue it behind the running one."""
@@ -329,9 +343,19 @@ class HttpProtocol(asyncio.Protocol):
     # Internals.
     def _reject(self, status: int, message: str) -> None:
         log.debug("rejecting a request: %s", message)
-        if self.running is None or self.running.response_complete:
-            self.write(error_bytes(status, message, close=True))
-        self.close()
+        self._discard = True
+        transport = self.transport
+        if transport is None or (self.running is not None and not self.running.response_complete):
+            self.close()  # an answer is being written: cut it, as nothing else can follow
+            return
+        self.write(error_bytes(status, message, close=True))
+        if transport.can_write_eof() and not transport.is_closing():
+            # Half-close and drop what the client still sends for a moment: closing at once
+            # with unread bytes would reset the connection and could lose the answer.
+            transport.write_eof()
+            self.loop.call_later(1.0, self.close)
+        else:
+            self.close()
 
     def _arm_timer(self) -> None:
         """The connection is idle from now: close it unless a request head comes in time.
