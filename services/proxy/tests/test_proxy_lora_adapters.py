@@ -173,3 +173,15 @@ def test_index_precedence_and_namespaces() -> None:
     }
     targets_ml, _ = build_target_index([other_ns], adapters)
     assert targets_ml["elsewhere"].model is other_ns
+
+
+async def test_models_list_shows_adapters_with_their_parent(tmp_path: Path) -> None:
+    async with proxy_stack(tmp_path, [make_model("llama")]) as stack:
+        sql = await stack.store.create_adapter(make_adapter("sql", "llama", adapter_name="sql-v1"))
+        await stack.store.create_adapter(make_adapter("orphan", "ghost"))
+        await announce(stack, sql)
+        await wait_until(lambda: "sql-v1" in adapter_names(stack))
+        async with stack.openai() as client:
+            listed = {m.id: m for m in (await client.models.list()).data}
+        assert set(listed) == {"llama", "sql-v1"}, "an adapter without its base is not listed"
+        assert listed["sql-v1"].model_extra == {"parent": "llama"}

@@ -26,6 +26,19 @@ def model_entry(name: str, model: Model) -> dict[str, Any]:
     }
 
 
+def adapter_entries(core: ProxyCore, grant: TokenGrant | None) -> list[dict[str, Any]]:
+    """Stored LoRA adapters whose base model is served, listed as vLLM lists them."""
+    entries = []
+    for adapter in core.catalog.adapters:
+        target = core.catalog.lookup_target(adapter.spec.adapter_name)
+        if target is None or (grant is not None and not grant.allows(target.model)):
+            continue
+        entry = model_entry(adapter.spec.adapter_name, target.model)
+        entry["parent"] = target.model.served_names[0]
+        entries.append(entry)
+    return entries
+
+
 def models_router(core: ProxyCore) -> APIRouter:
     """The model listing routes, answered from the proxy's cached catalog."""
     router = APIRouter()
@@ -48,6 +61,7 @@ def models_router(core: ProxyCore) -> APIRouter:
             for name in model.served_names
             if core.catalog.lookup(name) is model
         ]
+        data += adapter_entries(core, grant)
         return JSONResponse({"object": "list", "data": data})
 
     @router.get("/v1/models/{model_id:path}", response_model=None)
