@@ -169,3 +169,34 @@ async def test_a_streamed_request_body_is_sent_chunked() -> None:
         await response.aclose()
         assert b"transfer-encoding: chunked" in received[0]
         assert received[0].endswith(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+
+
+def quick_pool() -> UpstreamPool:
+    """A pool whose read timeout is 0.2 s."""
+    return UpstreamPool(connect_timeout=2, read_timeout=0.2, max_connections=10, max_idle=4)
+
+
+async def test_the_read_timeout_covers_the_head_and_each_body_gap() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        request = await read_request(reader)
+        if b"/silent" in request:
+            await asyncio.sleep(1)
+            return
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(6):  # 0.6 s in all, but never 0.2 s without data
+            writer.write(b"1\r\nx\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        if b"/stall" in request:
+            await asyncio.sleep(1)
+        writer.write(b"0\r\n\r\n")
+
+    async with raw_server(handler) as (url, _), quick_pool() as client:
+        with pytest.raises(RequestFailedError):
+            await client.request(url, b"POST", b"/silent", [], b"")
+        assert (await fetch(client, url))[1] == b"x" * 6
+        response = await client.request(url, b"POST", b"/stall", [], b"")
+        with pytest.raises(TimeoutError):
+            async for _ in response.aiter_raw():
+                pass
+        await response.aclose()

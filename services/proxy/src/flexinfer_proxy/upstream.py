@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from flexinfer_proxy.upstream_response import UpstreamReadError, UpstreamResponse, expire
+from flexinfer_proxy.upstream_response import ReadDeadline, UpstreamReadError, UpstreamResponse
 
 __all__ = [
     "ConnectFailedError",
@@ -44,6 +44,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, pool: _HostPool) -> None:
         self.pool = pool
+        self.deadline = ReadDeadline(asyncio.get_running_loop(), pool.owner.read_timeout)
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.response: UpstreamResponse | None = None
@@ -78,6 +79,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.deadline.cancel()
         self.pool.discard(self)
         response = self.response
         if response is not None and self._eof_body and response.status_code:
@@ -294,7 +296,7 @@ class UpstreamPool:
         self, conn: _Connection, head: bytes, body: bytes | AsyncIterable[bytes], url: str
     ) -> UpstreamResponse:
         loop = asyncio.get_running_loop()
-        response = UpstreamResponse(conn, url, self.read_timeout)
+        response = UpstreamResponse(conn, url)
         conn.response = response
         conn.received = False
         waiter = conn.head = loop.create_future()
@@ -309,11 +311,11 @@ class UpstreamPool:
                     transport.write(body)
             else:
                 await _send_stream(conn, transport, head, body)
-            timer = loop.call_later(self.read_timeout, expire, waiter)
+            conn.deadline.watch(waiter)
             try:
                 await waiter
             finally:
-                timer.cancel()
+                conn.deadline.clear()
         except (OSError, TimeoutError, RequestFailedError) as exc:
             conn.response = None
             conn.close()
