@@ -6,9 +6,11 @@ it; only the bus (in memory) and the store (one SQLite file) are shared objects 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,14 @@ log = logging.getLogger("flexinfer.up")
 ReadyHook = Callable[[dict[str, str]], Awaitable[None]]
 
 ENDPOINTS_FILE = "endpoints.json"
+
+
+@dataclass(frozen=True)
+class _App:
+    """One service's app, and the HTTP protocol to serve it with (None: uvicorn's)."""
+
+    asgi: Any
+    http: type[asyncio.Protocol] | None = None
 
 
 class EmbeddedStack:
@@ -47,13 +57,15 @@ class EmbeddedStack:
             group = ServerGroup(log_level="warning", ready_file=None)
             apps = self._build_apps(bus=bus, store=store)
             urls = {
-                name: group.add_app(name, app, bind_socket(self.host, self.ports[name]))
+                name: group.add_app(
+                    name, app.asgi, bind_socket(self.host, self.ports[name]), http=app.http
+                )
                 for name, app in apps.items()
             }
             group.install_signal_handlers()
 
             async def ready() -> None:
-                urls["registry_grpc"] = str(apps["registry_http"].state.grpc_address)
+                urls["registry_grpc"] = str(apps["registry_http"].asgi.state.grpc_address)
                 for hook in self._hooks:
                     await hook(urls)
                 write_json_atomic(endpoints_file, urls)
@@ -67,10 +79,11 @@ class EmbeddedStack:
             with contextlib.suppress(Exception):
                 await bus.close()
 
-    def _build_apps(self, **deps: Any) -> dict[str, Any]:
+    def _build_apps(self, **deps: Any) -> dict[str, _App]:
         from flexinfer_controller.app import create_app as controller_app
         from flexinfer_controller.settings import ControllerSettings
         from flexinfer_proxy.app import create_app as proxy_app
+        from flexinfer_proxy.serve import protocol_for
         from flexinfer_proxy.settings import ProxySettings
         from flexinfer_registry.app import create_app as registry_app
         from flexinfer_registry.settings import RegistrySettings
@@ -92,9 +105,11 @@ class EmbeddedStack:
             grpc_port=ports["registry_grpc"],
             cache_dir=self.data_dir / "registry",
         )
+        proxy = ProxySettings(host=host, port=ports["proxy"])
         return {
-            "proxy": proxy_app(ProxySettings(host=host, port=ports["proxy"]), **deps),
-            "controller": controller_app(controller, **deps),
-            "scheduler": scheduler_app(SchedulerSettings(host=host, port=ports["scheduler"])),
-            "registry_http": registry_app(registry),
+            # The proxy serves with its own HTTP protocol, as it does on its own.
+            "proxy": _App(proxy_app(proxy, **deps), protocol_for(proxy.server)),
+            "controller": _App(controller_app(controller, **deps)),
+            "scheduler": _App(scheduler_app(SchedulerSettings(host=host, port=ports["scheduler"]))),
+            "registry_http": _App(registry_app(registry)),
         }

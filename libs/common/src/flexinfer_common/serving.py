@@ -86,16 +86,33 @@ class ServerGroup:
     _servers: list[tuple[str, _Server, socket.socket]] = field(default_factory=list)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def add_app(self, name: str, app: ASGIApp, sock: socket.socket) -> str:
-        """Serve ``app`` on ``sock`` once ``run`` starts; returns its URL."""
+    def add_app(
+        self,
+        name: str,
+        app: ASGIApp,
+        sock: socket.socket,
+        *,
+        http: type[asyncio.Protocol] | None = None,
+        keepalive_s: float = 5.0,
+    ) -> str:
+        """Serve ``app`` on ``sock`` once ``run`` starts; returns its URL.
+
+        ``http`` replaces uvicorn's HTTP protocol (the proxy brings its own); uvicorn still
+        owns the socket, the lifespan and shutdown. ``keepalive_s`` closes idle connections.
+        """
         config = uvicorn.Config(
             app,
             log_level=self.log_level,
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=10,
+            timeout_keep_alive=int(keepalive_s) if keepalive_s >= 1 else 1,
             ws="none",
+            http=http or "auto",
         )
+        if keepalive_s < 1:
+            # uvicorn's setting is typed int but used as seconds; tests want shorter.
+            config.timeout_keep_alive = keepalive_s  # type: ignore[assignment]
         self._servers.append((name, _Server(config), sock))
         return socket_url(sock)
 
@@ -160,10 +177,16 @@ class ServerGroup:
 
 
 @contextlib.asynccontextmanager
-async def serve_in_background(app: ASGIApp, host: str = "127.0.0.1") -> AsyncIterator[str]:
+async def serve_in_background(
+    app: ASGIApp,
+    host: str = "127.0.0.1",
+    *,
+    http: type[asyncio.Protocol] | None = None,
+    keepalive_s: float = 5.0,
+) -> AsyncIterator[str]:
     """Serve ``app`` (lifespan included) on a free port for the block; yields its URL."""
     group = ServerGroup(log_level="error", ready_file=None)
-    url = group.add_app("app", app, bind_socket(host, 0))
+    url = group.add_app("app", app, bind_socket(host, 0), http=http, keepalive_s=keepalive_s)
     started = asyncio.Event()
 
     async def on_ready() -> None:

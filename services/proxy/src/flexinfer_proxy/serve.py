@@ -2,34 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
-import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 from starlette.types import ASGIApp
 
-from flexinfer_common.serving import ServerGroup, bind_socket
+from flexinfer_common.serving import ServerGroup, bind_socket, serve_in_background
 from flexinfer_proxy.server import HttpProtocol
-
-
-class ProxyServerGroup(ServerGroup):
-    """A ServerGroup whose servers speak HTTP through ``HttpProtocol`` (one port, all routes)."""
-
-    def add_app(self, name: str, app: ASGIApp, sock: socket.socket) -> str:
-        """Serve ``app`` on ``sock`` with the proxy's protocol; returns its URL."""
-        url = super().add_app(name, app, sock)
-        # uvicorn resolves its protocol class when the server starts; a class is taken as is.
-        self._servers[-1][1].config.http = HttpProtocol
-        return url
 
 
 async def serve_proxy(app: ASGIApp, host: str, port: int, server: str = "flexinfer") -> None:
     """Serve the proxy app on host:port until SIGINT/SIGTERM (``server``: see ProxySettings)."""
-    group = ProxyServerGroup() if server == "flexinfer" else ServerGroup()
-    url = group.add_app("proxy", app, bind_socket(host, port))
+    group = ServerGroup()
+    url = group.add_app("proxy", app, bind_socket(host, port), http=protocol_for(server))
     group.install_signal_handlers()
 
     async def ready() -> None:
@@ -43,27 +29,13 @@ async def serve_proxy(app: ASGIApp, host: str, port: int, server: str = "flexinf
     await group.run(on_ready=ready)
 
 
-@asynccontextmanager
-async def serve_proxy_in_background(
+def protocol_for(server: str) -> type[HttpProtocol] | None:
+    """The HTTP protocol class for ProxySettings.server (None: uvicorn's own)."""
+    return HttpProtocol if server == "flexinfer" else None
+
+
+def serve_proxy_in_background(
     app: ASGIApp, host: str = "127.0.0.1", *, keepalive_s: float = 5.0
-) -> AsyncIterator[str]:
+) -> AbstractAsyncContextManager[str]:
     """Serve ``app`` (lifespan included) with ``HttpProtocol`` on a free port; yields its URL."""
-    group = ProxyServerGroup(log_level="error", ready_file=None)
-    url = group.add_app("app", app, bind_socket(host, 0))
-    group._servers[-1][1].config.timeout_keep_alive = keepalive_s  # type: ignore[assignment]
-    started = asyncio.Event()
-
-    async def on_ready() -> None:
-        started.set()
-
-    task = asyncio.create_task(group.run(on_ready=on_ready))
-    waiter = asyncio.create_task(started.wait())
-    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    if not started.is_set():
-        waiter.cancel()
-        await task  # raises the startup error
-    try:
-        yield url
-    finally:
-        group.stop()
-        await task
+    return serve_in_background(app, host, http=HttpProtocol, keepalive_s=keepalive_s)
