@@ -26,6 +26,8 @@ import httpx
 import psutil
 
 MODEL = "bench"
+BENCH_REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+BENCH_PREFIX = f"bench-{uuid.uuid4().hex[:8]}:"
 
 
 def _start(cmd: list[str], env: dict[str, str], ready: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -37,6 +39,21 @@ def _start(cmd: list[str], env: dict[str, str], ready: Path, log: Path) -> subpr
             raise SystemExit(f"{cmd[3]} did not start; see {log}")
         time.sleep(0.05)
     return proc
+
+
+def drop_streams(mode: str) -> None:
+    """Delete the Redis streams a distributed run created (nothing to do when embedded)."""
+    if mode != "distributed":
+        return
+    import redis
+
+    client = redis.Redis.from_url(BENCH_REDIS)
+    try:
+        keys = list(client.scan_iter(match=f"{BENCH_PREFIX}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
 
 
 def start_stack(mode: str, work: Path) -> tuple[dict[str, str], list[subprocess.Popen[bytes]]]:
@@ -53,8 +70,8 @@ def start_stack(mode: str, work: Path) -> tuple[dict[str, str], list[subprocess.
         return json.loads((work / "endpoints.json").read_text()), [proc]
     env.update(
         {
-            "FLEXINFER_BUS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
-            "FLEXINFER_BUS_STREAM_PREFIX": f"bench-{uuid.uuid4().hex[:8]}:",
+            "FLEXINFER_BUS_URL": BENCH_REDIS,
+            "FLEXINFER_BUS_STREAM_PREFIX": BENCH_PREFIX,
             "FLEXINFER_STORE_URL": f"sqlite:///{work}/store.db",
             "FLEXINFER_CONTROLLER_STOP_ENGINES_ON_SHUTDOWN": "true",
         }
@@ -170,6 +187,7 @@ def main() -> int:
             for proc in procs:
                 proc.terminate()
                 proc.wait(30)
+            drop_streams(args.mode)
     med = {k: statistics.median(r[k] for r in runs) * 1000 for k in runs[0]}
     print(
         f"\n| {args.mode} | {args.runs} | {med['ttft']:.0f} | {med['process_start']:.0f} | "

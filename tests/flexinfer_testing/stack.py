@@ -118,6 +118,19 @@ class Stack:
             time.sleep(0.1)
 
 
+def delete_redis_keys(url: str, prefix: str) -> None:
+    """Delete the streams a distributed stack left in Redis under ``prefix``."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
 class StackFactory:
     """Starts stacks of one mode and stops everything they started."""
 
@@ -134,19 +147,22 @@ class StackFactory:
         shutil.copytree(self.model_template, model_dir)
         full_env = {**os.environ, "FLEXINFER_LOG_LEVEL": "INFO", **env}
         stack = Stack(self.mode, data_dir, model_dir, full_env)
-        self.exit_stack.callback(self._cleanup, stack)
         if self.mode == "distributed":
             self._distributed_env(stack)
+        # Last registered, first run: processes stop before their database and streams go.
+        self.exit_stack.callback(self._cleanup, stack)
         self.launch(stack)
         return stack
 
     def _distributed_env(self, stack: Stack) -> None:
-        redis_url = require_redis().rsplit("/", 1)[0] + "/0"
+        redis_url = require_redis()
+        prefix = f"e2e-{uuid.uuid4().hex[:8]}:"
         database = self.exit_stack.enter_context(postgres_database("flexinfer_e2e"))
+        self.exit_stack.callback(delete_redis_keys, redis_url, prefix)
         stack.env.update(
             {
                 "FLEXINFER_BUS_URL": redis_url,
-                "FLEXINFER_BUS_STREAM_PREFIX": f"e2e-{uuid.uuid4().hex[:8]}:",
+                "FLEXINFER_BUS_STREAM_PREFIX": prefix,
                 "FLEXINFER_STORE_URL": database,
                 # A test stack must leave nothing behind when it is stopped gracefully.
                 "FLEXINFER_CONTROLLER_STOP_ENGINES_ON_SHUTDOWN": "true",
