@@ -44,7 +44,8 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, pool: _HostPool) -> None:
         self.pool = pool
-        self.deadline = ReadDeadline(asyncio.get_running_loop(), pool.owner.read_timeout)
+        self.loop = asyncio.get_running_loop()
+        self.deadline = ReadDeadline(self.loop, pool.owner.read_timeout)
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.response: UpstreamResponse | None = None
@@ -91,7 +92,7 @@ class _Connection(asyncio.Protocol):
             drain.set_exception(ConnectionResetError("the upstream closed the connection"))
 
     def pause_writing(self) -> None:
-        self._drain = asyncio.get_running_loop().create_future()
+        self._drain = self.loop.create_future()
 
     def resume_writing(self) -> None:
         drain, self._drain = self._drain, None
@@ -295,11 +296,10 @@ class UpstreamPool:
     async def _exchange(
         self, conn: _Connection, head: bytes, body: bytes | AsyncIterable[bytes], url: str
     ) -> UpstreamResponse:
-        loop = asyncio.get_running_loop()
         response = UpstreamResponse(conn, url)
         conn.response = response
         conn.received = False
-        waiter = conn.head = loop.create_future()
+        waiter = conn.head = conn.loop.create_future()
         transport = conn.transport
         if transport is None or conn.closed:
             conn.close()

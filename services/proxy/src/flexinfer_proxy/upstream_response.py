@@ -102,7 +102,8 @@ class UpstreamResponse:
 
     async def _wait(self) -> None:
         conn = self._conn
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        loop = conn.loop if conn is not None else asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
         if conn is not None:
             conn.deadline.watch(waiter)
         try:
