@@ -16,11 +16,12 @@ from flexinfer_common.bus.topics import DemandEvent, EndpointInfo, EndpointsEven
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import create_store
 from flexinfer_proxy.core.activity import activity_interval
-from flexinfer_proxy.core.body import BadRequestError, parse_body
 from flexinfer_proxy.core.catalog import ModelCatalog, build_name_index
 from flexinfer_proxy.core.endpoints import EndpointTable
-from flexinfer_proxy.core.errors import ActivationTimeoutError, QueueFullError
+from flexinfer_proxy.core.errors import ActivationTimeoutError, BadRequestError, QueueFullError
+from flexinfer_proxy.core.extract import check_model_name, parse_json_body
 from flexinfer_proxy.core.queue import ColdStartQueue
+from flexinfer_proxy.extract_http import IncomingRequest
 from flexinfer_proxy.settings import ProxySettings
 from flexinfer_proxy.testing import make_model
 
@@ -46,11 +47,17 @@ def test_settings_reject_bad_durations() -> None:
 
 def test_body_is_rewritten_only_when_the_name_changes() -> None:
     raw = b'{"model":"a",  "x": 1}'
-    parsed = parse_body(raw)
-    assert parsed.with_model("a") is raw
-    assert parse_body(parsed.with_model("b")).data == {"model": "b", "x": 1}
+    scanned = parse_json_body(raw)
+    request = IncomingRequest(
+        name="a", forward_path=None, body=raw, length=None, fields=scanned.data, json_model="a"
+    )
+    request.rewrite("a")
+    assert request.body is raw
+    request.rewrite("b")
+    assert isinstance(request.body, bytes)
+    assert parse_json_body(request.body).data == {"model": "b", "x": 1}
     with pytest.raises(BadRequestError):
-        parse_body(b'{"model": ""}')
+        check_model_name("", "body")
 
 
 def _event(revision: int, *urls: str) -> EndpointsEvent:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flexinfer_proxy.core.body import BadRequestError
+from flexinfer_proxy.core.errors import BadRequestError
 from flexinfer_proxy.core.extract import (
     check_model_name,
     multipart_model,

@@ -14,7 +14,7 @@ from typing import Any
 from starlette.types import Receive, Scope
 
 from flexinfer_proxy.body_stream import BodyStream, BodyTooLargeError, read_prefix
-from flexinfer_proxy.core.body import BadRequestError
+from flexinfer_proxy.core.errors import BadRequestError
 from flexinfer_proxy.core.extract import (
     ScannedBody,
     check_model_name,

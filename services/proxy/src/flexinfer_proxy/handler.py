@@ -34,9 +34,8 @@ from flexinfer_proxy.body_stream import (
     ClientGoneError,
 )
 from flexinfer_proxy.core.auth import AuthError, ForbiddenError
-from flexinfer_proxy.core.body import BadRequestError
 from flexinfer_proxy.core.catalog import Target
-from flexinfer_proxy.core.errors import ModelNotFoundError
+from flexinfer_proxy.core.errors import BadRequestError, ModelNotFoundError
 from flexinfer_proxy.core.ratelimit import RateLimitedError
 from flexinfer_proxy.core.routing.base import RouteContext
 from flexinfer_proxy.core.service import ProxyCore

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from flexinfer_common.errors import NotFoundError, TemporaryError
+from flexinfer_common.errors import InvalidSpecError, NotFoundError, TemporaryError
 
 
 def format_seconds(seconds: float) -> str:
     """60.0 -> "60s", 2.5 -> "2.5s": how timeouts read in messages."""
     return f"{seconds:g}s"
+
+
+class BadRequestError(InvalidSpecError):
+    """The request cannot name a model: malformed JSON, no or an invalid ``model``."""
 
 
 class ModelNotFoundError(NotFoundError):

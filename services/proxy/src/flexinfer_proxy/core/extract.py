@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from flexinfer_proxy.core.body import BadRequestError
+from flexinfer_proxy.core.errors import BadRequestError
 
 MODEL_PATH_PREFIX = "/model/"
 _DECODER = json.JSONDecoder()
