@@ -7,9 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from flexinfer_common.errors import ConfigError
-from flexinfer_registry.config_file import parse_human_duration, settings_from_config
+from flexinfer_registry.config_file import (
+    parse_human_duration,
+    parse_human_size,
+    settings_from_config,
+)
 from flexinfer_registry.settings import RegistrySettings
 
 MODELEXPRESS_DEFAULTS = """
@@ -46,8 +51,39 @@ def test_modelexpress_default_config_maps_onto_our_settings(tmp_path: Path) -> N
     assert settings.eviction_unused_threshold_s == 7 * 86400
     assert settings.eviction_interval_s == 3600
     assert settings.eviction_max_models == 12
+    assert settings.cache_max_size_bytes is None
+    assert settings.eviction_min_free_space_bytes is None
     assert settings.log.level == "INFO"
     assert not settings.log.json_format
+
+
+def test_cache_size_limits_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "mx.yaml"
+    text = MODELEXPRESS_DEFAULTS.replace("max_size_bytes: null", "max_size_bytes: 107374182400")
+    path.write_text(text.replace("min_free_space_bytes: null", 'min_free_space_bytes: "10GiB"'))
+    settings = RegistrySettings(config_file=path)
+    assert settings.cache_max_size_bytes == 100 * 1024**3
+    assert settings.eviction_min_free_space_bytes == 10 * 1024**3
+
+
+def test_cache_size_limits_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mx.yaml"
+    path.write_text("cache: {max_size_bytes: 1000, eviction: {policy: {min_free_space_bytes: 5}}}")
+    monkeypatch.setenv("FLEXINFER_REGISTRY_CACHE_MAX_SIZE_BYTES", "50GiB")
+    monkeypatch.setenv("FLEXINFER_REGISTRY_EVICTION_MIN_FREE_SPACE_BYTES", "2000000")
+    settings = RegistrySettings(config_file=path)
+    assert settings.cache_max_size_bytes == 50 * 1024**3, "the environment beats the file"
+    assert settings.eviction_min_free_space_bytes == 2_000_000
+    monkeypatch.setenv("FLEXINFER_REGISTRY_CACHE_MAX_SIZE_BYTES", "lots")
+    with pytest.raises(ValidationError, match="invalid size 'lots'"):
+        RegistrySettings()
+    monkeypatch.delenv("FLEXINFER_REGISTRY_CACHE_MAX_SIZE_BYTES")
+    with pytest.raises(ValidationError, match="greater than or equal to 0"):
+        RegistrySettings(eviction_min_free_space_bytes=-1)
+    with pytest.raises(ValidationError, match="invalid size True"):
+        RegistrySettings(cache_max_size_bytes=True)
 
 
 def test_flags_and_environment_override_the_file(
@@ -75,7 +111,11 @@ def test_config_file_from_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
     [
         ("server: {tls: true}", "unsupported keys: server.tls"),
         ("cache: {eviction: {policy: {type: lfu}}}", "must be lru"),
-        ("cache: {max_size_bytes: 10}", "max_size_bytes is not supported"),
+        ("cache: {max_size_bytes: -1}", "must be a whole number of bytes"),
+        ("cache: {max_size_bytes: 1.5}", "must be a whole number of bytes"),
+        ("cache: {max_size_bytes: 10 apples}", "invalid size '10 apples'"),
+        ("cache: {eviction: {policy: {min_free_space_bytes: [1]}}}", "invalid size"),
+        ("cache: {eviction: {policy: {min_free_space_bytes: -5GiB}}}", "invalid size"),
         ("cache: {eviction: {check_interval: soon}}", "invalid duration"),
         ("- a list", "must be a mapping"),
         ("server: [", "not valid YAML"),
@@ -93,6 +133,34 @@ def test_bad_config_files_are_rejected(text: str, message: str) -> None:
 )
 def test_human_durations(text: str | int, seconds: float) -> None:
     assert parse_human_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        (0, 0),
+        (123, 123),
+        (1.0e10, 10**10),
+        ("123", 123),
+        ("123B", 123),
+        ("50GiB", 50 * 1024**3),
+        ("50 gib", 50 * 1024**3),
+        ("50Gi", 50 * 1024**3),
+        ("10GB", 10 * 1000**3),
+        ("10G", 10 * 1000**3),
+        ("1.5KiB", 1536),
+        ("2TB", 2 * 1000**4),
+        ("512MiB", 512 * 1024**2),
+    ],
+)
+def test_human_sizes(text: str | int | float, size: int) -> None:
+    assert parse_human_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "1.5", "GiB", "5XB", "-1", "1e3", "5 GiB extra", "nan"])
+def test_bad_human_sizes(text: str) -> None:
+    with pytest.raises(ConfigError, match="invalid size"):
+        parse_human_size(text)
 
 
 def test_registry_cli_reports_a_bad_config_in_one_line(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -20,8 +20,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from flexinfer_common.errors import ConfigError
 from flexinfer_common.settings import LogSettings, TelemetrySettings
-from flexinfer_registry.config_file import read_config_file
+from flexinfer_registry.config_file import parse_human_size, read_config_file
 
 PREFIX = "FLEXINFER_REGISTRY_"
 CHUNK_OVERHEAD_BYTES = 64 * 1024
@@ -31,6 +32,20 @@ CHUNK_OVERHEAD_BYTES = 64 * 1024
 def _env(name: str, *aliases: str) -> AliasChoices:
     """Accept the field's name, ``FLEXINFER_REGISTRY_<NAME>``, then the ModelExpress aliases."""
     return AliasChoices(name, PREFIX + name.upper(), *aliases)
+
+
+def _byte_size(value: object) -> object:
+    """Sizes from the environment or flags may be human ("50GiB"); ints are left to ``ge``."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    try:
+        return parse_human_size(value)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+ByteSize = Annotated[int | None, BeforeValidator(_byte_size)]
+"""Bytes, or text like "50GiB" / "10GB"; None = no limit."""
 
 
 def _default_cache_dir() -> Path:
@@ -161,6 +176,20 @@ class RegistrySettings(BaseSettings):
 
     eviction_max_models: int | None = Field(default=None, ge=0)
     """Keep at most this many DOWNLOADED models, evicting least recently used (None = no cap)."""
+
+    cache_max_size_bytes: ByteSize = Field(default=None, ge=0)
+    """Cap, in bytes, on the files of cached models (ModelExpress's ``cache.max_size_bytes``;
+    "50GiB" works too): each eviction pass evicts least recently used, unused DOWNLOADED
+    models until the cache fits. Passes run every ``eviction_interval_s`` (and on
+    ``POST /v1/registry/evict``), so downloads in between may overshoot it. None = no cap:
+    the right size depends on the disk and the models, so only the operator can pick one."""
+
+    eviction_min_free_space_bytes: ByteSize = Field(default=None, ge=0)
+    """Bytes to keep free on the cache directory's filesystem
+    (``cache.eviction.policy.min_free_space_bytes``; "10GiB" works too): eviction passes
+    evict LRU models until this much is free, and while eviction is enabled a new download
+    that finds less evicts first and fails with ERROR if it still cannot make room. None =
+    no floor: the disk may hold data the registry cannot see, so no default fits every node."""
 
     config_file: Path | None = None
     """A ModelExpress server YAML config file (``--config``). As in ModelExpress, flags and
