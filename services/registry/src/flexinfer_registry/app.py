@@ -44,7 +44,10 @@ def core_config(settings: RegistrySettings) -> CoreConfig:
         eviction=EvictionPolicy(
             unused_threshold_s=settings.eviction_unused_threshold_s,
             max_models=settings.eviction_max_models,
+            max_size_bytes=settings.cache_max_size_bytes,
+            min_free_space_bytes=settings.eviction_min_free_space_bytes,
         ),
+        evict_before_download=settings.eviction_enabled,
     )
 
 

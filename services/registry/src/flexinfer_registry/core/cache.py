@@ -182,6 +182,19 @@ class ModelCache:
         self._parsed[key] = (signature, model)
         return model
 
+    def disk_size(self, key: str) -> int:
+        """Bytes of the regular files in the model's folder, manifest included (0 if absent)."""
+        total = 0
+        for dirpath, _dirs, names in os.walk(self.model_root(key), followlinks=False):
+            for name in names:
+                try:
+                    found = os.lstat(os.path.join(dirpath, name))
+                except OSError:  # removed while we walked
+                    continue
+                if S_ISREG(found.st_mode):
+                    total += found.st_size
+        return total
+
     def remove(self, key: str) -> bool:
         """Delete an installed model (renamed away first, so readers never see half of it)."""
         self._parsed.pop(key, None)

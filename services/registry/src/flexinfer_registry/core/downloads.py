@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 
 MAX_MISSING_RETRIES = 3
 """Times a DOWNLOADED-but-missing model is re-claimed in one request before giving up."""
+
+
+RoomCheck = Callable[[], Awaitable[str | None]]
+"""Run before a new download: None to go ahead, else why it must not start
+(``ModelRemover.make_room``, which evicts first when the disk is low)."""
 
 
 class ProviderResolver(Protocol):
@@ -126,6 +131,7 @@ class DownloadTracker:
         in_use: InUse | None = None,
         metrics: RegistryMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        make_room: RoomCheck | None = None,
     ) -> None:
         self.store = store
         self.cache = cache
@@ -134,6 +140,7 @@ class DownloadTracker:
         self.in_use = in_use or InUse()
         self.metrics = metrics or RegistryMetrics()
         self.clock = clock
+        self.make_room = make_room
         self._flights: dict[str, _Flight] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -241,6 +248,10 @@ class DownloadTracker:
         self.metrics.cache_misses.inc()
         self.metrics.downloads_started.inc()
         provider = self.providers.provider_for(request.name, int(request.provider))
+        refusal = await self._room_refusal(key)
+        if refusal is not None:
+            await self._report_failure(key, request, flight, refusal)
+            return
         progress = _Progress()
         flight.emit(self._update(request, ModelStatus.DOWNLOADING, "download started"))
         staging = await asyncio.to_thread(self.cache.staging, key)
@@ -276,9 +287,7 @@ class DownloadTracker:
                 await asyncio.to_thread(self.cache.remove_staging, staging)
         if failure is not None:
             # Files are cleaned up before anyone hears of the failure.
-            await self._fail(key, request, failure)
-            self.metrics.downloads_failed.inc()
-            flight.emit(self._update(request, ModelStatus.ERROR, failure))
+            await self._report_failure(key, request, flight, failure)
             return
         summary = f"downloaded {len(model.files)} files, {model.total_size} bytes"
         await self.store.set_status(
@@ -287,6 +296,25 @@ class DownloadTracker:
         self.metrics.downloads_completed.inc()
         self.metrics.bytes_downloaded.inc(model.total_size)
         flight.emit(self._done(request, model, summary))
+
+    async def _room_refusal(self, key: str) -> str | None:
+        """Why there is no room for this download (None: go ahead; see ``make_room``)."""
+        if self.make_room is None:
+            return None
+        try:
+            return await self.make_room()
+        except Exception as exc:
+            # A failed disk check is not a reason to risk filling the disk: refuse, readably.
+            log.exception("%s: making room in the cache failed", key)
+            return f"could not make room in the cache: {_readable(exc)}"
+
+    async def _report_failure(
+        self, key: str, request: DownloadRequest, flight: _Flight, failure: str
+    ) -> None:
+        """Release the claim as ERROR, count it, and tell every subscriber."""
+        await self._fail(key, request, failure)
+        self.metrics.downloads_failed.inc()
+        flight.emit(self._update(request, ModelStatus.ERROR, failure))
 
     async def _fail(self, key: str, request: DownloadRequest, message: str) -> None:
         """Record ERROR so the claim is released at once (shielded: runs during cancel)."""

@@ -4,15 +4,24 @@ Only DOWNLOADED models are evicted automatically, and never one this process is
 downloading or streaming. Files are removed before the record, so a concurrent reader sees
 either the whole model or a record whose files are missing (which triggers a re-download,
 never a false hit).
+
+An eviction pass walks the models least recently used first and evicts each eligible one
+for the first rule it breaks: unused past ``unused_threshold_s``; more DOWNLOADED models
+than ``max_models``; cached files over ``max_size_bytes``; less than
+``min_free_space_bytes`` free on the cache's filesystem. In-use and non-DOWNLOADED models
+are never evicted but still count towards the model count and the cache size, since they
+hold their disk all the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from flexinfer_common.errors import ConflictError, NotFoundError
 from flexinfer_registry.core.cache import ModelCache
@@ -24,13 +33,87 @@ from flexinfer_registry.core.store import ModelRegistryStore
 
 log = logging.getLogger(__name__)
 
+FreeSpace = Callable[[Path], int]
+"""Bytes free on the filesystem holding a path (:func:`free_bytes`; tests pass a small disk)."""
+
 
 @dataclass(frozen=True)
 class EvictionPolicy:
-    """LRU limits (ModelExpress's ``cache.eviction.policy``)."""
+    """LRU limits (ModelExpress's ``cache.eviction.policy`` and ``cache.max_size_bytes``)."""
 
     unused_threshold_s: float = 7 * 24 * 3600.0
+    """Seconds a DOWNLOADED model may go unused."""
     max_models: int | None = None
+    """Most DOWNLOADED models to keep (None = no cap)."""
+    max_size_bytes: int | None = None
+    """Most bytes of cached model files to keep (None = no cap)."""
+    min_free_space_bytes: int | None = None
+    """Bytes to keep free on the cache folder's filesystem (None = no floor)."""
+
+    @property
+    def watches_disk(self) -> bool:
+        """Whether a pass must measure the cache on disk (a size or free-space rule is set)."""
+        return self.max_size_bytes is not None or self.min_free_space_bytes is not None
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes available to this process on the filesystem of ``path`` or its nearest parent."""
+    for candidate in (path, *path.parents):
+        try:
+            return shutil.disk_usage(candidate).free
+        except FileNotFoundError:  # the cache folder is created by the first download
+            continue
+    raise FileNotFoundError(f"no existing folder above {path}")
+
+
+def human_bytes(count: int) -> str:
+    """``count`` bytes for a log line or an error: "3.2 GiB"."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{count} B"  # pragma: no cover - the loop always returns
+
+
+@dataclass
+class _PassState:
+    """What one eviction pass knows of the cache, updated as it evicts."""
+
+    policy: EvictionPolicy
+    now: float
+    downloaded: int
+    sizes: dict[str, int]
+    total: int
+    free: int | None
+
+    def reason(self, record: ModelRecord) -> str | None:
+        """The rule ``record`` breaks (the least recently used model left), or None."""
+        policy = self.policy
+        unused = self.now - record.last_used_at
+        if unused > policy.unused_threshold_s:
+            return f"unused_threshold: unused {unused:.0f}s > {policy.unused_threshold_s:.0f}s"
+        if policy.max_models is not None and self.downloaded > policy.max_models:
+            return f"max_models: {self.downloaded} DOWNLOADED > {policy.max_models}"
+        if policy.max_size_bytes is not None and self.total > policy.max_size_bytes:
+            return (
+                f"max_size_bytes: cache holds {human_bytes(self.total)}"
+                f" > {human_bytes(policy.max_size_bytes)}"
+            )
+        floor = policy.min_free_space_bytes
+        if floor is not None and self.free is not None and self.free < floor:
+            return f"min_free_space_bytes: {human_bytes(self.free)} free < {human_bytes(floor)}"
+        return None
+
+    def unmet(self) -> str | None:
+        """The size or free-space rule still broken after the pass, or None."""
+        policy = self.policy
+        if policy.max_size_bytes is not None and self.total > policy.max_size_bytes:
+            return f"cache holds {human_bytes(self.total)}, over max_size_bytes"
+        floor = policy.min_free_space_bytes
+        if floor is not None and self.free is not None and self.free < floor:
+            return f"{human_bytes(self.free)} free, under min_free_space_bytes"
+        return None
 
 
 def belongs_to(key: str, name: str) -> bool:
@@ -49,12 +132,16 @@ class ModelRemover:
         in_use: InUse,
         metrics: RegistryMetrics,
         clock: Callable[[], float] = time.time,
+        free_space: FreeSpace = free_bytes,
     ) -> None:
         self.store = store
         self.cache = cache
         self.in_use = in_use
         self.metrics = metrics
         self.clock = clock
+        self.free_space = free_space
+        # Passes run one at a time: two would judge the same models and double-count them.
+        self._pass_lock = asyncio.Lock()
 
     async def remove(self, key: str, *, only_downloaded: bool = True) -> ModelRecord:
         """Remove one cache entry; NotFoundError / ConflictError when it cannot be."""
@@ -82,31 +169,50 @@ class ModelRemover:
         return keys
 
     async def evict_once(self, policy: EvictionPolicy) -> list[str]:
-        """One LRU pass: unused past the threshold, then the oldest beyond ``max_models``."""
-        now = self.clock()
-        downloaded = [
-            r
-            for r in await self.store.list_by_last_used()
-            if r.status == ModelStatus.DOWNLOADED and r.name not in self.in_use
-        ]
-        cutoff = now - policy.unused_threshold_s
-        victims = [r for r in downloaded if r.last_used_at < cutoff]
-        if policy.max_models is not None:
-            keep = downloaded[len(downloaded) - policy.max_models :] if policy.max_models else []
-            excess = [r for r in downloaded if r not in keep and r not in victims]
-            victims += excess
-        evicted: list[str] = []
-        for record in victims:
-            try:
-                await self.remove(record.name)
-            except (NotFoundError, ConflictError) as exc:
-                log.info("eviction skipped %s: %s", record.name, exc)
-                continue
-            self.metrics.evictions.inc()
-            evicted.append(record.name)
-        if evicted:
-            log.info("evicted %d models: %s", len(evicted), ", ".join(evicted))
-        return evicted
+        """One LRU pass under every rule of ``policy`` (module docstring); the evicted keys."""
+        async with self._pass_lock:
+            records = await self.store.list_by_last_used()
+            state = await self._measure(policy, records)
+            evicted: list[str] = []
+            for record in records:
+                if record.status != ModelStatus.DOWNLOADED or record.name in self.in_use:
+                    continue
+                reason = state.reason(record)
+                if reason is not None and await self._evict(record.name, reason, state):
+                    evicted.append(record.name)
+            unmet = state.unmet()
+            if unmet is not None:
+                log.warning(
+                    "eviction: %s, and no model left may go (in use or not DOWNLOADED)", unmet
+                )
+            return evicted
+
+    async def make_room(self, policy: EvictionPolicy) -> str | None:
+        """Before a new download: None to go ahead, else why it must not start.
+
+        Below ``min_free_space_bytes`` an eviction pass runs first. If free space is still
+        under the floor, the download is refused (the caller reports ERROR): it could only
+        dig into the reserve the floor exists to keep, and a full disk breaks every model
+        on it, not just the new one. ModelExpress accepts the setting without acting on it,
+        so there is no behaviour of its to match. A download already running is not stopped
+        when it crosses the floor: its size is unknown until it ends.
+        """
+        floor = policy.min_free_space_bytes
+        if floor is None:
+            return None
+        free = await asyncio.to_thread(self.free_space, self.cache.root)
+        if free >= floor:
+            return None
+        log.info("%s free, under min_free_space_bytes: evicting first", human_bytes(free))
+        await self.evict_once(policy)
+        free = await asyncio.to_thread(self.free_space, self.cache.root)
+        if free >= floor:
+            return None
+        return (
+            f"not enough free disk for a new download: {human_bytes(free)} free in the cache"
+            f" folder, min_free_space_bytes is {human_bytes(floor)}, and no unused model is"
+            " left to evict; free space or lower the limit"
+        )
 
     async def run(self, policy: EvictionPolicy, interval_s: float) -> None:
         """Evict every ``interval_s`` until cancelled; errors are logged, not fatal."""
@@ -116,3 +222,33 @@ class ModelRemover:
                 await self.evict_once(policy)
             except Exception:
                 log.exception("eviction pass failed")
+
+    async def _measure(self, policy: EvictionPolicy, records: list[ModelRecord]) -> _PassState:
+        """Count the DOWNLOADED models and, when a rule needs them, sizes and free space."""
+        downloaded = sum(1 for r in records if r.status == ModelStatus.DOWNLOADED)
+        sizes: dict[str, int] = {}
+        free: int | None = None
+        if policy.watches_disk:
+            sizes = await asyncio.to_thread(
+                lambda: {r.name: self.cache.disk_size(r.name) for r in records}
+            )
+        if policy.min_free_space_bytes is not None:
+            free = await asyncio.to_thread(self.free_space, self.cache.root)
+        return _PassState(policy, self.clock(), downloaded, sizes, sum(sizes.values()), free)
+
+    async def _evict(self, key: str, reason: str, state: _PassState) -> bool:
+        """Evict one model for ``reason`` and update ``state``; False when it was skipped."""
+        try:
+            await self.remove(key)
+        except (NotFoundError, ConflictError) as exc:
+            log.info("eviction skipped %s: %s", key, exc)
+            return False
+        self.metrics.evictions.inc()
+        size = state.sizes.pop(key, 0)
+        state.downloaded -= 1
+        state.total -= size
+        if state.free is not None:
+            # Measured again, not added up: files still held open elsewhere free nothing.
+            state.free = await asyncio.to_thread(self.free_space, self.cache.root)
+        log.info("evicted %s (%s) by rule %s", key, human_bytes(size), reason)
+        return True

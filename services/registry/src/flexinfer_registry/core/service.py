@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from flexinfer_registry.core.cache import ModelCache
@@ -29,6 +30,8 @@ class CoreConfig:
     default_chunk_size: int = 1024 * 1024
     max_chunk_size: int = 16 * 1024 * 1024
     eviction: EvictionPolicy = field(default_factory=EvictionPolicy)
+    evict_before_download: bool = True
+    """Run ``ModelRemover.make_room`` before each new download (off with eviction off)."""
 
 
 @dataclass
@@ -69,6 +72,7 @@ def build_core(
     metrics = metrics or RegistryMetrics()
     cache = ModelCache(config.cache_dir)
     in_use = InUse()
+    remover = ModelRemover(stores.models, cache, in_use=in_use, metrics=metrics, clock=clock)
     tracker = DownloadTracker(
         stores.models,
         cache,
@@ -77,6 +81,9 @@ def build_core(
         in_use=in_use,
         metrics=metrics,
         clock=clock,
+        make_room=(
+            partial(remover.make_room, config.eviction) if config.evict_before_download else None
+        ),
     )
     return RegistryCore(
         config=config,
@@ -84,7 +91,7 @@ def build_core(
         cache=cache,
         tracker=tracker,
         files=ModelFiles(stores.models, cache, in_use=in_use, metrics=metrics, clock=clock),
-        remover=ModelRemover(stores.models, cache, in_use=in_use, metrics=metrics, clock=clock),
+        remover=remover,
         sources=SourceRegistry(
             stores.sources,
             heartbeat_timeout_s=config.heartbeat_timeout_s,
