@@ -27,6 +27,7 @@ from flexinfer_common.serving import serve_in_background
 from flexinfer_registry.app import create_app
 from flexinfer_registry.core.cache import ModelCache
 from flexinfer_registry.core.downloads import (
+    AfterDownload,
     DownloadRequest,
     DownloadTracker,
     RoomCheck,
@@ -128,6 +129,7 @@ class Cache:
         *,
         disk: SmallDisk | None = None,
         room: EvictionPolicy | None = None,
+        settle: EvictionPolicy | None = None,
     ) -> None:
         self.store, self.clock, self.in_use = store, Clock(), InUse()
         self.cache = ModelCache(root)
@@ -145,6 +147,9 @@ class Cache:
         make_room: RoomCheck | None = None
         if room is not None:
             make_room = partial(self.remover.make_room, room)
+        after_download: AfterDownload | None = None
+        if settle is not None:
+            after_download = partial(self.remover.enforce_size, settle)
         self.tracker = DownloadTracker(
             store,
             self.cache,
@@ -154,6 +159,7 @@ class Cache:
             metrics=self.metrics,
             clock=self.clock,
             make_room=make_room,
+            after_download=after_download,
         )
 
     async def download(self, name: str) -> StatusUpdate:
@@ -308,6 +314,51 @@ async def test_max_models_counts_models_in_use(store: ModelRegistryStore, tmp_pa
     assert await c.keys() == ["m1", "m3"]
 
 
+async def test_each_download_enforces_the_size_cap(
+    store: ModelRegistryStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sizes = {"m1": 1000, "m2": 1000, "m3": 1000, "m4": 3000, "huge": 9000}
+    cap = EvictionPolicy(max_size_bytes=3500, max_models=1, unused_threshold_s=1.0)
+    c = Cache(store, tmp_path, sizes, settle=cap)
+    for name in ("m1", "m2"):
+        assert (await c.download(name)).status == ModelStatus.DOWNLOADED
+    assert await c.keys() == ["m1", "m2"], "under the cap: the other rules wait for a pass"
+    m1 = c.size("m1")
+
+    with c.in_use.using("m1"):
+        assert (await c.download("m3")).status == ModelStatus.DOWNLOADED
+        assert await c.keys() == ["m1", "m3"], "m1 is in use: m2 goes instead"
+    caplog.set_level(logging.INFO, logger="flexinfer_registry.core.eviction")
+    assert (await c.download("m4")).status == ModelStatus.DOWNLOADED
+    assert await c.keys() == ["m4"], "as many go as it takes, least recently used first"
+    assert f"evicted m1 ({human_bytes(m1)}) by rule max_size_bytes" in caplog.text
+    assert "no model left may go" not in caplog.text
+    assert c.counter("evictions") == 3
+
+    caplog.clear()
+
+    assert (await c.download("huge")).status == ModelStatus.DOWNLOADED
+    assert await c.keys() == ["huge"], "the new model stays even when it alone is too big"
+    assert c.cache.load("huge") is not None
+    assert "over max_size_bytes, and no model left may go" in caplog.text
+
+
+async def test_a_failing_size_check_after_a_download_keeps_the_model(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryModelStore()
+    c = Cache(store, tmp_path, {"m": 10}, settle=EvictionPolicy(max_size_bytes=1))
+
+    async def broken(key: str) -> list[str]:
+        raise OSError(5, "Input/output error")
+
+    c.tracker.after_download = broken
+    done = await c.download("m")
+    assert done.status == ModelStatus.DOWNLOADED
+    assert "m: enforcing the cache size after the download failed" in caplog.text
+    assert await c.keys() == ["m"]
+
+
 async def test_admin_evict_applies_the_configured_size_cap(tmp_path: Path) -> None:
     settings = RegistrySettings(
         port=0,
@@ -315,6 +366,7 @@ async def test_admin_evict_applies_the_configured_size_cap(tmp_path: Path) -> No
         cache_dir=tmp_path,
         cache_max_size_bytes="15KB",  # type: ignore[arg-type]
         eviction_min_free_space_bytes=1,
+        eviction_enabled=False,  # else the second download already evicts the first
     )
     provider = ScriptedProvider({"model.safetensors": b"w" * 10_000})
     app: Any = create_app(settings, providers=OneProvider(provider))
@@ -331,3 +383,26 @@ async def test_admin_evict_applies_the_configured_size_cap(tmp_path: Path) -> No
             assert [m["key"] for m in (await client.get("/v1/registry/models")).json()] == ["org/b"]
             metrics = (await client.get("/metrics")).text
             assert "flexinfer_registry_evictions_total 1.0" in metrics
+
+
+async def test_a_download_through_the_app_enforces_the_size_cap(tmp_path: Path) -> None:
+    settings = RegistrySettings(
+        port=0,
+        grpc_port=0,
+        cache_dir=tmp_path,
+        cache_max_size_bytes="15KB",  # type: ignore[arg-type]
+    )
+    provider = ScriptedProvider({"model.safetensors": b"w" * 10_000})
+    app: Any = create_app(settings, providers=OneProvider(provider))
+    async with (
+        serve_in_background(app) as url,
+        grpc.aio.insecure_channel(app.state.grpc_address) as channel,
+    ):
+        models = mx_model_grpc.ModelServiceStub(channel)
+        for name in ("org/a", "org/b"):
+            request = mx_model.ModelDownloadRequest(model_name=name)
+            updates = [u async for u in models.EnsureModelDownloaded(request)]
+            assert updates[-1].status == mx_model.DOWNLOADED
+        async with httpx.AsyncClient(base_url=url) as client:
+            assert [m["key"] for m in (await client.get("/v1/registry/models")).json()] == ["org/b"]
+            assert (await client.post("/v1/registry/evict")).json() == {"evicted": []}

@@ -47,7 +47,7 @@ def core_config(settings: RegistrySettings) -> CoreConfig:
             max_size_bytes=settings.cache_max_size_bytes,
             min_free_space_bytes=settings.eviction_min_free_space_bytes,
         ),
-        evict_before_download=settings.eviction_enabled,
+        evict_on_download=settings.eviction_enabled,
     )
 
 

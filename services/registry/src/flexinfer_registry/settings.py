@@ -180,8 +180,9 @@ class RegistrySettings(BaseSettings):
     cache_max_size_bytes: ByteSize = Field(default=None, ge=0)
     """Cap, in bytes, on the files of cached models (ModelExpress's ``cache.max_size_bytes``;
     "50GiB" works too): each eviction pass evicts least recently used, unused DOWNLOADED
-    models until the cache fits. Passes run every ``eviction_interval_s`` (and on
-    ``POST /v1/registry/evict``), so downloads in between may overshoot it. None = no cap:
+    models until the cache fits. Passes run every ``eviction_interval_s``, on
+    ``POST /v1/registry/evict`` and, while eviction is enabled, after each new download
+    (never evicting that model). Models in use may keep the cache over it. None = no cap:
     the right size depends on the disk and the models, so only the operator can pick one."""
 
     eviction_min_free_space_bytes: ByteSize = Field(default=None, ge=0)

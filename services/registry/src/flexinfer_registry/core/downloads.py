@@ -38,6 +38,10 @@ RoomCheck = Callable[[], Awaitable[str | None]]
 """Run before a new download: None to go ahead, else why it must not start
 (``ModelRemover.make_room``, which evicts first when the disk is low)."""
 
+AfterDownload = Callable[[str], Awaitable[object]]
+"""Run with the key once a new download is DOWNLOADED, before anyone hears of it
+(``ModelRemover.enforce_size``, which evicts other models down to ``max_size_bytes``)."""
+
 
 class ProviderResolver(Protocol):
     """Picks the provider of a model (``providers.registry.ProviderRegistry``)."""
@@ -132,6 +136,7 @@ class DownloadTracker:
         metrics: RegistryMetrics | None = None,
         clock: Callable[[], float] = time.time,
         make_room: RoomCheck | None = None,
+        after_download: AfterDownload | None = None,
     ) -> None:
         self.store = store
         self.cache = cache
@@ -141,6 +146,7 @@ class DownloadTracker:
         self.metrics = metrics or RegistryMetrics()
         self.clock = clock
         self.make_room = make_room
+        self.after_download = after_download
         self._flights: dict[str, _Flight] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -295,6 +301,7 @@ class DownloadTracker:
         )
         self.metrics.downloads_completed.inc()
         self.metrics.bytes_downloaded.inc(model.total_size)
+        await self._settle(key)
         flight.emit(self._done(request, model, summary))
 
     async def _room_refusal(self, key: str) -> str | None:
@@ -307,6 +314,15 @@ class DownloadTracker:
             # A failed disk check is not a reason to risk filling the disk: refuse, readably.
             log.exception("%s: making room in the cache failed", key)
             return f"could not make room in the cache: {_readable(exc)}"
+
+    async def _settle(self, key: str) -> None:
+        """Run ``after_download``; a failure there is logged, as the model itself is fine."""
+        if self.after_download is None:
+            return
+        try:
+            await self.after_download(key)
+        except Exception:
+            log.exception("%s: enforcing the cache size after the download failed", key)
 
     async def _report_failure(
         self, key: str, request: DownloadRequest, flight: _Flight, failure: str

@@ -11,12 +11,17 @@ than ``max_models``; cached files over ``max_size_bytes``; less than
 ``min_free_space_bytes`` free on the cache's filesystem. In-use and non-DOWNLOADED models
 are never evicted but still count towards the model count and the cache size, since they
 hold their disk all the same.
+
+Between passes, each new download runs the size rule on its own once it is DOWNLOADED
+(:meth:`ModelRemover.enforce_size`), so ``max_size_bytes`` holds after every download,
+not just every ``eviction_interval_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -168,14 +173,18 @@ class ModelRemover:
             await self.remove(key, only_downloaded=False)
         return keys
 
-    async def evict_once(self, policy: EvictionPolicy) -> list[str]:
-        """One LRU pass under every rule of ``policy`` (module docstring); the evicted keys."""
+    async def evict_once(self, policy: EvictionPolicy, *, keep: str | None = None) -> list[str]:
+        """One LRU pass under every rule of ``policy`` (module docstring); the evicted keys.
+
+        ``keep`` is never evicted (though it counts towards the limits, like in-use models).
+        """
         async with self._pass_lock:
             records = await self.store.list_by_last_used()
             state = await self._measure(policy, records)
             evicted: list[str] = []
             for record in records:
-                if record.status != ModelStatus.DOWNLOADED or record.name in self.in_use:
+                spared = record.name in self.in_use or record.name == keep
+                if record.status != ModelStatus.DOWNLOADED or spared:
                     continue
                 reason = state.reason(record)
                 if reason is not None and await self._evict(record.name, reason, state):
@@ -186,6 +195,19 @@ class ModelRemover:
                     "eviction: %s, and no model left may go (in use or not DOWNLOADED)", unmet
                 )
             return evicted
+
+    async def enforce_size(self, policy: EvictionPolicy, downloaded: str) -> list[str]:
+        """After ``downloaded`` became DOWNLOADED: the pass's size rule alone, sparing it.
+
+        Only ``max_size_bytes`` is applied: a new model is what can push the cache over it,
+        while the age and count rules can wait for the periodic pass.
+        """
+        if policy.max_size_bytes is None:
+            return []
+        size_only = EvictionPolicy(
+            unused_threshold_s=math.inf, max_size_bytes=policy.max_size_bytes
+        )
+        return await self.evict_once(size_only, keep=downloaded)
 
     async def make_room(self, policy: EvictionPolicy) -> str | None:
         """Before a new download: None to go ahead, else why it must not start.

@@ -30,8 +30,9 @@ class CoreConfig:
     default_chunk_size: int = 1024 * 1024
     max_chunk_size: int = 16 * 1024 * 1024
     eviction: EvictionPolicy = field(default_factory=EvictionPolicy)
-    evict_before_download: bool = True
-    """Run ``ModelRemover.make_room`` before each new download (off with eviction off)."""
+    evict_on_download: bool = True
+    """Run ``ModelRemover.make_room`` before each new download and
+    ``ModelRemover.enforce_size`` after it (off with eviction off)."""
 
 
 @dataclass
@@ -82,7 +83,10 @@ def build_core(
         metrics=metrics,
         clock=clock,
         make_room=(
-            partial(remover.make_room, config.eviction) if config.evict_before_download else None
+            partial(remover.make_room, config.eviction) if config.evict_on_download else None
+        ),
+        after_download=(
+            partial(remover.enforce_size, config.eviction) if config.evict_on_download else None
         ),
     )
     return RegistryCore(
