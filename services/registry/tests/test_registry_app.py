@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +23,7 @@ from flexinfer_registry._generated.model_express import (
 from flexinfer_registry.app import create_app
 from flexinfer_registry.core.info import ServerInfo
 from flexinfer_registry.settings import RegistrySettings
+from flexinfer_testing.skeleton import busy_port
 
 
 @pytest.fixture
@@ -115,10 +115,7 @@ def test_main_rejects_a_bad_port(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_main_reports_a_busy_grpc_port(capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen(1)
-        port = busy.getsockname()[1]
+    with busy_port() as port:
         rc = main(["--host", "127.0.0.1", "--port", "0", "--grpc-port", str(port)])
     assert rc == 1
     assert "flexinfer-registry: startup failed" in capsys.readouterr().err

@@ -1,0 +1,101 @@
+"""Checks every HTTP service skeleton must pass: health, metrics, a real socket, its CLI.
+
+Each service's test file keeps one test per check, so a failure still names the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import httpx
+import pytest
+
+from flexinfer_common.serving import ServerGroup, bind_socket
+
+
+class Listens(Protocol):
+    """Settings with a listen address (every service's ``*Settings``)."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+
+Main = Callable[[list[str]], int]
+"""A service's ``__main__.main``: flags in, exit status out."""
+
+
+async def check_health_and_metrics(app: Any, *, unknown_path: str) -> None:
+    """Health, readiness and Prometheus metrics answer in process; ``unknown_path`` is 404."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://service") as client:
+        assert (await client.get("/healthz")).json() == {"status": "ok"}
+        assert (await client.get("/readyz")).status_code == 200
+        metrics = await client.get("/metrics")
+        assert metrics.status_code == 200
+        assert "# HELP" in metrics.text
+        assert (await client.get(unknown_path)).status_code == 404
+
+
+async def check_serves_on_a_real_socket(name: str, app: Any, settings: Listens) -> None:
+    """``app`` answers /healthz over TCP at ``settings``' address, and stops when told."""
+    group = ServerGroup()
+    url = group.add_app(name, app, bind_socket(settings.host, settings.port))
+    started = asyncio.Event()
+
+    async def ready() -> None:
+        started.set()
+
+    task = asyncio.create_task(group.run(on_ready=ready))
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        async with httpx.AsyncClient(base_url=url) as client:
+            response = await client.get("/healthz")
+        assert response.status_code == 200
+        assert response.json() == {"status": "ok"}
+    finally:
+        group.stop()
+        await asyncio.wait_for(task, 10)
+
+
+def check_settings_env(
+    settings: Callable[[], Listens],
+    *,
+    env_prefix: str,
+    default_port: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default port, then host and port taken from ``{env_prefix}HOST`` / ``PORT``."""
+    assert settings().port == default_port
+    monkeypatch.setenv(f"{env_prefix}PORT", "9999")
+    monkeypatch.setenv(f"{env_prefix}HOST", "0.0.0.0")
+    configured = settings()
+    assert (configured.host, configured.port) == ("0.0.0.0", 9999)
+
+
+@contextmanager
+def busy_port(host: str = "127.0.0.1") -> Iterator[int]:
+    """A port on ``host`` that a listening socket holds for the block."""
+    with socket.socket() as busy:
+        busy.bind((host, 0))
+        busy.listen(1)
+        yield int(busy.getsockname()[1])
+
+
+def check_main_rejects_a_bad_port(main: Main, capsys: pytest.CaptureFixture[str]) -> None:
+    """An out-of-range ``--port`` is a usage error (2) that names the port."""
+    assert main(["--port", "70000"]) == 2
+    assert "port" in capsys.readouterr().err
+
+
+def check_main_reports_a_busy_port(main: Main, capsys: pytest.CaptureFixture[str]) -> None:
+    """A port already taken fails startup (1) with the address in the message."""
+    with busy_port() as port:
+        assert main(["--host", "127.0.0.1", "--port", str(port)]) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
