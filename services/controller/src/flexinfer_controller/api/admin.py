@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, Generic, Protocol, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from flexinfer_common.api import API_VERSION, LoRAAdapter, Model
+from flexinfer_common.api import API_VERSION
 from flexinfer_common.api.meta import ApiModel
 from flexinfer_common.errors import InvalidSpecError
 from flexinfer_common.web import openai_error
@@ -52,7 +53,6 @@ def get_adapter_service(request: Request) -> AdapterService:
 
 
 Service = Annotated[ModelService, Depends(get_service)]
-Adapters = Annotated[AdapterService, Depends(get_adapter_service)]
 Settings = Annotated[ControllerSettings, Depends(get_settings)]
 NamespaceQuery = Annotated[str | None, Query(min_length=1, max_length=63)]
 
@@ -106,61 +106,102 @@ async def _document_from(
     )
 
 
-async def _model_from(
-    request: Request, settings: ControllerSettings, namespace: str | None, name: str | None
-) -> Model:
-    return await _document_from(request, settings, namespace, name, parse_model, "Model")
-
-
 def dump(model: ApiModel) -> dict[str, Any]:
     """A Model (or any API object) as the API returns it: camelCase, without nulls."""
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+class CrudService(Protocol[Doc]):
+    """What the CRUD routes of one kind call (ModelService, AdapterService)."""
+
+    async def create(self, doc: Doc, /) -> Doc:
+        """Store a new object; ConflictError if it exists."""
+        ...
+
+    async def apply(self, doc: Doc, /) -> tuple[Doc, bool]:
+        """Create or replace; the stored object and whether it was created."""
+        ...
+
+    async def get(self, namespace: str, name: str) -> Doc:
+        """The stored object, or NotFoundError."""
+        ...
+
+    async def list_namespace(self, namespace: str | None) -> list[Doc]:
+        """The objects of one namespace."""
+        ...
+
+    async def delete(self, namespace: str, name: str) -> None:
+        """Delete the object; NotFoundError if absent."""
+        ...
+
+
+@dataclass(frozen=True)
+class CrudKind(Generic[Doc]):
+    """One kind served as CRUD at /v1/admin/<plural>[/{name}]."""
+
+    kind: str
+    """The document's ``kind`` ("Model"); its list is ``<kind>List``."""
+    plural: str
+    """The path segment ("models")."""
+    parse: Parser[Doc]
+    """Validates a decoded body (``documents.parse_model``)."""
+    service: Callable[[Request], CrudService[Doc]]
+    """The app's service for the kind (built in create_app)."""
+
+
+def _crud_routes(router: APIRouter, spec: CrudKind[Doc]) -> None:
+    """Create (POST), apply (PUT), list, get and delete for one kind."""
+    collection, item = f"/{spec.plural}", f"/{spec.plural}/{{name}}"
+
+    async def document(
+        request: Request, settings: ControllerSettings, namespace: str | None, name: str | None
+    ) -> Doc:
+        return await _document_from(request, settings, namespace, name, spec.parse, spec.kind)
+
+    @router.post(collection, status_code=201)
+    async def create(
+        request: Request, settings: Settings, namespace: NamespaceQuery = None
+    ) -> JSONResponse:
+        doc = await document(request, settings, namespace, None)
+        return JSONResponse(dump(await spec.service(request).create(doc)), status_code=201)
+
+    @router.put(item)
+    async def apply(
+        name: str, request: Request, settings: Settings, namespace: NamespaceQuery = None
+    ) -> JSONResponse:
+        doc = await document(request, settings, namespace, name)
+        stored, created = await spec.service(request).apply(doc)
+        return JSONResponse(dump(stored), status_code=201 if created else 200)
+
+    @router.get(collection)
+    async def list_all(
+        request: Request, settings: Settings, namespace: NamespaceQuery = None
+    ) -> dict[str, Any]:
+        items = await spec.service(request).list_namespace(namespace or settings.namespace)
+        kind = f"{spec.kind}List"
+        return {"apiVersion": API_VERSION, "kind": kind, "items": [dump(i) for i in items]}
+
+    @router.get(item)
+    async def get(
+        name: str, request: Request, settings: Settings, namespace: NamespaceQuery = None
+    ) -> dict[str, Any]:
+        return dump(await spec.service(request).get(namespace or settings.namespace, name))
+
+    @router.delete(item, status_code=204)
+    async def delete(
+        name: str, request: Request, settings: Settings, namespace: NamespaceQuery = None
+    ) -> Response:
+        await spec.service(request).delete(namespace or settings.namespace, name)
+        return Response(status_code=204)
+
+
 def admin_router() -> APIRouter:
     """Routes under /v1/admin."""
     router = APIRouter(prefix="/v1/admin")
-
-    @router.post("/models", status_code=201)
-    async def create_model(
-        request: Request, service: Service, settings: Settings, namespace: NamespaceQuery = None
-    ) -> JSONResponse:
-        model = await _model_from(request, settings, namespace, None)
-        return JSONResponse(dump(await service.create(model)), status_code=201)
-
-    @router.put("/models/{name}")
-    async def apply_model(
-        name: str,
-        request: Request,
-        service: Service,
-        settings: Settings,
-        namespace: NamespaceQuery = None,
-    ) -> JSONResponse:
-        model = await _model_from(request, settings, namespace, name)
-        stored, created = await service.apply(model)
-        return JSONResponse(dump(stored), status_code=201 if created else 200)
-
-    @router.get("/models")
-    async def list_models(
-        service: Service, settings: Settings, namespace: NamespaceQuery = None
-    ) -> dict[str, Any]:
-        items = await service.list_models(namespace or settings.namespace)
-        return {"apiVersion": API_VERSION, "kind": "ModelList", "items": [dump(m) for m in items]}
-
-    @router.get("/models/{name}")
-    async def get_model(
-        name: str, service: Service, settings: Settings, namespace: NamespaceQuery = None
-    ) -> dict[str, Any]:
-        return dump(await service.get(namespace or settings.namespace, name))
-
-    @router.delete("/models/{name}", status_code=204)
-    async def delete_model(
-        name: str, service: Service, settings: Settings, namespace: NamespaceQuery = None
-    ) -> Response:
-        await service.delete(namespace or settings.namespace, name)
-        return Response(status_code=204)
-
-    _adapter_routes(router)
+    _crud_routes(router, CrudKind("Model", "models", parse_model, get_service))
+    _crud_routes(
+        router, CrudKind("LoRAAdapter", "loraadapters", parse_adapter, get_adapter_service)
+    )
 
     @router.get("/endpoints")
     async def list_endpoints(service: Service, model: str | None = None) -> dict[str, Any]:
@@ -180,57 +221,6 @@ def admin_router() -> APIRouter:
         }
 
     return router
-
-
-def _adapter_routes(router: APIRouter) -> None:
-    """/loraadapters[/{name}]: the same CRUD as /models."""
-
-    async def adapter_from(
-        request: Request, settings: ControllerSettings, namespace: str | None, name: str | None
-    ) -> LoRAAdapter:
-        return await _document_from(
-            request, settings, namespace, name, parse_adapter, "LoRAAdapter"
-        )
-
-    @router.post("/loraadapters", status_code=201)
-    async def create_adapter(
-        request: Request, service: Adapters, settings: Settings, namespace: NamespaceQuery = None
-    ) -> JSONResponse:
-        adapter = await adapter_from(request, settings, namespace, None)
-        return JSONResponse(dump(await service.create(adapter)), status_code=201)
-
-    @router.put("/loraadapters/{name}")
-    async def apply_adapter(
-        name: str,
-        request: Request,
-        service: Adapters,
-        settings: Settings,
-        namespace: NamespaceQuery = None,
-    ) -> JSONResponse:
-        adapter = await adapter_from(request, settings, namespace, name)
-        stored, created = await service.apply(adapter)
-        return JSONResponse(dump(stored), status_code=201 if created else 200)
-
-    @router.get("/loraadapters")
-    async def list_adapters(
-        service: Adapters, settings: Settings, namespace: NamespaceQuery = None
-    ) -> dict[str, Any]:
-        items = await service.list_adapters(namespace or settings.namespace)
-        kind = "LoRAAdapterList"
-        return {"apiVersion": API_VERSION, "kind": kind, "items": [dump(a) for a in items]}
-
-    @router.get("/loraadapters/{name}")
-    async def get_adapter(
-        name: str, service: Adapters, settings: Settings, namespace: NamespaceQuery = None
-    ) -> dict[str, Any]:
-        return dump(await service.get(namespace or settings.namespace, name))
-
-    @router.delete("/loraadapters/{name}", status_code=204)
-    async def delete_adapter(
-        name: str, service: Adapters, settings: Settings, namespace: NamespaceQuery = None
-    ) -> Response:
-        await service.delete(namespace or settings.namespace, name)
-        return Response(status_code=204)
 
 
 def install_admin(app: FastAPI) -> None:

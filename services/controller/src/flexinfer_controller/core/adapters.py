@@ -79,7 +79,7 @@ class AdapterService:
         """The stored LoRAAdapter, or NotFoundError."""
         return await self._store.get_adapter(namespace, name)
 
-    async def list_adapters(self, namespace: str | None) -> list[LoRAAdapter]:
+    async def list_namespace(self, namespace: str | None) -> list[LoRAAdapter]:
         """LoRAAdapters of one namespace (all namespaces when None)."""
         return await self._store.list_adapters(namespace)
 

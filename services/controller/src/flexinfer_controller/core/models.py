@@ -58,7 +58,7 @@ class ModelService:
         """The stored Model, or NotFoundError."""
         return await self._store.get_model(namespace, name)
 
-    async def list_models(self, namespace: str | None) -> list[Model]:
+    async def list_namespace(self, namespace: str | None) -> list[Model]:
         """Models of one namespace (all namespaces when None)."""
         return await self._store.list_models(namespace)
 
