@@ -12,7 +12,6 @@ schema validation (422), and delete with preconditions.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import threading
@@ -41,7 +40,7 @@ from flexinfer_registry.stores.kubernetes import (
     KubernetesSourceStore,
 )
 from flexinfer_registry.stores.rfc3339 import format_ts
-from flexinfer_registry.testing.replicas import check_exactly_once
+from flexinfer_registry.testing.replicas import check_exactly_once, check_whole_records
 from flexinfer_registry.testing.store_contract import (
     MODEL_STORE_CHECKS,
     SOURCE_STORE_CHECKS,
@@ -493,35 +492,12 @@ async def test_kubernetes_exactly_once_across_two_replicas(
 async def test_kubernetes_set_status_never_leaves_a_partial_record(
     apiserver: tuple[str, FakeApiServer],
 ) -> None:
-    """Writers flip status while a reader polls: every read is a complete, consistent record."""
     url, _ = apiserver
-    writer = KubernetesModelStore(KubeApi(host=url), "registry")
-    reader = KubernetesModelStore(KubeApi(host=url), "registry")
-    stop = asyncio.Event()
-    reads = 0
-
-    async def write() -> None:
-        for i in range(40):
-            status = (ModelStatus.ERROR, ModelStatus.DOWNLOADED)[i % 2]
-            message = f"m{i}" if status == ModelStatus.ERROR else None
-            await writer.set_status("m", Provider.S3, status, message, now=T0 + i)
-        stop.set()
-
-    async def read() -> None:
-        nonlocal reads
-        while not stop.is_set():
-            record = await reader.get("m")
-            if record is not None:
-                reads += 1
-                assert (record.status == ModelStatus.ERROR) == (record.message is not None)
-                assert record.updated_at == record.last_used_at
-
-    try:
-        await asyncio.gather(write(), read())
-        assert reads > 0
-    finally:
-        await writer.close()
-        await reader.close()
+    await check_whole_records(
+        KubernetesModelStore(KubeApi(host=url), "registry"),
+        KubernetesModelStore(KubeApi(host=url), "registry"),
+        writes=40,
+    )
 
 
 async def test_create_stores_from_kubeconfig(

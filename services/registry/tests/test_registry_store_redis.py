@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.stores import create_stores
 from flexinfer_registry.stores.redis import RedisModelStore, RedisSourceStore
 from flexinfer_registry.stores.rfc3339 import parse_ts
-from flexinfer_registry.testing.replicas import check_exactly_once
+from flexinfer_registry.testing.replicas import check_exactly_once, check_whole_records
 from flexinfer_registry.testing.store_contract import (
     MODEL_STORE_CHECKS,
     SOURCE_STORE_CHECKS,
@@ -122,37 +121,8 @@ async def test_reserved_and_ambiguous_source_ids_are_refused(prefix: str) -> Non
 
 
 async def test_set_status_never_leaves_a_partial_hash(prefix: str) -> None:
-    """Writers flip status while readers poll: every read is a complete, consistent record."""
     writer = RedisModelStore.from_url(require_redis(), prefix)
-    reader = RedisModelStore.from_url(require_redis(), prefix)
-    stop = asyncio.Event()
-    seen: list[tuple[ModelStatus, str | None]] = []
-
-    async def write() -> None:
-        for i in range(200):
-            status = (ModelStatus.ERROR, ModelStatus.DOWNLOADED)[i % 2]
-            await writer.set_status(
-                "m", Provider.S3, status, f"m{i}" if i % 2 == 0 else None, now=T0 + i
-            )
-            if i % 10 == 0:
-                await writer.delete("m")
-        stop.set()
-
-    async def read() -> None:
-        while not stop.is_set():
-            record = await reader.get("m")
-            if record is not None:
-                seen.append((record.status, record.message))
-                # An ERROR always carries its message, a DOWNLOADED never one.
-                assert (record.status == ModelStatus.ERROR) == (record.message is not None)
-                assert record.created_at <= record.updated_at == record.last_used_at
-
-    try:
-        await asyncio.gather(write(), read(), read())
-        assert seen
-    finally:
-        await writer.close()
-        await reader.close()
+    await check_whole_records(writer, RedisModelStore.from_url(require_redis(), prefix), writes=200)
 
 
 async def test_crash_between_claim_and_completion_leaves_no_success(prefix: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from flexinfer_registry.core.store import ModelRegistryStore, SourceStore, Store
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.stores import create_stores
 from flexinfer_registry.stores.sql import SqlModelStore, SqlSourceStore
-from flexinfer_registry.testing.replicas import check_exactly_once
+from flexinfer_registry.testing.replicas import check_exactly_once, check_whole_records
 from flexinfer_registry.testing.store_contract import (
     MODEL_STORE_CHECKS,
     SOURCE_STORE_CHECKS,
@@ -52,33 +51,7 @@ async def test_sql_source_store_contract(check: SourceStoreCheck, sql_url: str) 
 
 
 async def test_sql_set_status_never_leaves_a_partial_row(sql_url: str) -> None:
-    """Writers flip status while readers poll: every read is a complete, consistent row."""
-    writer, reader = SqlModelStore.from_url(sql_url), SqlModelStore.from_url(sql_url)
-    stop = asyncio.Event()
-    reads = 0
-
-    async def write() -> None:
-        for i in range(60):
-            status = (ModelStatus.ERROR, ModelStatus.DOWNLOADED)[i % 2]
-            message = f"m{i}" if status == ModelStatus.ERROR else None
-            await writer.set_status("m", Provider.S3, status, message, now=T0 + i)
-        stop.set()
-
-    async def read() -> None:
-        nonlocal reads
-        while not stop.is_set():
-            record = await reader.get("m")
-            if record is not None:
-                reads += 1
-                assert (record.status == ModelStatus.ERROR) == (record.message is not None)
-                assert record.updated_at == record.last_used_at
-
-    try:
-        await asyncio.gather(write(), read())
-        assert reads > 0
-    finally:
-        await writer.close()
-        await reader.close()
+    await check_whole_records(SqlModelStore.from_url(sql_url), SqlModelStore.from_url(sql_url))
 
 
 async def test_sql_crash_between_claim_and_completion(sql_url: str) -> None:

@@ -13,6 +13,10 @@ With ``missing_files=True`` the store starts with a DOWNLOADED record whose file
 disk: both replicas judge it missing, and the gate holds the second replica's reset until
 the first has reset the record and claimed it again, the order in which a plain delete
 would wipe out the new claim and start a second download.
+
+``await check_whole_records(writer, reader)`` takes two handles onto one store: one flips a
+record between ERROR and DOWNLOADED (deleting it now and then) while the other polls it,
+and every read must be a whole, consistent record, never half of one write.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from flexinfer_registry.core.records import ModelRecord, ModelStatus, Provider
 from flexinfer_registry.core.store import ModelRegistryStore, Stores
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.testing.fakes import COMMIT, OneProvider, ScriptedProvider
+from flexinfer_registry.testing.store_contract import T0
 
 CALLS = 100
 
@@ -159,3 +164,37 @@ async def check_exactly_once(
     record = await stores.models.get(model)
     assert record is not None
     assert record.status.name == "DOWNLOADED"
+
+
+async def check_whole_records(
+    writer: ModelRegistryStore, reader: ModelRegistryStore, *, writes: int = 60
+) -> None:
+    """See the module docstring; closes both handles."""
+    stop = asyncio.Event()
+    reads = 0
+
+    async def write() -> None:
+        for i in range(writes):
+            status = (ModelStatus.ERROR, ModelStatus.DOWNLOADED)[i % 2]
+            message = f"m{i}" if status == ModelStatus.ERROR else None
+            await writer.set_status("m", Provider.S3, status, message, now=T0 + i)
+            if i % 10 == 0:
+                await writer.delete("m")
+        stop.set()
+
+    async def read() -> None:
+        nonlocal reads
+        while not stop.is_set():
+            record = await reader.get("m")
+            if record is not None:
+                reads += 1
+                # An ERROR always carries its message, a DOWNLOADED never one.
+                assert (record.status == ModelStatus.ERROR) == (record.message is not None)
+                assert record.created_at <= record.updated_at == record.last_used_at
+
+    try:
+        await asyncio.gather(write(), read(), read())
+        assert reads > 0
+    finally:
+        await writer.close()
+        await reader.close()
