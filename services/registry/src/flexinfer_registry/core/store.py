@@ -24,6 +24,22 @@ MATCH_WINDOW_S = 0.0005
 """``delete_if`` treats timestamps this close as equal: stores keep at least milliseconds."""
 
 
+def claimable(record: ModelRecord, now: float, stale_after: float | None) -> bool:
+    """Whether ``try_claim`` may take ``record`` over: ERROR, or DOWNLOADING gone stale."""
+    if record.status == ModelStatus.ERROR:
+        return True
+    return (
+        record.status == ModelStatus.DOWNLOADING
+        and stale_after is not None
+        and record.updated_at < now - stale_after
+    )
+
+
+def unchanged(record: ModelRecord, status: ModelStatus, updated_at: float) -> bool:
+    """Whether ``delete_if(status, updated_at)`` applies to ``record`` (within the window)."""
+    return record.status == status and abs(record.updated_at - updated_at) <= MATCH_WINDOW_S
+
+
 class ModelRegistryStore(ABC):
     """Cached-model records keyed by model name (the seed's RegistryBackend).
 

@@ -36,10 +36,11 @@ from flexinfer_registry.core.records import (
     source_sort_key,
 )
 from flexinfer_registry.core.store import (
-    MATCH_WINDOW_S,
     ModelRegistryStore,
     SourceStore,
     Stores,
+    claimable,
+    unchanged,
 )
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.stores.rfc3339 import format_ts, parse_ts
@@ -105,7 +106,7 @@ class KubernetesModelStore(ModelRegistryStore):
                 )
                 return True
             record = _model_record(found, name)
-            if not _claimable(record, now, stale_after):
+            if not claimable(record, now, stale_after):
                 return False
             status = _status(
                 provider, ModelStatus.DOWNLOADING, None, now, created=record.created_at
@@ -188,7 +189,7 @@ class KubernetesModelStore(ModelRegistryStore):
             if found is None:
                 return False
             record = _model_record(found, name)
-            if record.status != status or abs(record.updated_at - updated_at) > MATCH_WINDOW_S:
+            if not unchanged(record, status, updated_at):
                 return False
             meta = found["metadata"]
             try:
@@ -222,16 +223,6 @@ class KubernetesModelStore(ModelRegistryStore):
     async def close(self) -> None:
         """Close the API client; idempotent."""
         await self._api.close()
-
-
-def _claimable(record: ModelRecord, now: float, stale_after: float | None) -> bool:
-    if record.status == ModelStatus.ERROR:
-        return True
-    return (
-        record.status == ModelStatus.DOWNLOADING
-        and stale_after is not None
-        and record.updated_at < now - stale_after
-    )
 
 
 def _status(

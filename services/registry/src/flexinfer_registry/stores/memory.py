@@ -21,10 +21,11 @@ from flexinfer_registry.core.records import (
     source_sort_key,
 )
 from flexinfer_registry.core.store import (
-    MATCH_WINDOW_S,
     ModelRegistryStore,
     SourceStore,
     Stores,
+    claimable,
+    unchanged,
 )
 from flexinfer_registry.settings import RegistrySettings
 
@@ -47,7 +48,7 @@ class MemoryModelStore(ModelRegistryStore):
         """Claim when absent, ERROR, or a DOWNLOADING claim older than ``stale_after``."""
         with self._lock:
             current = self._records.get(name)
-            if current is not None and not _claimable(current, now, stale_after):
+            if current is not None and not claimable(current, now, stale_after):
                 return False
             created = current.created_at if current is not None else now
             self._records[name] = ModelRecord(
@@ -101,7 +102,7 @@ class MemoryModelStore(ModelRegistryStore):
         """Compare-and-delete under the lock."""
         with self._lock:
             current = self._records.get(name)
-            if current is None or not _same(current, status, updated_at):
+            if current is None or not unchanged(current, status, updated_at):
                 return False
             del self._records[name]
             return True
@@ -119,20 +120,6 @@ class MemoryModelStore(ModelRegistryStore):
 
     async def close(self) -> None:
         """Nothing to release."""
-
-
-def _same(record: ModelRecord, status: ModelStatus, updated_at: float) -> bool:
-    return record.status == status and abs(record.updated_at - updated_at) <= MATCH_WINDOW_S
-
-
-def _claimable(record: ModelRecord, now: float, stale_after: float | None) -> bool:
-    if record.status == ModelStatus.ERROR:
-        return True
-    return (
-        record.status == ModelStatus.DOWNLOADING
-        and stale_after is not None
-        and record.updated_at < now - stale_after
-    )
 
 
 class MemorySourceStore(SourceStore):
