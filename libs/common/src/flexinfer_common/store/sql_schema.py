@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import JSON, BigInteger, Column, DateTime, Table, Text
+from sqlalchemy import JSON, BigInteger, DateTime, Table, Text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
@@ -30,38 +30,35 @@ class _StoreTable(SQLModel, registry=registry()):
     """Base of the store's tables: their own registry and MetaData."""
 
 
-class ModelRow(_StoreTable, table=True):
-    """One Model: indexed identity columns, the rest as JSON documents."""
+class _ObjectRow(_StoreTable):
+    """The columns of an API object's row: indexed identity columns, the rest as JSON.
+
+    Not a table itself; each kind's table takes these columns (JSON columns are given by
+    type, not as Column objects, since one Column cannot belong to two tables).
+    """
+
+    namespace: str = Field(primary_key=True, max_length=63)
+    name: str = Field(primary_key=True, max_length=253)
+    uid: str = Field(max_length=36)
+    generation: int = Field(sa_type=BigInteger)
+    resource_version: int = Field(sa_type=BigInteger)
+    created_at: datetime = Field(sa_type=DateTime(timezone=True))
+    meta: dict[str, Any] = Field(sa_type=_JSON, nullable=False)
+    spec: dict[str, Any] = Field(sa_type=_JSON, nullable=False)
+    spec_hash: str = Field(max_length=64)
+    status: dict[str, Any] = Field(sa_type=_JSON, nullable=False)
+
+
+class ModelRow(_ObjectRow, table=True):
+    """One Model."""
 
     __tablename__ = "flexinfer_models"
 
-    namespace: str = Field(primary_key=True, max_length=63)
-    name: str = Field(primary_key=True, max_length=253)
-    uid: str = Field(max_length=36)
-    generation: int = Field(sa_type=BigInteger)
-    resource_version: int = Field(sa_type=BigInteger)
-    created_at: datetime = Field(sa_type=DateTime(timezone=True))
-    meta: dict[str, Any] = Field(sa_column=Column("meta", _JSON, nullable=False))
-    spec: dict[str, Any] = Field(sa_column=Column("spec", _JSON, nullable=False))
-    spec_hash: str = Field(max_length=64)
-    status: dict[str, Any] = Field(sa_column=Column("status", _JSON, nullable=False))
 
-
-class LoRAAdapterRow(_StoreTable, table=True):
+class LoRAAdapterRow(_ObjectRow, table=True):
     """One LoRAAdapter: the same layout as a Model's row."""
 
     __tablename__ = "flexinfer_lora_adapters"
-
-    namespace: str = Field(primary_key=True, max_length=63)
-    name: str = Field(primary_key=True, max_length=253)
-    uid: str = Field(max_length=36)
-    generation: int = Field(sa_type=BigInteger)
-    resource_version: int = Field(sa_type=BigInteger)
-    created_at: datetime = Field(sa_type=DateTime(timezone=True))
-    meta: dict[str, Any] = Field(sa_column=Column("meta", _JSON, nullable=False))
-    spec: dict[str, Any] = Field(sa_column=Column("spec", _JSON, nullable=False))
-    spec_hash: str = Field(max_length=64)
-    status: dict[str, Any] = Field(sa_column=Column("status", _JSON, nullable=False))
 
 
 class EndpointRow(_StoreTable, table=True):
