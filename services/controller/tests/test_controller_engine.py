@@ -13,8 +13,7 @@ import httpx
 import pytest
 
 from flexinfer_common.bus import topics
-from flexinfer_controller.runtime.local import runtime_id
-from flexinfer_controller.testing import kill_marked, model_doc, run_controller
+from flexinfer_controller.testing import kill_engines, model_doc, run_controller
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +27,7 @@ def model_dir(tmp_path: Path) -> Iterator[Path]:
         check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     yield out
-    assert kill_marked(runtime_id(tmp_path / "data")) == [], "a test left engines running"
+    assert kill_engines(tmp_path) == [], "a test left engines running"
 
 
 async def test_real_engine_cold_start_serve_and_delete(tmp_path: Path, model_dir: Path) -> None:

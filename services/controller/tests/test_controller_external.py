@@ -7,17 +7,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
-from flexinfer_controller.runtime.local import runtime_id
 from flexinfer_controller.testing import (
     Harness,
+    engine_pids,
     eventually,
     fake_model_dir,
-    kill_marked,
+    kill_engines,
     model_doc,
     run_controller,
 )
@@ -28,7 +27,7 @@ A, B, C = "http://10.0.0.1:8000", "https://llm.example.com/base", "http://10.0.0
 @pytest.fixture(autouse=True)
 def no_leftovers(tmp_path: Path) -> Iterator[None]:
     yield
-    assert kill_marked(runtime_id(tmp_path / "data")) == [], "a test left engines running"
+    assert kill_engines(tmp_path) == [], "a test left engines running"
 
 
 def external_doc(name: str, endpoints: list[str], backend: str = "vllm") -> dict[str, Any]:
@@ -36,13 +35,6 @@ def external_doc(name: str, endpoints: list[str], backend: str = "vllm") -> dict
     doc = model_doc(name, "hf://org/not-downloaded", backend=backend)
     doc["spec"]["endpoints"] = endpoints
     return doc
-
-
-async def put(h: Harness, doc: dict[str, Any]) -> dict[str, Any]:
-    response = await h.client.put(f"/v1/admin/models/{doc['metadata']['name']}", json=doc)
-    assert response.status_code in (200, 201), response.text
-    body: dict[str, Any] = response.json()
-    return body
 
 
 async def status_of(h: Harness, name: str) -> dict[str, Any]:
@@ -57,24 +49,12 @@ async def endpoint_urls(h: Harness, model: str) -> list[str]:
     return sorted(item["url"] for item in response.json()["items"])
 
 
-def engine_pids(tmp_path: Path) -> list[int]:
-    rid = runtime_id(tmp_path / "data")
-    pids = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("FLEXINFER_RUNTIME_ID") == rid:
-                pids.append(proc.pid)
-        except psutil.Error:
-            continue
-    return pids
-
-
 async def test_external_model_is_ready_published_and_never_run(tmp_path: Path) -> None:
     bus = MemoryBus()
     progress = bus.consumer(topics.PROGRESS, "proxy-test", "p")
     try:
         async with run_controller(tmp_path, bus=bus) as h:
-            await put(h, external_doc("ext", [A, B]))
+            await h.put_model(external_doc("ext", [A, B]))
             event = await h.endpoints_event("default/ext", count=2)
             assert [e.url for e in event.endpoints] == [A, B]
             assert event.phase == "Ready"
@@ -110,10 +90,10 @@ async def test_external_model_is_ready_published_and_never_run(tmp_path: Path) -
 
 async def test_changing_and_deleting_endpoints(tmp_path: Path) -> None:
     async with run_controller(tmp_path) as h:
-        await put(h, external_doc("ext", [A, B], backend="no-such-backend"))
+        await h.put_model(external_doc("ext", [A, B], backend="no-such-backend"))
         first = await h.endpoints_event("default/ext", count=2)
 
-        await put(h, external_doc("ext", [C], backend="no-such-backend"))
+        await h.put_model(external_doc("ext", [C], backend="no-such-backend"))
         changed = await h.endpoints_event("default/ext", count=1)
         assert [e.url for e in changed.endpoints] == [C]
         assert changed.revision > first.revision
@@ -137,21 +117,21 @@ async def test_switching_between_engine_and_external(tmp_path: Path) -> None:
     async with run_controller(tmp_path) as h:
         # Runs an engine first (serverless off: one replica without demand).
         engine_doc = model_doc("sw", source, enabled=False)
-        await put(h, engine_doc)
+        await h.put_model(engine_doc)
         served = await h.endpoints_event("default/sw", count=1)
         assert served.endpoints[0].url != A
         assert len(engine_pids(tmp_path)) == 1
 
         # Now served elsewhere: the engine is stopped and the external URL published.
         external = dict(engine_doc, spec={**engine_doc["spec"], "endpoints": [A]})
-        await put(h, external)
+        await h.put_model(external)
         event = await h.endpoints_event("default/sw", count=1)
         assert [e.url for e in event.endpoints] == [A]
         await eventually(lambda: engine_pids(tmp_path) == [], timeout_s=10)
         assert (await status_of(h, "sw"))["endpoint"] == A
 
         # And back: the external URL is withdrawn and an engine serves again.
-        await put(h, engine_doc)
+        await h.put_model(engine_doc)
         back = await h.endpoints_event("default/sw", count=1)
         assert back.endpoints[0].url != A
         await h.wait_phase("sw", "Ready")

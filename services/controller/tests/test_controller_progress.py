@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +13,14 @@ from flexinfer_common.bus import Consumer, topics
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.errors import BusError
 from flexinfer_controller.core.progress import ProgressReporter
-from flexinfer_controller.runtime.local import runtime_id
-from flexinfer_controller.testing import Harness, fake_model_dir, kill_marked, model_doc
+from flexinfer_controller.testing import demand, fake_model_dir, kill_engines, model_doc
 from flexinfer_controller.testing import run_controller as run_harness
 
 
 @pytest.fixture(autouse=True)
 def no_leftovers(tmp_path: Path) -> Iterator[None]:
     yield
-    assert kill_marked(runtime_id(tmp_path / "data")) == [], "a test left engines running"
+    assert kill_engines(tmp_path) == [], "a test left engines running"
 
 
 @pytest.fixture
@@ -30,15 +28,6 @@ async def bus() -> AsyncIterator[MemoryBus]:
     memory = MemoryBus()
     yield memory
     await memory.close()
-
-
-def demand(model: str = "default/tiny") -> topics.DemandEvent:
-    return topics.DemandEvent(model=model, queue_depth=1, since=datetime.now(UTC), proxy="test")
-
-
-async def apply(h: Harness, doc: dict[str, Any]) -> None:
-    response = await h.client.put(f"/v1/admin/models/{doc['metadata']['name']}", json=doc)
-    assert response.status_code in (200, 201), response.text
 
 
 async def phases_until(
@@ -67,7 +56,7 @@ async def test_cold_start_phases_arrive_in_order_with_eta_from_previous_start(
     source = fake_model_dir(tmp_path / "m", ready_delay_s=0.3).as_uri()
     progress = bus.consumer(topics.PROGRESS, "proxy-test", "p")
     async with run_harness(tmp_path, bus=bus) as h:
-        await apply(h, model_doc("tiny", source, idle_timeout="1s"))
+        await h.put_model(model_doc("tiny", source, idle_timeout="1s"))
         await h.wait_phase("tiny", "Idle")
         assert await drain(progress) == [], "an idle model has no cold start"
 
@@ -99,7 +88,7 @@ async def test_pulling_while_the_weights_are_missing(tmp_path: Path, bus: Memory
     model_dir = tmp_path / "later"
     progress = bus.consumer(topics.PROGRESS, "proxy-test", "p")
     async with run_harness(tmp_path, bus=bus) as h:
-        await apply(h, model_doc("tiny", model_dir.as_uri()))
+        await h.put_model(model_doc("tiny", model_dir.as_uri()))
         await h.wait_phase("tiny", "Pending")
         assert await drain(progress) == [], "no demand: nothing is being started"
 
@@ -133,7 +122,7 @@ async def test_a_failing_progress_publish_does_not_stop_activation(
     broken = FailingProgressBus()
     try:
         async with run_harness(tmp_path, bus=broken) as h:
-            await apply(h, model_doc("tiny", source))
+            await h.put_model(model_doc("tiny", source))
             await h.publish(topics.DEMAND, demand())
             await h.endpoints_event("default/tiny", count=1)
             await h.wait_phase("tiny", "Ready")

@@ -8,19 +8,18 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psutil
 import pytest
 
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import create_store
-from flexinfer_controller.runtime.local import runtime_id
 from flexinfer_controller.testing import (
-    Harness,
+    demand,
+    engine_pids,
     eventually,
     fake_model_dir,
-    kill_marked,
+    kill_engines,
     model_doc,
     run_controller,
 )
@@ -29,35 +28,13 @@ from flexinfer_controller.testing import (
 @pytest.fixture(autouse=True)
 def no_leftovers(tmp_path: Path) -> Iterator[None]:
     yield
-    assert kill_marked(runtime_id(tmp_path / "data")) == [], "a test left engines running"
-
-
-def demand(model: str = "default/tiny") -> topics.DemandEvent:
-    return topics.DemandEvent(model=model, queue_depth=1, since=datetime.now(UTC), proxy="test")
-
-
-async def apply(h: Harness, doc: dict[str, object]) -> None:
-    name = doc["metadata"]["name"]  # type: ignore[index]
-    response = await h.client.put(f"/v1/admin/models/{name}", json=doc)
-    assert response.status_code in (200, 201), response.text
-
-
-def engine_pids(tmp_path: Path) -> list[int]:
-    rid = runtime_id(tmp_path / "data")
-    pids = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("FLEXINFER_RUNTIME_ID") == rid:
-                pids.append(proc.pid)
-        except psutil.Error:
-            continue
-    return pids
+    assert kill_engines(tmp_path) == [], "a test left engines running"
 
 
 async def test_demand_starts_then_idle_timeout_stops(tmp_path: Path) -> None:
     source = fake_model_dir(tmp_path / "m").as_uri()
     async with run_controller(tmp_path) as h:
-        await apply(h, model_doc("tiny", source, idle_timeout="1s"))
+        await h.put_model(model_doc("tiny", source, idle_timeout="1s"))
         idle = await h.wait_phase("tiny", "Idle")
         assert idle.status.desired_replicas == 0
         assert engine_pids(tmp_path) == []
@@ -94,7 +71,7 @@ async def test_engine_slower_than_the_idle_timeout_is_not_stopped(tmp_path: Path
     # start than idleTimeout was stopped before the queued requests could reach it.
     source = fake_model_dir(tmp_path / "m", ready_delay_s=1.5).as_uri()
     async with run_controller(tmp_path) as h:
-        await apply(h, model_doc("tiny", source, idle_timeout="1s"))
+        await h.put_model(model_doc("tiny", source, idle_timeout="1s"))
         await h.wait_phase("tiny", "Idle")
         await h.publish(topics.DEMAND, demand())
         event = await h.endpoints_event("default/tiny", count=1, timeout_s=10)
@@ -113,7 +90,7 @@ async def _wait_no_engines(tmp_path: Path) -> None:
 
 async def test_activity_moves_last_active_forward_only(tmp_path: Path) -> None:
     async with run_controller(tmp_path) as h:
-        await apply(h, model_doc("tiny", "HF://org/tiny"))
+        await h.put_model(model_doc("tiny", "HF://org/tiny"))
         await h.wait_phase("tiny", "Pending")
         at = datetime.now(UTC) - timedelta(seconds=30)
         await h.publish(
@@ -142,7 +119,7 @@ async def test_restarted_controller_adopts_engine(tmp_path: Path) -> None:
         async with run_controller(
             tmp_path, store=store, bus=bus, stop_engines_on_shutdown=False
         ) as h:
-            await apply(h, model_doc("tiny", source, minReplicas=1))
+            await h.put_model(model_doc("tiny", source, minReplicas=1))
             first = await h.wait_phase("tiny", "Ready")
         pids = engine_pids(tmp_path)
         assert len(pids) == 1, "the engine must survive a controller that does not stop it"
@@ -162,7 +139,7 @@ async def test_restarted_controller_adopts_engine(tmp_path: Path) -> None:
 async def test_crash_loop_goes_failed(tmp_path: Path) -> None:
     source = fake_model_dir(tmp_path / "m", mode="crash").as_uri()
     async with run_controller(tmp_path) as h:
-        await apply(h, model_doc("tiny", source, minReplicas=1))
+        await h.put_model(model_doc("tiny", source, minReplicas=1))
         failed = await h.wait_phase("tiny", "Failed")
         loaded = {c.type: c for c in failed.status.conditions}["Loaded"]
         assert loaded.reason == "CrashLoopBackOff"
@@ -176,7 +153,7 @@ async def test_crash_loop_goes_failed(tmp_path: Path) -> None:
 async def test_crash_after_ready_restarts(tmp_path: Path) -> None:
     source = fake_model_dir(tmp_path / "m", mode="die-after-ready", die_after_s=0.3).as_uri()
     async with run_controller(tmp_path, crash_loop_limit=50) as h:
-        await apply(h, model_doc("tiny", source, minReplicas=1))
+        await h.put_model(model_doc("tiny", source, minReplicas=1))
         first = await h.endpoints_event("default/tiny", count=1)
         gone = await h.endpoints_event("default/tiny")
         assert gone.endpoints == []
@@ -188,7 +165,7 @@ async def test_crash_after_ready_restarts(tmp_path: Path) -> None:
 async def test_delete_stops_engine(tmp_path: Path) -> None:
     source = fake_model_dir(tmp_path / "m").as_uri()
     async with run_controller(tmp_path) as h:
-        await apply(h, model_doc("tiny", source, scaleToZero=False))
+        await h.put_model(model_doc("tiny", source, scaleToZero=False))
         await h.endpoints_event("default/tiny", count=1)
         await h.wait_phase("tiny", "Ready")
         response = await h.client.delete("/v1/admin/models/tiny")
@@ -204,10 +181,10 @@ async def test_spec_change_replaces_replica(tmp_path: Path) -> None:
     source = fake_model_dir(tmp_path / "m").as_uri()
     async with run_controller(tmp_path) as h:
         doc = model_doc("tiny", source, minReplicas=1)
-        await apply(h, doc)
+        await h.put_model(doc)
         old = await h.endpoints_event("default/tiny", count=1)
         doc["spec"]["litellm"] = {"servedModelName": "renamed"}
-        await apply(h, doc)
+        await h.put_model(doc)
         new = await h.endpoints_event("default/tiny")
         # The new replica is published alone, only after it is ready (start, then stop old).
         assert len(new.endpoints) == 1
@@ -230,7 +207,7 @@ async def test_unsupported_backend_fails(
 ) -> None:
     source = fake_model_dir(tmp_path / "m").as_uri()
     async with run_controller(tmp_path) as h:
-        await apply(h, model_doc("tiny", source, backend=backend, minReplicas=1))
+        await h.put_model(model_doc("tiny", source, backend=backend, minReplicas=1))
         failed = await h.wait_phase("tiny", "Failed")
         cond = {c.type: c for c in failed.status.conditions}[condition]
         assert cond.status == "False"
@@ -242,8 +219,8 @@ async def test_unsupported_backend_fails(
 
 async def test_source_not_ready_is_pending(tmp_path: Path) -> None:
     async with run_controller(tmp_path) as h:
-        await apply(h, model_doc("remote", "HF://org/model", minReplicas=1))
-        await apply(h, model_doc("missing", (tmp_path / "nowhere").as_uri(), minReplicas=1))
+        await h.put_model(model_doc("remote", "HF://org/model", minReplicas=1))
+        await h.put_model(model_doc("missing", (tmp_path / "nowhere").as_uri(), minReplicas=1))
         for name in ("remote", "missing"):
             pending = await h.wait_phase(name, "Pending")
             cached = {c.type: c for c in pending.status.conditions}["Cached"]

@@ -16,6 +16,7 @@ import stat
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from flexinfer_common.bus import Consumer, EventBus, topics
 from flexinfer_common.serving import serve_in_background as serve_asgi
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import ModelStore, create_store
+from flexinfer_controller.runtime.local import runtime_id
 from flexinfer_controller.settings import ControllerSettings
 
 FAKE_ENGINE = r"""
@@ -104,18 +106,34 @@ def fake_model_dir(directory: Path, **behaviour: Any) -> Path:
     return directory
 
 
-def kill_marked(runtime_id: str) -> list[int]:
-    """SIGKILL (and reap) every process carrying this runtime's marker; returns their pids."""
-    killed = []
+def marked_pids(marker: str) -> list[int]:
+    """Pids of the processes carrying runtime marker ``marker`` (the engines it started)."""
+    pids = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("FLEXINFER_RUNTIME_ID") != runtime_id:
-                continue
+            if proc.environ().get("FLEXINFER_RUNTIME_ID") == marker:
+                pids.append(proc.pid)
         except psutil.Error:
             continue
+    return pids
+
+
+def engine_pids(tmp_path: Path) -> list[int]:
+    """Pids of the engines that ``run_controller(tmp_path)`` started and that still run."""
+    return marked_pids(runtime_id(tmp_path / "data"))
+
+
+def kill_engines(tmp_path: Path) -> list[int]:
+    """Kill what ``engine_pids(tmp_path)`` finds (a test's leftovers); their pids."""
+    return kill_marked(runtime_id(tmp_path / "data"))
+
+
+def kill_marked(marker: str) -> list[int]:
+    """SIGKILL (and reap) every process carrying runtime marker ``marker``; their pids."""
+    killed = marked_pids(marker)
+    for pid in killed:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)
-        killed.append(proc.pid)
+            os.kill(pid, signal.SIGKILL)
     for pid in killed:
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).wait(timeout=5)
@@ -145,6 +163,11 @@ def model_doc(
     }
 
 
+def demand(model: str = "default/tiny") -> topics.DemandEvent:
+    """A DemandEvent for ``model`` as a proxy with one queued request sends it."""
+    return topics.DemandEvent(model=model, queue_depth=1, since=datetime.now(UTC), proxy="test")
+
+
 class Harness:
     """A running controller app on a MemoryBus and a SQLite store, with test probes."""
 
@@ -163,6 +186,13 @@ class Harness:
         self.store = store
         self.bus = bus
         self._probe = probe
+
+    async def put_model(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Apply a Model document through the admin API (201 or 200); the stored Model."""
+        response = await self.client.put(f"/v1/admin/models/{doc['metadata']['name']}", json=doc)
+        assert response.status_code in (200, 201), response.text
+        body: dict[str, Any] = response.json()
+        return body
 
     async def publish(self, topic: str, event: BaseModel) -> None:
         """Publish a bus event as a proxy would."""
