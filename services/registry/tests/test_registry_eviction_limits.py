@@ -11,6 +11,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -359,50 +360,46 @@ async def test_a_failing_size_check_after_a_download_keeps_the_model(
     assert await c.keys() == ["m"]
 
 
-async def test_admin_evict_applies_the_configured_size_cap(tmp_path: Path) -> None:
-    settings = RegistrySettings(
-        port=0,
-        grpc_port=0,
-        cache_dir=tmp_path,
-        cache_max_size_bytes="15KB",  # type: ignore[arg-type]
-        eviction_min_free_space_bytes=1,
-        eviction_enabled=False,  # else the second download already evicts the first
+@asynccontextmanager
+async def registry_after(
+    tmp_path: Path, names: tuple[str, ...], **settings: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A registry app with a 15 KB cache cap that downloaded ``names`` (10,000 bytes each)
+    over gRPC, one after the other; a client of its REST port."""
+    config = RegistrySettings(
+        port=0, grpc_port=0, cache_dir=tmp_path, cache_max_size_bytes=15_000, **settings
     )
     provider = ScriptedProvider({"model.safetensors": b"w" * 10_000})
-    app: Any = create_app(settings, providers=OneProvider(provider))
+    app: Any = create_app(config, providers=OneProvider(provider))
     async with (
         serve_in_background(app) as url,
         grpc.aio.insecure_channel(app.state.grpc_address) as channel,
+        httpx.AsyncClient(base_url=url) as client,
     ):
         models = mx_model_grpc.ModelServiceStub(channel)
-        for name in ("org/a", "org/b"):
-            request = mx_model.ModelDownloadRequest(model_name=name)
-            _ = [u async for u in models.EnsureModelDownloaded(request)]
-        async with httpx.AsyncClient(base_url=url) as client:
-            assert (await client.post("/v1/registry/evict")).json() == {"evicted": ["org/a"]}
-            assert [m["key"] for m in (await client.get("/v1/registry/models")).json()] == ["org/b"]
-            metrics = (await client.get("/metrics")).text
-            assert "flexinfer_registry_evictions_total 1.0" in metrics
-
-
-async def test_a_download_through_the_app_enforces_the_size_cap(tmp_path: Path) -> None:
-    settings = RegistrySettings(
-        port=0,
-        grpc_port=0,
-        cache_dir=tmp_path,
-        cache_max_size_bytes="15KB",  # type: ignore[arg-type]
-    )
-    provider = ScriptedProvider({"model.safetensors": b"w" * 10_000})
-    app: Any = create_app(settings, providers=OneProvider(provider))
-    async with (
-        serve_in_background(app) as url,
-        grpc.aio.insecure_channel(app.state.grpc_address) as channel,
-    ):
-        models = mx_model_grpc.ModelServiceStub(channel)
-        for name in ("org/a", "org/b"):
+        for name in names:
             request = mx_model.ModelDownloadRequest(model_name=name)
             updates = [u async for u in models.EnsureModelDownloaded(request)]
             assert updates[-1].status == mx_model.DOWNLOADED
-        async with httpx.AsyncClient(base_url=url) as client:
-            assert [m["key"] for m in (await client.get("/v1/registry/models")).json()] == ["org/b"]
-            assert (await client.post("/v1/registry/evict")).json() == {"evicted": []}
+        yield client
+
+
+async def cached_keys(client: httpx.AsyncClient) -> list[str]:
+    return [m["key"] for m in (await client.get("/v1/registry/models")).json()]
+
+
+async def test_admin_evict_applies_the_configured_size_cap(tmp_path: Path) -> None:
+    # Eviction off, else the second download would already evict the first.
+    names = ("org/a", "org/b")
+    settings: dict[str, Any] = {"eviction_min_free_space_bytes": 1, "eviction_enabled": False}
+    async with registry_after(tmp_path, names, **settings) as client:
+        assert (await client.post("/v1/registry/evict")).json() == {"evicted": ["org/a"]}
+        assert await cached_keys(client) == ["org/b"]
+        metrics = (await client.get("/metrics")).text
+        assert "flexinfer_registry_evictions_total 1.0" in metrics
+
+
+async def test_a_download_through_the_app_enforces_the_size_cap(tmp_path: Path) -> None:
+    async with registry_after(tmp_path, ("org/a", "org/b")) as client:
+        assert await cached_keys(client) == ["org/b"]
+        assert (await client.post("/v1/registry/evict")).json() == {"evicted": []}
