@@ -11,8 +11,9 @@ import pytest
 
 from flexinfer_cli.__main__ import main
 from flexinfer_cli.up import parse_options
+from flexinfer_testing.repo import repo_root
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = repo_root()
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -24,21 +24,9 @@ from flexinfer_common.crd import (
     structural_schema,
     write_crds,
 )
+from flexinfer_testing.repo import repo_root
 
-
-def _repo_root() -> Path:
-    """The monorepo root: the nearest parent holding k8s/, libs/ and the root pyproject."""
-    for parent in Path(__file__).resolve().parents:
-        if (
-            (parent / "k8s").is_dir()
-            and (parent / "libs").is_dir()
-            and (parent / "pyproject.toml").is_file()
-        ):
-            return parent
-    raise AssertionError(f"no repository root above {__file__}")
-
-
-ROOT = _repo_root()
+ROOT = repo_root()
 CRD_DIR = ROOT / "k8s" / "crds"
 EXAMPLES = sorted((ROOT / "k8s" / "examples").glob("model-*.yaml"))
 LORA_EXAMPLES = sorted((ROOT / "k8s" / "examples").glob("loraadapter-*.yaml"))

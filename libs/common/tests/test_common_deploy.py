@@ -19,20 +19,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from flexinfer_testing.repo import repo_root
 
-def _repo_root() -> Path:
-    """The monorepo root: the nearest parent holding k8s/, libs/ and the root pyproject."""
-    for parent in Path(__file__).resolve().parents:
-        if (
-            (parent / "k8s").is_dir()
-            and (parent / "libs").is_dir()
-            and (parent / "pyproject.toml").is_file()
-        ):
-            return parent
-    raise AssertionError(f"no repository root above {__file__}")
-
-
-ROOT = _repo_root()
+ROOT = repo_root()
 K8S_FILES = sorted((ROOT / "k8s").rglob("*.yaml"))
 SERVICE_PORTS = {
     "proxy": [8080],

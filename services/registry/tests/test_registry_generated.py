@@ -8,13 +8,7 @@ import sys
 from pathlib import Path
 
 import flexinfer_registry._generated as generated
-
-
-def _repo_root() -> Path:
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "proto" / "generate.sh").is_file():
-            return parent
-    raise AssertionError(f"no proto/generate.sh above {__file__}")
+from flexinfer_testing.repo import repo_root
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -26,7 +20,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def test_regenerated_stubs_are_identical(tmp_path: Path) -> None:
-    root = _repo_root()
+    root = repo_root()
     env = {**os.environ, "PYTHON": sys.executable}
     subprocess.run(
         ["bash", str(root / "proto" / "generate.sh"), str(tmp_path)],
@@ -43,7 +37,7 @@ def test_regenerated_stubs_are_identical(tmp_path: Path) -> None:
 
 
 def test_every_proto_has_stubs() -> None:
-    protos = sorted((_repo_root() / "proto" / "model_express").glob("*.proto"))
+    protos = sorted((repo_root() / "proto" / "model_express").glob("*.proto"))
     assert protos
     package = Path(generated.__file__).parent / "model_express"
     for proto in protos:
