@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
+from flexinfer_common.errors import InvalidSpecError
 from flexinfer_registry.core.providers.base import (
     ChecksumMismatchError,
     ProgressCallback,
@@ -54,6 +55,27 @@ def safe_relative_path(name: str) -> str:
     if not parts or any(p == ".." for p in parts):
         raise UnsafePathError(f"refusing file name {shown}: it escapes the model directory")
     return "/".join(parts)
+
+
+def parse_bucket_url(model_name: str, scheme: str, store: str, prefix: str) -> tuple[str, str]:
+    """``<scheme>://bucket/prefix`` -> (bucket, prefix without slashes at either end).
+
+    ``store`` ("S3") and ``prefix`` ("a key prefix") word the errors; a prefix with a
+    ``..`` segment is refused, as it could name objects outside the model.
+    """
+    if not model_name.startswith(f"{scheme}://"):
+        raise InvalidSpecError(
+            f"{store} model names are {scheme}://bucket/prefix URLs, got {model_name[:120]!r}",
+            field="model_name",
+        )
+    bucket, _, path = model_name.removeprefix(f"{scheme}://").partition("/")
+    path = path.strip("/")
+    if not bucket or not path or ".." in path.split("/"):
+        raise InvalidSpecError(
+            f"{store} model name needs a bucket and {prefix}: {model_name[:120]!r}",
+            field="model_name",
+        )
+    return bucket, path
 
 
 def target_path(dest_dir: Path, relative: str) -> Path:

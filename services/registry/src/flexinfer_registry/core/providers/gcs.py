@@ -23,7 +23,7 @@ from urllib.parse import quote
 import google_crc32c
 import httpx
 
-from flexinfer_common.errors import InvalidSpecError, NotFoundError
+from flexinfer_common.errors import NotFoundError
 from flexinfer_registry.core.providers.base import (
     DownloadResult,
     FileInfo,
@@ -36,6 +36,7 @@ from flexinfer_registry.core.providers.files import (
     check_digest,
     check_size,
     is_image,
+    parse_bucket_url,
     select,
     target_path,
 )
@@ -67,19 +68,7 @@ class Crc32c:
 
 def parse_gs_url(model_name: str) -> tuple[str, str]:
     """``gs://bucket/prefix`` -> (bucket, prefix without slashes at either end)."""
-    if not model_name.startswith("gs://"):
-        raise InvalidSpecError(
-            f"GCS model names are gs://bucket/prefix URLs, got {model_name[:120]!r}",
-            field="model_name",
-        )
-    bucket, _, prefix = model_name.removeprefix("gs://").partition("/")
-    prefix = prefix.strip("/")
-    if not bucket or not prefix or ".." in prefix.split("/"):
-        raise InvalidSpecError(
-            f"GCS model name needs a bucket and an object prefix: {model_name[:120]!r}",
-            field="model_name",
-        )
-    return bucket, prefix
+    return parse_bucket_url(model_name, "gs", "GCS", "an object prefix")
 
 
 def crc32c_hex(field: str) -> str:

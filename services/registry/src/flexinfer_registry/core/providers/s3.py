@@ -18,7 +18,7 @@ import boto3
 import botocore.exceptions
 from botocore.config import Config
 
-from flexinfer_common.errors import InvalidSpecError, NotFoundError
+from flexinfer_common.errors import NotFoundError
 from flexinfer_registry.core.providers.base import (
     AccessDeniedError,
     BlockingProvider,
@@ -32,6 +32,7 @@ from flexinfer_registry.core.providers.files import (
     ProgressMeter,
     check_digest,
     check_size,
+    parse_bucket_url,
     remove_quietly,
     select,
     target_path,
@@ -49,19 +50,7 @@ DENIED_CODES = frozenset(
 
 def parse_s3_url(model_name: str) -> tuple[str, str]:
     """``s3://bucket/prefix`` -> (bucket, prefix without slashes at either end)."""
-    if not model_name.startswith("s3://"):
-        raise InvalidSpecError(
-            f"S3 model names are s3://bucket/prefix URLs, got {model_name[:120]!r}",
-            field="model_name",
-        )
-    bucket, _, prefix = model_name.removeprefix("s3://").partition("/")
-    prefix = prefix.strip("/")
-    if not bucket or not prefix or ".." in prefix.split("/"):
-        raise InvalidSpecError(
-            f"S3 model name needs a bucket and a key prefix: {model_name[:120]!r}",
-            field="model_name",
-        )
-    return bucket, prefix
+    return parse_bucket_url(model_name, "s3", "S3", "a key prefix")
 
 
 def translate(exc: Exception, what: str) -> Exception:
