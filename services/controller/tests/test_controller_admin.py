@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from flexinfer_common.bus import topics
-from flexinfer_controller.testing import Harness, model_doc, run_controller
+from flexinfer_controller.testing import Harness, error_of, model_doc, run_controller
 
 YAML_DOC = """
 apiVersion: ai.flexinfer/v1alpha2
@@ -32,13 +31,6 @@ status:
 async def h(tmp_path: Path) -> AsyncIterator[Harness]:
     async with run_controller(tmp_path, max_body_bytes=4096) as harness:
         yield harness
-
-
-def error_of(response_text: str) -> dict[str, object]:
-    body = json.loads(response_text)
-    assert set(body["error"]) >= {"message", "type", "param", "code"}
-    error: dict[str, object] = body["error"]
-    return error
 
 
 async def test_crud_json(h: Harness) -> None:

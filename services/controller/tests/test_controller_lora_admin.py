@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import pytest
 
 from flexinfer_common.bus import topics
-from flexinfer_controller.testing import Harness, run_controller
+from flexinfer_controller.testing import Harness, error_of, run_controller
 
 YAML_DOC = """
 apiVersion: ai.flexinfer/v1alpha2
@@ -48,13 +47,6 @@ def adapter_doc(name: str = "sql", **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": body,
     }
-
-
-def error_of(response_text: str) -> dict[str, object]:
-    body = json.loads(response_text)
-    assert set(body["error"]) >= {"message", "type", "param", "code"}
-    error: dict[str, object] = body["error"]
-    return error
 
 
 async def test_crud_json_and_events(h: Harness) -> None:

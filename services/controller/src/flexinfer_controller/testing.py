@@ -163,6 +163,14 @@ def model_doc(
     }
 
 
+def error_of(response_text: str) -> dict[str, object]:
+    """The ``error`` object of an OpenAI-style error body, checked to have every field."""
+    body = json.loads(response_text)
+    assert set(body["error"]) >= {"message", "type", "param", "code"}
+    error: dict[str, object] = body["error"]
+    return error
+
+
 def demand(model: str = "default/tiny") -> topics.DemandEvent:
     """A DemandEvent for ``model`` as a proxy with one queued request sends it."""
     return topics.DemandEvent(model=model, queue_depth=1, since=datetime.now(UTC), proxy="test")
