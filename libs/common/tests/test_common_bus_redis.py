@@ -12,6 +12,7 @@ import logging
 import os
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import NoReturn
 
 import pytest
@@ -217,43 +218,41 @@ class TcpProxy:
         writer.close()
 
 
-async def test_connection_loss_is_a_bus_error_and_recovers(prefix: str) -> None:
+@asynccontextmanager
+async def proxied_redis() -> AsyncIterator[tuple[TcpProxy, str]]:
+    """A TcpProxy in front of the test Redis, and the URL that reaches Redis through it."""
     target = make_url(REDIS_URL)
     proxy = TcpProxy(target.host or "127.0.0.1", target.port or 6379)
     await proxy.start()
-    url = f"redis://127.0.0.1:{proxy.port}/{target.database or 0}"
     try:
-        async with bus_at(url, prefix) as bus:
-            consumer = bus.consumer(TOPIC, "g", "c")
-            await bus.publish(TOPIC, {"n": 1})
-            assert [m.payload for m in await drain(consumer, 1)] == [{"n": 1}]
-            await proxy.stop()
-            with pytest.raises(BusError, match="unreachable"):
-                await bus.publish(TOPIC, {"n": 2})
-            with pytest.raises(BusError):
-                await consumer.fetch(timeout_s=0.2)
-            with pytest.raises(BusError):
-                await consumer.reclaim(min_idle_s=0)
-            await proxy.start()
-            await bus.publish(TOPIC, {"n": 3})
-            assert [m.payload for m in await drain(consumer, 1)] == [{"n": 3}]
+        yield proxy, f"redis://127.0.0.1:{proxy.port}/{target.database or 0}"
     finally:
         await proxy.stop()
+
+
+async def test_connection_loss_is_a_bus_error_and_recovers(prefix: str) -> None:
+    async with proxied_redis() as (proxy, url), bus_at(url, prefix) as bus:
+        consumer = bus.consumer(TOPIC, "g", "c")
+        await bus.publish(TOPIC, {"n": 1})
+        assert [m.payload for m in await drain(consumer, 1)] == [{"n": 1}]
+        await proxy.stop()
+        with pytest.raises(BusError, match="unreachable"):
+            await bus.publish(TOPIC, {"n": 2})
+        with pytest.raises(BusError):
+            await consumer.fetch(timeout_s=0.2)
+        with pytest.raises(BusError):
+            await consumer.reclaim(min_idle_s=0)
+        await proxy.start()
+        await bus.publish(TOPIC, {"n": 3})
+        assert [m.payload for m in await drain(consumer, 1)] == [{"n": 3}]
 
 
 async def test_an_outage_during_a_blocked_fetch_is_a_bus_error(prefix: str) -> None:
-    target = make_url(REDIS_URL)
-    proxy = TcpProxy(target.host or "127.0.0.1", target.port or 6379)
-    await proxy.start()
-    url = f"redis://127.0.0.1:{proxy.port}/{target.database or 0}"
-    try:
-        async with bus_at(url, prefix) as bus:
-            consumer = bus.consumer(TOPIC, "g", "c")
-            await consumer.fetch(timeout_s=0)
-            waiting = asyncio.create_task(consumer.fetch(timeout_s=10))
-            await asyncio.sleep(0.1)
-            await proxy.stop()
-            with pytest.raises(BusError):
-                await asyncio.wait_for(waiting, 5)
-    finally:
+    async with proxied_redis() as (proxy, url), bus_at(url, prefix) as bus:
+        consumer = bus.consumer(TOPIC, "g", "c")
+        await consumer.fetch(timeout_s=0)
+        waiting = asyncio.create_task(consumer.fetch(timeout_s=10))
+        await asyncio.sleep(0.1)
         await proxy.stop()
+        with pytest.raises(BusError):
+            await asyncio.wait_for(waiting, 5)
