@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -20,7 +21,7 @@ POSTGRES_URL = os.environ.get(
 )
 
 
-def unavailable(what: str, exc: BaseException) -> None:
+def unavailable(what: str, exc: BaseException) -> NoReturn:
     """Skip (or under CI=true, fail) because ``what`` cannot be reached."""
     message = f"{what} is not reachable: {exc}"
     if os.environ.get("CI", "").lower() == "true":
@@ -40,6 +41,26 @@ def require_redis() -> str:
     finally:
         client.close()
     return REDIS_URL
+
+
+@asynccontextmanager
+async def redis_prefix(tail: str = "") -> AsyncIterator[str]:
+    """A key prefix of the caller's own on the test Redis (``...:<tail>``), after checking
+    that Redis answers; every key under it is deleted when the block ends."""
+    from redis.asyncio import Redis
+
+    url = require_redis()
+    prefix = f"flexinfer-test:{uuid.uuid4().hex[:12]}:{tail}"
+    try:
+        yield prefix
+    finally:
+        client = Redis.from_url(url)
+        try:
+            keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()
 
 
 def _libpq_url(url: str) -> str:

@@ -8,52 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import NoReturn
 
 import pytest
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from flexinfer_common.bus.base import Consumer, EventBus, Message
 from flexinfer_common.bus.memory import MemoryBus, parse_id
 from flexinfer_common.bus.redis import RedisBus
 from flexinfer_common.errors import BusError
+from flexinfer_testing.services import REDIS_URL, redis_prefix
 
-REDIS_URL = os.environ.get("FLEXINFER_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 TOPIC = "flexinfer.test"
 
 BusFactory = Callable[..., EventBus]
-
-
-def _unavailable(what: str, exc: BaseException) -> NoReturn:
-    reason = f"{what} is unreachable ({type(exc).__name__}: {exc})"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason}; CI=true, so this is a failure, not a skip")
-    pytest.skip(f"{reason}; set FLEXINFER_TEST_REDIS_URL or start Redis")
-
-
-@contextlib.asynccontextmanager
-async def redis_namespace() -> AsyncIterator[str]:
-    """A unique key prefix on the test Redis; its keys are deleted afterwards."""
-    admin = Redis.from_url(REDIS_URL, socket_connect_timeout=2)
-    try:
-        await admin.ping()
-    except (RedisError, OSError) as exc:
-        await admin.aclose()
-        _unavailable(f"Redis at {REDIS_URL}", exc)
-    prefix = f"flexinfer-test:{uuid.uuid4().hex[:12]}:"
-    try:
-        yield prefix
-    finally:
-        keys = [key async for key in admin.scan_iter(match=f"{prefix}*")]
-        if keys:
-            await admin.delete(*keys)
-        await admin.aclose()
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
@@ -62,7 +31,7 @@ async def new_bus(request: pytest.FixtureRequest) -> AsyncIterator[BusFactory]:
     made: list[EventBus] = []
     async with contextlib.AsyncExitStack() as stack:
         if request.param == "redis":
-            prefix = await stack.enter_async_context(redis_namespace())
+            prefix = await stack.enter_async_context(redis_prefix())
 
             def factory(retention: int = 10_000) -> EventBus:
                 bus = RedisBus.from_url(REDIS_URL, prefix=prefix, retention=retention)

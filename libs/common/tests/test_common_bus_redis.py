@@ -9,11 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import NoReturn
 
 import pytest
 from redis.asyncio import Redis
@@ -25,18 +22,11 @@ from flexinfer_common.bus.base import Consumer, Message
 from flexinfer_common.bus.redis import PAYLOAD_FIELD, RedisBus
 from flexinfer_common.errors import BusError
 from flexinfer_common.settings import BusSettings
+from flexinfer_testing.services import REDIS_URL, redis_prefix, unavailable
 
 pytestmark = pytest.mark.redis
 
-REDIS_URL = os.environ.get("FLEXINFER_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 TOPIC = "flexinfer.test"
-
-
-def _unavailable(what: str, exc: BaseException) -> NoReturn:
-    reason = f"{what} is unreachable ({type(exc).__name__}: {exc})"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason}; CI=true, so this is a failure, not a skip")
-    pytest.skip(f"{reason}; set FLEXINFER_TEST_REDIS_URL or start Redis")
 
 
 @pytest.fixture
@@ -47,7 +37,7 @@ async def admin() -> AsyncIterator[Redis]:
         await client.ping()
     except (RedisError, OSError) as exc:
         await client.aclose()
-        _unavailable(f"Redis at {REDIS_URL}", exc)
+        unavailable(f"Redis at {REDIS_URL}", exc)
     try:
         yield client
     finally:
@@ -55,13 +45,10 @@ async def admin() -> AsyncIterator[Redis]:
 
 
 @pytest.fixture
-async def prefix(admin: Redis) -> AsyncIterator[str]:
+async def prefix() -> AsyncIterator[str]:
     """A unique key prefix; every key under it is deleted afterwards."""
-    value = f"flexinfer-test:{uuid.uuid4().hex[:12]}:"
-    yield value
-    keys = [key async for key in admin.scan_iter(match=f"{value}*")]
-    if keys:
-        await admin.delete(*keys)
+    async with redis_prefix() as value:
+        yield value
 
 
 @contextlib.asynccontextmanager

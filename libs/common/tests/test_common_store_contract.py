@@ -8,17 +8,14 @@ when the server is unreachable, unless CI=true, where they fail.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from flexinfer_common.api import Condition, Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import set_condition
@@ -28,40 +25,16 @@ from flexinfer_common.store import create_store
 from flexinfer_common.store.base import EndpointRecord
 from flexinfer_common.store.sql import SqlModelStore
 from flexinfer_common.store.sql_schema import METADATA
-
-PG_URL = os.environ.get(
-    "FLEXINFER_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
+from flexinfer_testing.services import postgres_database
 
 StoreFactory = Callable[[], SqlModelStore]
-
-
-def _unavailable(what: str, exc: BaseException) -> NoReturn:
-    reason = f"{what} is unreachable ({type(exc).__name__}: {exc})"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason}; CI=true, so this is a failure, not a skip")
-    pytest.skip(f"{reason}; set FLEXINFER_TEST_POSTGRES_URL or start PostgreSQL")
-
-
-def _libpq(url: str) -> str:
-    """A SQLAlchemy URL as a libpq connection string for psycopg."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session; dropped at the end."""
-    name = f"flexinfer_test_{uuid.uuid4().hex[:12]}"
-    try:
-        admin = psycopg.connect(_libpq(PG_URL), autocommit=True, connect_timeout=3)
-    except psycopg.Error as exc:
-        _unavailable(f"PostgreSQL at {PG_URL}", exc)
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_database() as url:
+        yield url
 
 
 @pytest.fixture(

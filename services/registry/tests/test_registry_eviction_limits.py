@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -21,7 +20,6 @@ import httpx
 import modelexpress.model_pb2 as mx_model
 import modelexpress.model_pb2_grpc as mx_model_grpc
 import pytest
-import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from flexinfer_common.serving import serve_in_background
@@ -50,7 +48,7 @@ from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.stores.memory import MemoryModelStore
 from flexinfer_registry.stores.redis import RedisModelStore
 from flexinfer_registry.testing.fakes import OneProvider, ScriptedProvider
-from flexinfer_testing.services import require_redis
+from flexinfer_testing.services import redis_prefix, require_redis
 
 DAY = 24 * 3600.0
 NEVER = 3650 * DAY
@@ -103,20 +101,12 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[ModelRegistrySt
     if request.param == "memory":
         yield MemoryModelStore()
         return
-    url = require_redis()
-    prefix = f"test:{uuid.uuid4().hex[:12]}:mx:"
-    redis_store = RedisModelStore.from_url(url, prefix)
-    try:
-        yield redis_store
-    finally:
-        await redis_store.close()
-        client = aioredis.Redis.from_url(url)
+    async with redis_prefix("mx:") as prefix:
+        redis_store = RedisModelStore.from_url(require_redis(), prefix)
         try:
-            keys = [k async for k in client.scan_iter(match=prefix + "*")]
-            if keys:
-                await client.delete(*keys)
+            yield redis_store
         finally:
-            await client.aclose()
+            await redis_store.close()
 
 
 class Cache:

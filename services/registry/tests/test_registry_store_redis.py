@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,22 +24,14 @@ from flexinfer_registry.testing.store_contract import (
     SourceStoreCheck,
     source,
 )
-from flexinfer_testing.services import require_redis
+from flexinfer_testing.services import redis_prefix, require_redis
 
 
 @pytest.fixture
 async def prefix() -> AsyncIterator[str]:
     """A key prefix of this test's own; its keys are deleted afterwards."""
-    url = require_redis()
-    value = f"test:{uuid.uuid4().hex[:12]}:mx:"
-    yield value
-    client = aioredis.Redis.from_url(url)
-    try:
-        keys = [k async for k in client.scan_iter(match=value + "*")]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
+    async with redis_prefix("mx:") as value:
+        yield value
 
 
 @pytest.fixture
