@@ -5,7 +5,6 @@ Each service's test file keeps one test per check, so a failure still names the 
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,7 +13,7 @@ from typing import Any, Protocol
 import httpx
 import pytest
 
-from flexinfer_common.serving import ServerGroup, bind_socket
+from flexinfer_common.serving import serve_in_background
 
 
 class Listens(Protocol):
@@ -43,25 +42,15 @@ async def check_health_and_metrics(app: Any, *, unknown_path: str) -> None:
         assert (await client.get(unknown_path)).status_code == 404
 
 
-async def check_serves_on_a_real_socket(name: str, app: Any, settings: Listens) -> None:
-    """``app`` answers /healthz over TCP at ``settings``' address, and stops when told."""
-    group = ServerGroup()
-    url = group.add_app(name, app, bind_socket(settings.host, settings.port))
-    started = asyncio.Event()
-
-    async def ready() -> None:
-        started.set()
-
-    task = asyncio.create_task(group.run(on_ready=ready))
-    try:
-        await asyncio.wait_for(started.wait(), 10)
-        async with httpx.AsyncClient(base_url=url) as client:
-            response = await client.get("/healthz")
-        assert response.status_code == 200
-        assert response.json() == {"status": "ok"}
-    finally:
-        group.stop()
-        await asyncio.wait_for(task, 10)
+async def check_serves_on_a_real_socket(app: Any, settings: Listens) -> None:
+    """``app`` answers /healthz over TCP on ``settings.host`` (a free port), then stops."""
+    async with (
+        serve_in_background(app, settings.host) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        response = await client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
 
 
 def check_settings_env(

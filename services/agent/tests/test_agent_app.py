@@ -19,7 +19,7 @@ async def test_health_and_metrics_over_asgi() -> None:
 
 async def test_serves_on_a_real_socket() -> None:
     settings = AgentSettings(host="127.0.0.1", port=0)
-    await skeleton.check_serves_on_a_real_socket("agent", create_app(settings), settings)
+    await skeleton.check_serves_on_a_real_socket(create_app(settings), settings)
 
 
 def test_settings_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -> None:

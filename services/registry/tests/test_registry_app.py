@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 from grpc_health.v1 import health_pb2 as std_health_pb2
 from grpc_health.v1 import health_pb2_grpc as std_health_grpc
 
-from flexinfer_common.serving import ServerGroup, bind_socket
+from flexinfer_common.serving import serve_in_background
 from flexinfer_registry.__main__ import main
 from flexinfer_registry._generated.model_express import (
     api_pb2,
@@ -31,20 +30,8 @@ async def registry() -> AsyncIterator[tuple[str, str]]:
     """A registry on real sockets (HTTP and gRPC on free ports): (http url, grpc address)."""
     settings = RegistrySettings(host="127.0.0.1", port=0, grpc_host="127.0.0.1", grpc_port=0)
     app: Any = create_app(settings)
-    group = ServerGroup()
-    url = group.add_app("registry", app, bind_socket(settings.host, settings.port))
-    started = asyncio.Event()
-
-    async def ready() -> None:
-        started.set()
-
-    task = asyncio.create_task(group.run(on_ready=ready))
-    try:
-        await asyncio.wait_for(started.wait(), 10)
+    async with serve_in_background(app, settings.host) as url:
         yield url, str(app.state.grpc_address)
-    finally:
-        group.stop()
-        await asyncio.wait_for(task, 15)
 
 
 async def test_http_health_and_metrics(registry: tuple[str, str]) -> None:
