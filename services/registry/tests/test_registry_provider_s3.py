@@ -6,6 +6,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -29,6 +30,17 @@ FILES = {
 }
 
 
+def s3_client(env: dict[str, str]) -> Any:
+    """A boto3 S3 client of the moto server that ``env`` points at."""
+    return boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
+
+
 @pytest.fixture(scope="module")
 def s3_env() -> Iterator[dict[str, str]]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -40,13 +52,7 @@ def s3_env() -> Iterator[dict[str, str]]:
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1",
     }
-    client = boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
+    client = s3_client(env)
     client.create_bucket(Bucket="bucket")
     for key, data in FILES.items():
         client.put_object(Bucket="bucket", Key=key, Body=data)
@@ -107,13 +113,7 @@ async def test_s3_etag_mismatch(
 ) -> None:
     # The object changes between listing and download: the ETag from the listing no longer
     # matches the bytes received, which is exactly what verification must catch.
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_env["AWS_ENDPOINT_URL"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
+    client = s3_client(s3_env)
     original = S3Provider._list
 
     def list_then_change(self: S3Provider, c: object, bucket: str, prefix: str) -> object:
@@ -132,13 +132,7 @@ async def test_s3_etag_mismatch(
 
 
 async def test_s3_traversal_rejected(s3_env: dict[str, str], tmp_path: Path) -> None:
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_env["AWS_ENDPOINT_URL"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
+    client = s3_client(s3_env)
     client.put_object(Bucket="bucket", Key="evil/m/../../../escape", Body=b"x")
     client.close()
     with pytest.raises(UnsafePathError):
