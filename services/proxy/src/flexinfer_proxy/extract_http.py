@@ -90,8 +90,24 @@ async def extract_request(
     scope: Scope, receive: Receive, settings: ProxySettings
 ) -> IncomingRequest:
     """Find the model and prepare the body; 4xx errors for anything malformed."""
-    limit = settings.max_body_bytes
-    length = _declared_length(scope, limit)
+    length, name, forward_path = _from_head(scope, settings)
+    prefix, more = await read_prefix(
+        receive, settings.parse_cap_bytes, settings.max_body_bytes, settings.body_timeout_s
+    )
+    return _from_body(scope, settings, name, forward_path, prefix, more, length, receive)
+
+
+def extract_complete(scope: Scope, body: bytes, settings: ProxySettings) -> IncomingRequest:
+    """``extract_request`` for a body that arrived whole (and is within the parse cap)."""
+    length, name, forward_path = _from_head(scope, settings)
+    if len(body) > settings.max_body_bytes:
+        raise BodyTooLargeError(f"request body exceeds {settings.max_body_bytes} bytes")
+    return _from_body(scope, settings, name, forward_path, body, False, length, None)
+
+
+def _from_head(scope: Scope, settings: ProxySettings) -> tuple[int | None, str | None, str | None]:
+    """Declared length, and the model name and forward path from the header or path."""
+    length = _declared_length(scope, settings.max_body_bytes)
     name: str | None = None
     header = _header(scope, b"x-model-id")
     if header is not None:
@@ -101,9 +117,19 @@ async def extract_request(
     if split is not None:
         path_name, forward_path = split
         name = name or path_name
-    prefix, more = await read_prefix(
-        receive, settings.parse_cap_bytes, limit, settings.body_timeout_s
-    )
+    return length, name, forward_path
+
+
+def _from_body(
+    scope: Scope,
+    settings: ProxySettings,
+    name: str | None,
+    forward_path: str | None,
+    prefix: bytes,
+    more: bool,
+    length: int | None,
+    receive: Receive | None,
+) -> IncomingRequest:
     content_type = (_header(scope, b"content-type") or b"").lower()
     scanned: ScannedBody | None = None
     if content_type.startswith(b"multipart/form-data"):
@@ -119,8 +145,13 @@ async def extract_request(
     check_model_name(name, "model")
     body: bytes | BodyStream = prefix
     if more:
+        assert receive is not None
         body = BodyStream(
-            prefix, receive, received=len(prefix), limit=limit, idle_s=settings.body_timeout_s
+            prefix,
+            receive,
+            received=len(prefix),
+            limit=settings.max_body_bytes,
+            idle_s=settings.body_timeout_s,
         )
     return IncomingRequest(
         name=name,

@@ -120,7 +120,7 @@ async def relay(response: UpstreamResponse, send: Send, *, started: bool = False
     the body is relayed, and a broken upstream ends it with an SSE error event.
     """
     try:
-        content_type = response.header(b"content-type") or b""
+        content_type = response.content_type or b""
         is_sse = started or content_type.startswith(b"text/event-stream")
         if not started:
             headers = response_headers(response.headers)

@@ -22,24 +22,23 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
-from flexinfer_common.errors import FlexInferError, TemporaryError, http_status
-from flexinfer_common.web import openai_error
+from flexinfer_common.bus.topics import EndpointInfo
+from flexinfer_common.errors import FlexInferError
 from flexinfer_proxy.body_stream import (
     BodyStream,
-    BodyTimeoutError,
     BodyTooLargeError,
     ClientGoneError,
 )
-from flexinfer_proxy.core.auth import AuthError, ForbiddenError
+from flexinfer_proxy.core.auth import TokenGrant
 from flexinfer_proxy.core.catalog import Target
-from flexinfer_proxy.core.errors import BadRequestError, ModelNotFoundError
-from flexinfer_proxy.core.ratelimit import RateLimitedError
+from flexinfer_proxy.core.errors import ModelNotFoundError
 from flexinfer_proxy.core.routing.base import RouteContext
 from flexinfer_proxy.core.service import ProxyCore
+from flexinfer_proxy.error_answers import error_response, http_status_of
 from flexinfer_proxy.extract_http import IncomingRequest, extract_request
+from flexinfer_proxy.fast import FastPath
 from flexinfer_proxy.forward import (
     UpstreamConnectError,
     UpstreamError,
@@ -48,47 +47,12 @@ from flexinfer_proxy.forward import (
 )
 from flexinfer_proxy.hot_cache import HotCache
 from flexinfer_proxy.progress_sse import serve_with_progress, wants_progress
-from flexinfer_proxy.server_exchange import WATCH_DISCONNECT, WatchDisconnect
+from flexinfer_proxy.server_exchange import WATCH_DISCONNECT, Exchange, WatchDisconnect
 from flexinfer_proxy.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger(__name__)
 
 __all__ = ["BodyTooLargeError", "ClientGoneError", "OpenAIProxy", "error_response"]
-
-_STATUS: tuple[tuple[type[Exception], int], ...] = (
-    (BadRequestError, 400),
-    (AuthError, 401),
-    (ForbiddenError, 403),
-    (BodyTimeoutError, 408),
-    (BodyTooLargeError, 413),
-    (RateLimitedError, 429),
-    (UpstreamError, 502),
-)
-
-
-def http_status_of(exc: FlexInferError) -> int:
-    """The status ``error_response`` answers ``exc`` with."""
-    for kind, status in _STATUS:
-        if isinstance(exc, kind):
-            return status
-    return http_status(exc)
-
-
-def error_response(exc: FlexInferError) -> Response:
-    """The OpenAI-shaped answer for ``exc``."""
-    status = http_status_of(exc)
-    if isinstance(exc, BadRequestError):
-        return openai_error(400, str(exc), code="invalid_request", param=exc.field)
-    code = getattr(exc, "code", None) or type(exc).__name__
-    headers = None
-    if isinstance(exc, TemporaryError):
-        headers = {"Retry-After": str(max(1, round(exc.delay)))}
-    elif isinstance(exc, RateLimitedError):
-        headers = {"Retry-After": str(max(1, round(exc.retry_after)))}
-    elif isinstance(exc, AuthError):
-        headers = {"WWW-Authenticate": "Bearer"}
-    param = "model" if isinstance(exc, ModelNotFoundError) else None
-    return openai_error(status, str(exc), code=code, param=param, headers=headers)
 
 
 async def _watch_disconnect(receive: Receive, body_done: asyncio.Event | None) -> None:
@@ -156,6 +120,7 @@ class OpenAIProxy:
         self.core = core
         self.client = client
         self.hot = HotCache(core)
+        self.fast = FastPath(self)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one request."""
@@ -169,24 +134,50 @@ class OpenAIProxy:
             target = catalog.lookup_target(request.name) or await catalog.resolve_target(
                 request.name
             )
-            if target is None:
-                raise ModelNotFoundError(request.name)
-            core.auth.authorize(grant, target.model)
-            if core.limiter.enabled:
-                core.limiter.check(target.model.key)
+            self.admit(grant, target, request)
         except ClientGoneError:
             return
         except FlexInferError as exc:
-            self.hot.count("", http_status_of(exc))
+            self.core.metrics.requests.count("", http_status_of(exc))
             await error_response(exc)(scope, receive, send)
             return
-        key = target.model.key
+        assert target is not None
+        await self.serve_admitted(scope, receive, send, target, request, started)
+
+    def admit(
+        self, grant: TokenGrant | None, target: Target | None, request: IncomingRequest
+    ) -> None:
+        """Authorize and rate-limit a resolved request (``target`` None: no such model)."""
+        core = self.core
+        if target is None:
+            raise ModelNotFoundError(request.name)
+        core.auth.authorize(grant, target.model)
+        if core.limiter.enabled:
+            core.limiter.check(target.key)
+
+    def serve_now(self, exchange: Exchange) -> bool:
+        """Answer from the server's callbacks when that can be done (see ``fast.py``)."""
+        return self.fast.serve(exchange)
+
+    async def serve_admitted(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        target: Target,
+        request: IncomingRequest,
+        started: float,
+        endpoint: EndpointInfo | None = None,
+    ) -> None:
+        """Route, forward and relay an admitted request, until done or the client leaves."""
+        core = self.core
+        key = target.key
         core.activity.begin(key, self.hot.timings(target.model)[0])
         body_done = request.body.done if isinstance(request.body, BodyStream) else None
         try:
             await run_until_disconnect(
                 receive,
-                self._serve(scope, receive, send, target, request, started),
+                self._serve(scope, receive, send, target, request, started, endpoint),
                 body_done,
                 scope.get("extensions", {}).get(WATCH_DISCONNECT),
             )
@@ -194,6 +185,23 @@ class OpenAIProxy:
             pass
         finally:
             core.activity.end(key)
+
+    async def relay_admitted(
+        self, scope: Scope, send: Send, key: str, response: UpstreamResponse, url: str
+    ) -> None:
+        """Relay an answer whose head arrived (handed over by the fast path).
+
+        The fast path began the model's activity and the endpoint's load; both end here.
+        """
+        try:
+            await run_until_disconnect(
+                _never_receive,
+                self._relay(key, response, url, send),
+                None,
+                scope["extensions"][WATCH_DISCONNECT],
+            )
+        finally:
+            self.core.activity.end(key)
 
     async def _serve(
         self,
@@ -203,27 +211,32 @@ class OpenAIProxy:
         target: Target,
         request: IncomingRequest,
         started: float,
+        endpoint: EndpointInfo | None,
     ) -> None:
         core = self.core
-        key = target.model.key
+        key = target.key
         request.rewrite(target.upstream_name)
         ctx = RouteContext(scope["headers"], request.fields)
-        strategy = core.router.for_model(target.model)
-        endpoint = core.dispatcher.pick_now(key, strategy, ctx)
+        if endpoint is None:
+            strategy = core.router.for_model(target.model)
+            endpoint = core.dispatcher.pick_now(key, strategy, ctx)
         if endpoint is None and wants_progress(scope, request, core.settings):
             await serve_with_progress(self, scope, send, target, request, ctx, started)
             return
         try:
             response, url = await self.connect(scope, target, request, ctx, started, endpoint)
         except FlexInferError as exc:
-            self.hot.count(key, http_status_of(exc))
+            self.core.metrics.requests.count(key, http_status_of(exc))
             await error_response(exc)(scope, receive, send)
             return
-        self.hot.count(key, response.status_code)
+        await self._relay(key, response, url, send)
+
+    async def _relay(self, key: str, response: UpstreamResponse, url: str, send: Send) -> None:
+        self.core.metrics.requests.count(key, response.status_code)
         try:
             await relay(response, send)
         finally:
-            core.loads.end(url)
+            self.core.loads.end(url)
 
     async def connect(
         self,
@@ -232,7 +245,7 @@ class OpenAIProxy:
         request: IncomingRequest,
         ctx: RouteContext,
         started: float,
-        endpoint: Any = None,
+        endpoint: EndpointInfo | None = None,
     ) -> tuple[UpstreamResponse, str]:
         """Open the upstream response, retrying other endpoints when connecting fails.
 
@@ -271,6 +284,10 @@ class OpenAIProxy:
                 core.loads.end(url)
                 raise
             return response, url
+
+
+async def _never_receive() -> Message:
+    raise AssertionError("the proxy's own server tells of disconnects by callback")
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

@@ -8,27 +8,16 @@ against that object's identity.
 
 from __future__ import annotations
 
-from typing import Any
-
 from flexinfer_common.api import Model
 from flexinfer_proxy.core.service import ProxyCore
 
 
 class HotCache:
-    """Counter children by (model, code) and timing values by Model object."""
+    """Timing values by Model object."""
 
     def __init__(self, core: ProxyCore) -> None:
         self.core = core
-        self._counters: dict[tuple[str, int], Any] = {}
         self._timings: dict[str, tuple[Model, float, float]] = {}
-
-    def count(self, key: str, status: int) -> None:
-        """Count one answer with ``status`` for model ``key`` (``""`` before one is known)."""
-        child = self._counters.get((key, status))
-        if child is None:
-            child = self.core.metrics.requests.labels(key, str(status))
-            self._counters[(key, status)] = child
-        child.inc()
 
     def timings(self, model: Model) -> tuple[float, float]:
         """``(activity interval, wait budget)`` in seconds for ``model``."""

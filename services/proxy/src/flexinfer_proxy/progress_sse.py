@@ -32,6 +32,7 @@ from flexinfer_common.web import openai_error_body
 from flexinfer_proxy.core.catalog import Target
 from flexinfer_proxy.core.progress import ProgressBoard
 from flexinfer_proxy.core.routing.base import RouteContext
+from flexinfer_proxy.error_answers import http_status_of
 from flexinfer_proxy.extract_http import IncomingRequest
 from flexinfer_proxy.forward import relay
 from flexinfer_proxy.settings import ProxySettings
@@ -102,10 +103,8 @@ async def serve_with_progress(
         try:
             response, url = connecting.result()
         except FlexInferError as exc:
-            from flexinfer_proxy.handler import http_status_of
-
             status = http_status_of(exc)
-            core.metrics.requests.labels(key, str(status)).inc()
+            core.metrics.requests.count(key, status)
             code = getattr(exc, "code", None) or type(exc).__name__
             await body(_error(status, str(exc), code), False)
             return True
@@ -117,7 +116,7 @@ async def serve_with_progress(
     await body(
         _comment(f"flexinfer cold-start phase=ready waited={time.monotonic() - started:.0f}s")
     )
-    core.metrics.requests.labels(key, str(response.status_code)).inc()
+    core.metrics.requests.count(key, response.status_code)
     try:
         await _relay_answer(response, request, body, send)
     finally:

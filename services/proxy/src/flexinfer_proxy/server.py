@@ -17,6 +17,7 @@ import asyncio
 import logging
 import urllib.parse
 from collections import deque
+from collections.abc import Coroutine
 from typing import Any, cast
 
 import httptools
@@ -77,6 +78,9 @@ class HttpProtocol(asyncio.Protocol):
         self._defaults: tuple[object, bytes] = (None, b"")
         self._head_size = 0
         self._discard = False
+        self._deferred: Exchange | None = None
+        """A proxied request whose body is still arriving in this ``data_received``."""
+        self._feeding = False
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -115,6 +119,7 @@ class HttpProtocol(asyncio.Protocol):
         """Feed the parser; malformed HTTP gets a 400 and the connection closes."""
         if self._discard:
             return
+        self._feeding = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -126,6 +131,11 @@ class HttpProtocol(asyncio.Protocol):
                 self._reject(cause.status, str(cause))
             else:
                 self._reject(400, f"invalid HTTP request: {exc}")
+        finally:
+            self._feeding = False
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None and not self._discard:
+            self._spawn(self.fast, deferred)  # its body did not arrive whole: the app reads it
 
     def pause_writing(self) -> None:
         """The client reads slower than we write: ``send`` waits in ``drain``."""
@@ -153,7 +163,9 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """One request header (names lowercased, as ASGI wants)."""
-        self._grow(len(name) + len(value) + 4)
+        self._head_size += len(name) + len(value) + 4
+        if self._head_size > _MAX_HEAD:
+            self._grow(0)
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self._continue = True
@@ -197,7 +209,10 @@ class HttpProtocol(asyncio.Protocol):
         if exchange is None:
             return
         exchange.finish_body()
-        if exchange.response_complete and exchange is not self.running:
+        if exchange is self._deferred:
+            self._deferred = None
+            self._serve_now(exchange)
+        elif exchange.response_complete and exchange is not self.running:
             self._next(exchange)  # the dropped rest of an early-answered request is read
 
     def _scope(self, method: str, version: str) -> dict[str, Any]:
@@ -230,13 +245,6 @@ class HttpProtocol(asyncio.Protocol):
     def _start(self, exchange: Exchange) -> None:
         self.running = exchange
         scope = exchange.scope
-        app = self.app
-        if (
-            self.fast is not None
-            and scope["method"] == "POST"
-            and scope["path"].startswith(("/v1/", "/model/"))
-        ):
-            app = self.fast
         limit = self.limit_concurrency
         if limit is not None and (
             len(self.server_state.connections) > limit or len(self.server_state.tasks) >= limit
@@ -245,14 +253,46 @@ class HttpProtocol(asyncio.Protocol):
             self.close()
             return
         scope["extensions"][WATCH_DISCONNECT] = exchange.watch_disconnect
-        task = self.loop.create_task(self._run(app, exchange))
+        if (
+            self.fast is not None
+            and scope["method"] == "POST"
+            and scope["path"].startswith(("/v1/", "/model/"))
+        ):
+            if not exchange.more_body:
+                self._serve_now(exchange)
+            elif self._feeding:
+                self._deferred = exchange  # decided once this data is parsed
+            else:
+                self._spawn(self.fast, exchange)
+            return
+        self._spawn(self.app, exchange)
+
+    def _serve_now(self, exchange: Exchange) -> None:
+        """Let the proxy answer from callbacks (``serve_now``), else run it as a task."""
+        try:
+            served = self.fast.serve_now(exchange)
+        except Exception:  # a bug: it may have acted already, so nothing is retried
+            log.exception("exception in the proxy's fast path")
+            if not exchange.response_started and not exchange.disconnected:
+                self.write(error_bytes(500, "internal server error", close=True))
+            self.close()
+            return
+        if not served:
+            self._spawn(self.fast, exchange)
+
+    def _spawn(self, app: Any, exchange: Exchange) -> None:
+        self.run_task(exchange, app(exchange.scope, exchange.receive, exchange.send))
+
+    def run_task(self, exchange: Exchange, work: Coroutine[Any, Any, None]) -> None:
+        """Serve ``exchange`` by running ``work`` (the app, or the proxy's continuation)."""
+        task = self.loop.create_task(self._run(work, exchange))
         tasks = self.server_state.tasks
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    async def _run(self, app: Any, exchange: Exchange) -> None:
+    async def _run(self, work: Coroutine[Any, Any, None], exchange: Exchange) -> None:
         try:
-            await app(exchange.scope, exchange.receive, exchange.send)
+            await work
         except BaseException as exc:  # the app's bug: answer 500 or cut the connection
             if not isinstance(exc, asyncio.CancelledError):
                 log.error("exception in the ASGI app", exc_info=exc)

@@ -13,7 +13,7 @@ import asyncio
 import http
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -115,6 +115,25 @@ class Exchange:
         """Body bytes received and not yet taken by the app."""
         return sum(map(len, self._body))
 
+    def whole_body(self) -> bytes | None:
+        """The request body if all of it arrived and none was taken, else None."""
+        if self.more_body or self._body_delivered or self.continue_100:
+            return None
+        chunks = self._body
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def take_body(self) -> None:
+        """The app took the whole body (``whole_body``): ``receive`` will not return it."""
+        self._body.clear()
+        self._body_delivered = True
+
+    def respond(self, status: int, headers: Any, body: bytes) -> None:
+        """Write a whole response now, without the ASGI ``send`` (the fast path)."""
+        if self.disconnected:
+            return
+        self._start(status, headers)
+        self._body_out(body, False)
+
     def watch_disconnect(self, callback: Callable[[], None] | None) -> None:
         """Call ``callback`` (soon) when the client disconnects; ``None`` stops watching."""
         if callback is not None and self.disconnected:
@@ -152,7 +171,7 @@ class Exchange:
         self.conn.resume_reading()
         return {"type": "http.request", "body": body, "more_body": self.more_body}
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: MutableMapping[str, Any]) -> None:
         """Write the response: the head waits for the first body bytes (one write)."""
         conn = self.conn
         if conn.write_paused and not self.disconnected:

@@ -18,7 +18,12 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from flexinfer_proxy.upstream_response import ReadDeadline, UpstreamReadError, UpstreamResponse
+from flexinfer_proxy.upstream_response import (
+    ReadDeadline,
+    ResponseListener,
+    UpstreamReadError,
+    UpstreamResponse,
+)
 
 __all__ = [
     "ConnectFailedError",
@@ -101,8 +106,16 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.response is not None:
-            self.response.headers.append((name, value))
+        response = self.response
+        if response is not None:
+            response.headers.append((name, value))
+            lower = name.lower()
+            if lower == b"content-length":
+                response.content_length = value
+            elif lower == b"content-type":
+                response.content_type = value
+            elif lower == b"transfer-encoding":
+                response.chunked = True
 
     def on_headers_complete(self) -> None:
         response = self.response
@@ -110,11 +123,12 @@ class _Connection(asyncio.Protocol):
             return
         response.status_code = self.parser.get_status_code()
         response.keep_alive = self.parser.should_keep_alive()
-        names = {k.lower() for k, _ in response.headers}
-        self._eof_body = b"content-length" not in names and b"transfer-encoding" not in names
+        self._eof_body = response.content_length is None and not response.chunked
         head = self.head
         if head is not None and not head.done():
             head.set_result(None)
+        elif response.listener is not None:
+            response.listener.upstream_head(response)
 
     def on_body(self, body: bytes) -> None:
         if self.response is not None:
@@ -292,6 +306,37 @@ class UpstreamPool:
         if conn is None:
             conn = await pool.connect()
         return await self._exchange(conn, head, body, base_url)
+
+    def take_idle(self, base_url: str) -> _Connection | None:
+        """A kept-alive connection to ``base_url`` if one is idle (for ``send_now``)."""
+        return self._host(base_url).take()
+
+    def send_now(
+        self,
+        conn: _Connection,
+        base_url: str,
+        method: bytes,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        listener: ResponseListener,
+    ) -> UpstreamResponse:
+        """Send a whole request on ``conn`` (from ``take_idle``) without waiting.
+
+        The answer is reported to ``listener`` from the connection's callbacks; the read
+        timeout fails ``listener`` (an ``Expirable`` too) through ``conn.deadline``.
+        """
+        pool = conn.pool
+        if pool.path_prefix:
+            target = pool.path_prefix + target
+        response = UpstreamResponse(conn, base_url)
+        response.listener = listener
+        conn.response = response
+        conn.received = False
+        transport = conn.transport
+        assert transport is not None, "take_idle gives open connections"
+        transport.write(_request_head(method, target, pool.host_header, headers, body, None) + body)
+        return response
 
     async def _exchange(
         self, conn: _Connection, head: bytes, body: bytes | AsyncIterable[bytes], url: str

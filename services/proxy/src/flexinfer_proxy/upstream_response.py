@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from flexinfer_proxy.upstream import _Connection
@@ -23,6 +23,26 @@ class UpstreamReadError(Exception):
     """The engine's answer broke off mid-body."""
 
 
+class ResponseListener(Protocol):
+    """Told of an answer's progress from the connection's callbacks (the fast path)."""
+
+    def upstream_head(self, response: UpstreamResponse) -> None:
+        """The status and headers arrived."""
+
+    def upstream_done(self, response: UpstreamResponse) -> None:
+        """The answer ended: complete, or failed (``response.error``)."""
+
+
+class Expirable(Protocol):
+    """What a read deadline fails: an ``asyncio.Future`` or a fast-path forward."""
+
+    def done(self) -> bool:
+        """Whether the wait is over."""
+
+    def set_exception(self, exception: BaseException) -> None:
+        """The deadline passed."""
+
+
 class UpstreamResponse:
     """An answer whose head has arrived; the body streams through ``aiter_raw``."""
 
@@ -33,8 +53,12 @@ class UpstreamResponse:
         "_done",
         "_error",
         "_waiter",
+        "chunked",
+        "content_length",
+        "content_type",
         "headers",
         "keep_alive",
+        "listener",
         "status_code",
         "url",
     )
@@ -50,6 +74,11 @@ class UpstreamResponse:
         self._done = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self.listener: ResponseListener | None = None
+        self.content_length: bytes | None = None
+        self.content_type: bytes | None = None
+        self.chunked = False
+        """The three headers framing and typing the body, noted while the head is parsed."""
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of header ``name`` (lowercase), if any."""
@@ -57,6 +86,11 @@ class UpstreamResponse:
             if key.lower() == name:
                 return value
         return None
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the answer failed, once it did."""
+        return self._error
 
     @property
     def complete(self) -> bool:
@@ -91,6 +125,10 @@ class UpstreamResponse:
 
     async def aclose(self) -> None:
         """Give the connection back to the pool when reusable, else close it."""
+        self.close()
+
+    def close(self) -> None:
+        """``aclose`` for callers outside a coroutine."""
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -126,6 +164,8 @@ class UpstreamResponse:
             self._error = error
         self._done = True
         self._wake()
+        if self.listener is not None:
+            self.listener.upstream_done(self)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -133,7 +173,7 @@ class UpstreamResponse:
             waiter.set_result(None)
 
 
-def expire(waiter: asyncio.Future[None]) -> None:
+def expire(waiter: Expirable) -> None:
     """Fail ``waiter`` with a read timeout (a timer callback)."""
     if not waiter.done():
         waiter.set_exception(TimeoutError("no data from the upstream within the read timeout"))
@@ -153,10 +193,10 @@ class ReadDeadline:
         self._loop = loop
         self._timeout = timeout
         self._deadline = 0.0
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: Expirable | None = None
         self._timer: asyncio.TimerHandle | None = None
 
-    def watch(self, waiter: asyncio.Future[None]) -> None:
+    def watch(self, waiter: Expirable) -> None:
         """Fail ``waiter`` with TimeoutError unless it is done within the read timeout."""
         self._waiter = waiter
         self._deadline = self._loop.time() + self._timeout

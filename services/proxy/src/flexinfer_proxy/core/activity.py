@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 
 from flexinfer_common.bus.topics import ActivityEvent
@@ -31,12 +31,11 @@ class ActivityTracker:
         publish: PublishActivity,
         *,
         clock: Callable[[], float] = time.monotonic,
-        on_active: Callable[[str, int], None] | None = None,
     ) -> None:
         self._publish = publish
         self._clock = clock
-        self._on_active = on_active
         self._active: dict[str, int] = {}
+        """Open requests per model seen; kept at 0 once idle, so the gauge reads 0."""
         self._interval: dict[str, float] = {}
         self._last_sent: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -47,22 +46,17 @@ class ActivityTracker:
 
     def begin(self, model: str, interval_s: float) -> None:
         """A request for ``model`` arrived (including ones that will wait)."""
-        count = self._active.get(model, 0) + 1
-        self._active[model] = count
+        self._active[model] = self._active.get(model, 0) + 1
         self._interval[model] = interval_s
-        if self._on_active is not None:
-            self._on_active(model, count)
         self.touch(model)
 
     def end(self, model: str) -> None:
         """A request for ``model`` finished (or its client went away)."""
-        count = max(0, self._active.get(model, 0) - 1)
-        if count:
-            self._active[model] = count
-        else:
-            self._active.pop(model, None)
-        if self._on_active is not None:
-            self._on_active(model, count)
+        self._active[model] = max(0, self._active.get(model, 0) - 1)
+
+    def counts(self) -> Mapping[str, int]:
+        """Open requests per model (0 for models idle now)."""
+        return self._active
 
     def touch(self, model: str) -> None:
         """Publish an activity event for ``model`` unless one went out within its interval."""
@@ -78,7 +72,7 @@ class ActivityTracker:
 
     def tick(self) -> None:
         """Called periodically: models with open requests stay active (long streams)."""
-        for model in list(self._active):
+        for model in [m for m, count in self._active.items() if count]:
             self.touch(model)
 
     async def run(self, period_s: float) -> None:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flexinfer_common.api import LoRAAdapter, Model
 from flexinfer_common.errors import NotFoundError
@@ -35,6 +35,11 @@ class Target:
     upstream_name: str
     """The served name for names and aliases; the adapter name for a LoRA adapter (vLLM
     selects the adapter by the request's ``model`` field)."""
+    key: str = field(init=False)
+    """``model.key``, computed once: the hot path uses it several times per request."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self.model.key)
 
 
 class AdapterBaseMissingError(ModelNotFoundError):

@@ -20,6 +20,7 @@ MODEL_PATH_PREFIX = "/model/"
 _DECODER = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
 _MAX_NAME = 256
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def check_model_name(name: str, where: str) -> str:
@@ -28,7 +29,7 @@ def check_model_name(name: str, where: str) -> str:
         raise BadRequestError(f"{where}: model must be a non-empty string", field="model")
     if len(name) > _MAX_NAME:
         raise BadRequestError(f"{where}: model name is longer than {_MAX_NAME}", field="model")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if _CONTROL.search(name):
         raise BadRequestError(f"{where}: model name has control characters", field="model")
     if ".." in name.split("/") or name.startswith("/") or "\\" in name:
         raise BadRequestError(f"{where}: model name is not a valid name", field="model")
@@ -61,7 +62,11 @@ class ScannedBody:
 def parse_json_body(raw: bytes) -> ScannedBody:
     """Parse a whole JSON object body; BadRequestError when malformed."""
     try:
-        data = json.loads(raw)
+        # A UTF-8 object (every OpenAI client) skips json.loads' encoding detection.
+        if raw[:1] == b"{" and b"\x00" not in raw[:4]:
+            data = _DECODER.decode(raw.decode("utf-8", "surrogatepass"))
+        else:
+            data = json.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BadRequestError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -43,8 +42,8 @@ class ProxyCore:
         self.settings = settings
         self.bus = bus
         self.store = store
-        self.metrics = ProxyMetrics.create(registry)
-        self._active_gauges: dict[str, Any] = {}
+        self.activity = ActivityTracker(self._publish_activity)
+        self.metrics = ProxyMetrics.create(registry, self.activity.counts)
         self.table = EndpointTable(
             cooldown_s=settings.endpoint_cooldown_s, on_available=self._endpoints_available
         )
@@ -92,17 +91,6 @@ class ProxyCore:
             backoff=backoff,
         )
         self.dispatcher = Dispatcher(self.table, self.queue)
-        self.activity = ActivityTracker(
-            self._publish_activity,
-            on_active=self._set_active,
-        )
-
-    def _set_active(self, model: str, count: int) -> None:
-        # labels() takes a lock and builds a key: the child is looked up once per model.
-        child = self._active_gauges.get(model)
-        if child is None:
-            child = self._active_gauges[model] = self.metrics.active_connections.labels(model)
-        child.set(count)
 
     def wait_budget(self, model: Model) -> float:
         """Seconds a request for ``model`` may wait for an endpoint."""
