@@ -11,7 +11,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
+from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.bus.topics import DemandEvent, EndpointInfo, EndpointsEvent
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import create_store
@@ -21,8 +23,11 @@ from flexinfer_proxy.core.endpoints import EndpointTable
 from flexinfer_proxy.core.errors import ActivationTimeoutError, BadRequestError, QueueFullError
 from flexinfer_proxy.core.extract import check_model_name, parse_json_body
 from flexinfer_proxy.core.queue import ColdStartQueue
+from flexinfer_proxy.core.service import ProxyCore
 from flexinfer_proxy.extract_http import IncomingRequest
 from flexinfer_proxy.settings import ProxySettings
+from flexinfer_proxy.static import StaticStore
+from flexinfer_proxy.sync import ProxySync
 from flexinfer_proxy.testing import make_model
 
 
@@ -213,3 +218,22 @@ async def test_main_serves_until_terminated(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
+
+
+async def test_sync_consumers_stop_when_the_bus_closes() -> None:
+    # A closed bus answers fetch() at once; a consumer that kept looping would never yield,
+    # starving the loop (a SIGTERM'd proxy then spun forever instead of exiting).
+    bus = MemoryBus()
+    store = StaticStore.from_declarations([], "default")
+    core = ProxyCore(ProxySettings(), bus=bus, store=store, registry=CollectorRegistry())
+    sync = ProxySync(core)
+    await sync.start()
+    consumers = {"proxy-ep", "proxy-models", "proxy-adapters", "proxy-progress"}
+    tasks = [t for t in asyncio.all_tasks() if t.get_name() in consumers]
+    assert len(tasks) == len(consumers)
+    await bus.close()
+    done, pending = await asyncio.wait(tasks, timeout=5)
+    assert not pending
+    assert all(t.exception() is None for t in done)
+    await sync.stop()
+    await core.aclose()

@@ -232,8 +232,12 @@ class _Forward:
         return True
 
     def _stop_watching(self) -> None:
+        # Also breaks the reference cycles (response <-> listener, exchange <-> callback),
+        # so that reference counting frees a request at once instead of the cycle collector.
         if self.conn is not None:
             self.conn.deadline.clear()
+        if self.response is not None:
+            self.response.listener = None
         self.exchange.watch_disconnect(None)
 
     def _client_gone(self) -> None:

@@ -313,6 +313,8 @@ class HttpProtocol(asyncio.Protocol):
         """The answer is written: go on with the next request, or close."""
         self.server_state.total_requests += 1
         self.running = None
+        # The scope holds a method of the exchange: drop it, or each request is a cycle.
+        exchange.scope["extensions"].pop(WATCH_DISCONNECT, None)
         if exchange.more_body:
             # Answered before the whole body arrived (413, 408, an early error). Closing
             # now could reset the connection and lose the answer, so the rest of the body

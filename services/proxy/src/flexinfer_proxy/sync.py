@@ -73,6 +73,8 @@ class ProxySync:
         while True:
             try:
                 messages = await consumer.fetch(max_count=100, timeout_s=1.0)
+                if not messages and self.core.bus.closed:
+                    return  # a closed bus answers at once: looping on would never yield
                 if messages:
                     await handle(messages)
                     await consumer.ack(*(m.id for m in messages))

@@ -65,6 +65,11 @@ class EventBus(ABC):
     async def close(self) -> None:
         """Release connections; pending fetches end."""
 
+    @property
+    @abstractmethod
+    def closed(self) -> bool:
+        """True once ``close`` ran: fetches then answer [] at once, so loops must stop."""
+
 
 def validate_names(*names: Sequence[str] | str) -> None:
     """Reject empty names or names with characters that break stream keys."""
