@@ -7,7 +7,8 @@ compare cost per core. Reported: requests/s, p50/p99 latency added over the dire
 1, 16 and 64 connections and for streaming at 16, and the proxy's CPU time per request.
 
     python bench/proxy.py --setup              # once: venvs for the peers in bench/.venvs/
-    python bench/proxy.py [--duration 5] [--targets direct,flexinfer,litellm,vllm-router]
+    python bench/proxy.py [--duration 5] [--rounds 3]
+                          [--targets direct,flexinfer,litellm,vllm-router]
                           (flexinfer-uvicorn: our proxy on uvicorn's protocol, to compare)
     python bench/proxy.py --streams 10000      # RSS with that many slow streams open
 
@@ -25,6 +26,7 @@ import os
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -310,8 +312,42 @@ def table(all_runs: dict[str, dict[tuple[int, bool], Run]]) -> str:
     return "\n".join(lines)
 
 
-def bench(targets: list[str], duration: float) -> int:
-    """Start the upstream, then each target in turn; print the table."""
+def median_run(runs: list[Run]) -> Run:
+    """Each figure's median over rounds (so one noisy round does not decide a cell)."""
+    cpus = [r.cpu_us_per_req for r in runs if r.cpu_us_per_req is not None]
+    return Run(
+        rps=statistics.median(r.rps for r in runs),
+        p50_us=statistics.median(r.p50_us for r in runs),
+        p99_us=statistics.median(r.p99_us for r in runs),
+        errors=sum(r.errors for r in runs),
+        cpu_us_per_req=statistics.median(cpus) if cpus else None,
+    )
+
+
+def ratios(rounds: list[dict[str, dict[tuple[int, bool], Run]]], ours: str, peer: str) -> str:
+    """req/s of ``ours`` over ``peer`` per scenario: each round's ratio, and their median."""
+    lines = []
+    for conns, stream in SCENARIOS:
+        each = [
+            r[ours][(conns, stream)].rps / r[peer][(conns, stream)].rps
+            for r in rounds
+            if ours in r and peer in r
+        ]
+        if each:
+            listed = ", ".join(f"{x:.2f}" for x in each)
+            load = f"{conns} conns{' stream' if stream else ''}"
+            lines.append(
+                f"- {load}: {ours}/{peer} = {statistics.median(each):.2f}x (rounds: {listed})"
+            )
+    return "\n".join(lines)
+
+
+def bench(targets: list[str], duration: float, rounds: int) -> int:
+    """Start the upstream, then each target in turn, ``rounds`` times; print the table.
+
+    Rounds interleave the targets (A, B, A, B), so a change in the machine's load over a
+    run affects every target alike; cells are medians over rounds.
+    """
     if shutil.which("wrk") is None:
         print("wrk is missing: install it with 'apt-get install -y wrk'", file=sys.stderr)
         return 1
@@ -324,21 +360,32 @@ def bench(targets: list[str], duration: float) -> int:
             "litellm": start_litellm,
             "vllm-router": start_vllm_router,
         }
-        all_runs: dict[str, dict[tuple[int, bool], Run]] = {}
+        each_round: list[dict[str, dict[tuple[int, bool], Run]]] = []
         try:
-            for name in targets:
-                target = upstream if name == "direct" else starters[name](upstream.url, work)
-                if target is None:
-                    continue
-                try:
-                    all_runs[name] = measure(target, work, duration)
-                finally:
-                    if target is not upstream:
-                        _stop(target.proc)
+            for number in range(rounds):
+                print(f"round {number + 1} of {rounds}", flush=True)
+                runs: dict[str, dict[tuple[int, bool], Run]] = {}
+                for name in targets:
+                    target = upstream if name == "direct" else starters[name](upstream.url, work)
+                    if target is None:
+                        continue
+                    try:
+                        runs[name] = measure(target, work, duration)
+                    finally:
+                        if target is not upstream:
+                            _stop(target.proc)
+                each_round.append(runs)
         finally:
             _stop(upstream.proc)
+    medians = {
+        name: {s: median_run([r[name][s] for r in each_round]) for s in runs}
+        for name, runs in each_round[0].items()
+    }
     print()
-    print(table(all_runs))
+    print(table(medians))
+    if "flexinfer" in medians and "vllm-router" in medians:
+        print()
+        print(ratios(each_round, "flexinfer", "vllm-router"))
     return 0
 
 
@@ -437,6 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--setup", action="store_true", help="create the peers' venvs")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="repeat every target this many times, interleaved"
+    )
     parser.add_argument("--targets", default="direct,flexinfer,litellm,vllm-router")
     parser.add_argument("--streams", type=int, help="memory mode: open this many slow streams")
     args = parser.parse_args(argv)
@@ -448,7 +498,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(targets) - {"direct", "flexinfer", "flexinfer-uvicorn", "litellm", "vllm-router"}
     if unknown:
         parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
-    return bench(targets, args.duration)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    return bench(targets, args.duration, args.rounds)
 
 
 if __name__ == "__main__":

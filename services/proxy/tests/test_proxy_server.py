@@ -20,6 +20,7 @@ from flexinfer_proxy.app import create_app
 from flexinfer_proxy.serve import serve_proxy_in_background
 from flexinfer_proxy.settings import ProxySettings
 from flexinfer_proxy.testing import make_model
+from flexinfer_proxy.testing_raw import connect, post
 from flexinfer_proxy.testing_stack import ProxyStack, upstreams, wait_until
 
 CHAT = b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}'
@@ -51,66 +52,6 @@ async def echo_app(scope: Scope, receive: Receive, send: Send) -> None:
     headers = [(b"content-type", b"text/plain")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": answer})
-
-
-class Conn:
-    """A raw client connection: write bytes, read whole HTTP responses."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-
-    async def send(self, data: bytes) -> None:
-        """Write ``data`` now."""
-        self.writer.write(data)
-        await self.writer.drain()
-
-    async def response(self) -> tuple[int, dict[str, str], bytes]:
-        """Read one response: status, headers, body (Content-Length or chunked)."""
-        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), 5)
-        lines = head.decode().split("\r\n")
-        status = int(lines[0].split()[1])
-        headers = dict(line.lower().split(": ", 1) for line in lines[1:] if line)
-        if "content-length" in headers:
-            body = await self.reader.readexactly(int(headers["content-length"]))
-        elif headers.get("transfer-encoding") == "chunked":
-            body = b""
-            while size := int((await self.reader.readuntil(b"\r\n")).strip(), 16):
-                body += (await self.reader.readexactly(size + 2))[:-2]
-            await self.reader.readexactly(2)
-        else:
-            body = b""
-        return status, headers, body
-
-    async def closed(self) -> bool:
-        """Whether the server closed the connection (EOF within 5 s)."""
-        try:
-            return await asyncio.wait_for(self.reader.read(1), 5) == b""
-        except ConnectionError:
-            return True
-
-
-@asynccontextmanager
-async def connect(url: str) -> AsyncIterator[Conn]:
-    """A raw connection to ``url``."""
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        yield Conn(reader, writer)
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError, OSError):
-            await writer.wait_closed()
-
-
-def post(path: str, body: bytes, extra: bytes = b"") -> bytes:
-    """A POST with a Content-Length body."""
-    return b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n%s\r\n%s" % (
-        path.encode(),
-        len(body),
-        extra,
-        body,
-    )
 
 
 async def test_keep_alive_serves_several_requests_on_one_connection() -> None:

@@ -3,56 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
 
 import pytest
 
+from flexinfer_proxy.testing_raw import OK, raw_server, read_request
 from flexinfer_proxy.upstream import (
     RequestFailedError,
     UpstreamPool,
     UpstreamReadError,
     UpstreamResponse,
 )
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
-OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
-
-
-@asynccontextmanager
-async def raw_server(handler: Handler) -> AsyncIterator[tuple[str, list[int]]]:
-    """A TCP server calling ``handler(reader, writer, connection_index)``; yields its URL
-    and the list of connection indexes seen so far."""
-    seen: list[int] = []
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        seen.append(len(seen))
-        try:
-            await handler(reader, writer, seen[-1])
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await writer.wait_closed()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}", seen
-    finally:
-        server.close()
-        await server.wait_closed()
-
-
-async def read_request(reader: asyncio.StreamReader) -> bytes:
-    """One request head and its Content-Length body."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            return head + await reader.readexactly(int(line.split(b":")[1]))
-    return head
 
 
 def pool() -> UpstreamPool:
@@ -200,3 +161,24 @@ async def test_the_read_timeout_covers_the_head_and_each_body_gap() -> None:
             async for _ in response.aiter_raw():
                 pass
         await response.aclose()
+
+
+async def test_a_request_that_timed_out_on_a_kept_alive_connection_is_not_resent() -> None:
+    # The engine may be working on it: resending would run it twice (and wait twice).
+    requests: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        while True:
+            requests.append(await read_request(reader))
+            if len(requests) == 1:
+                writer.write(OK)
+                await writer.drain()
+            else:
+                await asyncio.sleep(1)
+
+    async with raw_server(handler) as (url, connections), quick_pool() as client:
+        assert (await fetch(client, url))[1] == b"ok"
+        with pytest.raises(RequestFailedError):
+            await client.request(url, b"POST", b"/v1/x", [], b"{}")
+        assert len(requests) == 2
+        assert connections == [0]

@@ -21,6 +21,7 @@ from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import ModelStore, create_store
 from flexinfer_proxy.app import create_app
 from flexinfer_proxy.core.service import ProxyCore
+from flexinfer_proxy.serve import serve_proxy_in_background
 from flexinfer_proxy.settings import ProxySettings
 from flexinfer_proxy.testing import FakeUpstream
 
@@ -77,7 +78,8 @@ async def proxy_stack(
     settings = ProxySettings(port=0, **overrides)
     app = create_app(settings, bus=bus, store=store)
     try:
-        async with serve_in_background(app) as url:
+        # The proxy's own HTTP server, as in production (its fast path included).
+        async with serve_proxy_in_background(app) as url:
             yield ProxyStack(bus=bus, store=store, url=url, core=app.state.core)
     finally:
         await bus.close()

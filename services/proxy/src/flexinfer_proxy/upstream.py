@@ -298,9 +298,9 @@ class UpstreamPool:
         if conn is not None and isinstance(body, bytes):
             try:
                 return await self._exchange(conn, head, body, base_url)
-            except RequestFailedError:
-                if conn.received:
-                    raise
+            except RequestFailedError as exc:
+                if conn.received or isinstance(exc.__cause__, TimeoutError):
+                    raise  # the engine may have run it: never resend
                 # A kept-alive connection the engine had closed: resend on a fresh one.
             conn = None
         if conn is None:
