@@ -151,10 +151,10 @@ async def check_exactly_once(
             return [u async for u in stubs[i % 2].EnsureModelDownloaded(request)]
 
         calls = [asyncio.create_task(ensure(i)) for i in range(CALLS)]
-        await asyncio.wait_for(provider.started.wait(), 10)
+        await asyncio.wait_for(provider.started.wait(), 30)
         await asyncio.sleep(0.2)  # every caller is now waiting on the one download
         gate.set()
-        results = await asyncio.wait_for(asyncio.gather(*calls), 30)
+        results = await asyncio.wait_for(asyncio.gather(*calls), 90)
     assert provider.downloads == 1, f"{provider.downloads} downloads started"
     finals = {(r[-1].status, r[-1].resolved_revision) for r in results}
     assert finals == {(model_pb2.DOWNLOADED, COMMIT)}

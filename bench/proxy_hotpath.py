@@ -1,0 +1,156 @@
+"""The proxy's hot path without sockets: Python CPU per request, call counts, garbage cycles.
+
+The real proxy app (``flexinfer proxy --static`` wiring) serves requests whose bytes are fed
+straight into its HTTP protocol, and whose answers are fed into a pooled upstream
+connection, both over fake transports: no syscalls, no event-loop turns, no other process.
+What remains is the Python work of one request, which the wrk benchmark (bench/proxy.py)
+cannot separate from the kernel's.
+
+    python bench/proxy_hotpath.py [--requests 20000] [--profile tottime|ncalls] [--cycles]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import pstats
+import time
+from collections import Counter
+from typing import Any
+
+import uvloop
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from flexinfer_common.bus.memory import MemoryBus
+from flexinfer_proxy import upstream
+from flexinfer_proxy.app import create_app
+from flexinfer_proxy.server import HttpProtocol
+from flexinfer_proxy.settings import ProxySettings
+from flexinfer_proxy.static import StaticEndpoint, StaticStore
+
+ENGINE = "http://127.0.0.1:9"
+BODY = b'{"model": "fake", "messages": [{"role": "user", "content": "Say hello."}]}'
+REQUEST = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
+    b"Content-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+)
+ANSWER_BODY = (
+    b'{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"fake","choices":'
+    b'[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],'
+    b'"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}'
+)
+ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+    len(ANSWER_BODY),
+    ANSWER_BODY,
+)
+
+
+class FakeTransport:
+    """Collects what is written; enough of a transport for both protocols."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        """Keep the bytes."""
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        """Whether close() was called."""
+        return self.closing
+
+    def close(self) -> None:
+        """Mark closed."""
+        self.closing = True
+
+    def pause_reading(self) -> None:
+        """Nothing to pause."""
+
+    def resume_reading(self) -> None:
+        """Nothing to resume."""
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """Loopback addresses."""
+        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 50000)}.get(
+            name, default
+        )
+
+
+async def run(args: argparse.Namespace) -> None:
+    """Build the app, wire the fake connections, measure."""
+    settings = ProxySettings()
+    store = StaticStore.from_declarations([StaticEndpoint("fake", ENGINE)], settings.namespace)
+    app: Any = create_app(settings, bus=MemoryBus(), store=store)
+    async with app.router.lifespan_context(app):
+        if not app.proxy.core.catalog.loaded:  # the lifespan's first store read fills it
+            raise SystemExit("the proxy did not load its models")
+        config = Config(app, http=HttpProtocol)
+        config.load()
+        client = FakeTransport()
+        protocol = HttpProtocol(config, ServerState(), {})
+        protocol.connection_made(client)  # type: ignore[arg-type]
+        host = app.proxy.client._host(ENGINE)
+        engine = FakeTransport()
+        conn = upstream._Connection(host)
+        conn.connection_made(engine)  # type: ignore[arg-type]
+        conn.idle_since = time.monotonic()
+        host.idle.append(conn)
+        app.proxy.client.open_connections += 1
+
+        def one() -> None:
+            protocol.data_received(REQUEST)
+            conn.data_received(ANSWER)
+
+        for _ in range(1000):
+            one()
+        if not client.written[-1].startswith(b"HTTP/1.1 200"):
+            raise SystemExit(f"unexpected answer: {client.written[-1][:80]!r}")
+        if args.cycles:
+            cycles(one)
+        if args.profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(args.requests):
+                one()
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats(args.profile).print_stats(30)
+        client.written.clear()
+        started = time.process_time()
+        for _ in range(args.requests):
+            one()
+        spent = time.process_time() - started
+        print(f"{spent / args.requests * 1e6:.1f} µs of CPU per request ({args.requests} requests)")
+
+
+def cycles(one: Any) -> None:
+    """Objects per request that only the cycle collector frees (goal: 0)."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(1000):
+            one()
+        found = gc.collect()
+        kinds = Counter(type(o).__name__ for o in gc.garbage).most_common(8)
+        print(f"garbage in cycles: {found / 1000:.1f} objects per request {kinds}")
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+def main() -> None:
+    """Parse flags and run."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--requests", type=int, default=20000)
+    parser.add_argument("--profile", choices=["tottime", "cumtime", "ncalls"])
+    parser.add_argument("--cycles", action="store_true", help="count garbage cycles")
+    uvloop.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
