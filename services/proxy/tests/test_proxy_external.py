@@ -9,6 +9,8 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from flexinfer_common.api import ModelSpec
+from flexinfer_common.api.meta import utcnow
+from flexinfer_common.store import EndpointRecord
 from flexinfer_proxy.sync import ProxySync
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_stack import proxy_stack, upstreams
@@ -77,6 +79,22 @@ async def test_terminating_endpoints_are_excluded(tmp_path: Path) -> None:
             for _ in range(3):
                 reply = await client.post(f"{stack.url}/v1/chat/completions", json={"model": "m"})
                 assert reply.json()["choices"][0]["message"]["content"] == "hello from u1"
+        # The periodic resync reads the store, whose records carry no termination mark:
+        # the endpoint must stay out of rotation.
+        now = utcnow()
+        for replica, url in enumerate(urls):
+            await stack.store.put_endpoint(
+                EndpointRecord(
+                    model="default/m",
+                    replica=f"r{replica}",
+                    url=url,
+                    ready=True,
+                    node=None,
+                    updated_at=now,
+                )
+            )
+        await stack.core.resync()
+        assert stack.core.table.urls("default/m") == [urls[1]]
 
 
 async def test_connect_failure_retries_on_another_endpoint(tmp_path: Path) -> None:

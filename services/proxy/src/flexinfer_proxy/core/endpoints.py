@@ -23,6 +23,8 @@ class _EndpointSet:
     out_until: dict[str, float] = field(default_factory=dict)
     unhealthy: set[str] = field(default_factory=set)
     external: bool = False
+    leaving: set[tuple[str, str]] = field(default_factory=set)
+    """(replica, url) the last event marked terminating: store reads cannot tell."""
 
 
 def routable(info: EndpointInfo) -> bool:
@@ -74,13 +76,19 @@ class EndpointTable:
         entry.updated_at = self._clock()
         # A new revision is fresh news about every endpoint: forget the cooldowns.
         entry.out_until.clear()
+        entry.leaving = {(e.replica, e.url) for e in event.endpoints if e.terminating}
         self._replace(event.model, entry, [e for e in event.endpoints if routable(e)])
         return True
 
     def apply_records(
         self, records: Iterable[EndpointRecord], read_started: float, models: Iterable[str]
     ) -> None:
-        """Apply a store read of ``models``' endpoints begun at ``read_started``."""
+        """Apply a store read of ``models``' endpoints begun at ``read_started``.
+
+        Stored records do not say whether a node is being reclaimed: only endpoint events
+        do. A replica the last event marked terminating stays out, or every resync would
+        put it back into rotation until the next event.
+        """
         grouped: dict[str, list[EndpointInfo]] = {m: [] for m in models}
         for rec in records:
             if rec.ready and rec.model in grouped:
@@ -90,6 +98,7 @@ class EndpointTable:
             entry = self._sets.setdefault(model, _EndpointSet())
             if entry.external or entry.updated_at > read_started:
                 continue  # external URLs come from the spec; a newer event wins
+            infos = [i for i in infos if (i.replica, i.url) not in entry.leaving]
             self._replace(model, entry, sorted(infos, key=lambda e: e.replica))
 
     def set_external(self, models: dict[str, list[str]]) -> None:
