@@ -1,8 +1,10 @@
-"""StreamModelFiles' hand-encoded FileChunks and batched reads, checked against protobuf."""
+"""StreamModelFiles end to end: hand-encoded FileChunks, batched reads, the client's decoding."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,10 @@ import flexinfer_registry.core.files as core_files
 from flexinfer_common.serving import serve_in_background
 from flexinfer_registry.app import create_app
 from flexinfer_registry.core.files import Chunk
+from flexinfer_registry.mx_client import STREAM_FILES, MxClient, OperationFailedError
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.testing.fakes import COMMIT, OneProvider, ScriptedProvider
-from flexinfer_registry.wire import encode_file_chunk
+from flexinfer_registry.wire import encode_file_chunk, passthrough
 
 BIG = os.urandom(5 * 4096 + 77)
 FILES = {"a.bin": BIG, "b/empty": b"", "c.json": b"{}"}
@@ -106,3 +109,82 @@ def test_chunk_settings_must_fit_a_grpc_message() -> None:
         RegistrySettings(default_chunk_size=8 << 20, max_chunk_size=4 << 20)
     fits = RegistrySettings(max_chunk_size=64 << 20, grpc_max_message_bytes=65 << 20)
     assert fits.max_chunk_size == 64 << 20
+
+
+def download_with_mx_client(address: str, root: Path) -> list[str | None]:
+    """Write every streamed chunk's data view at its offset; the commit hashes seen."""
+    commits: list[str | None] = []
+    with MxClient(address) as client:
+        updates = list(client.ensure("org/w", 0, None, ignore_weights=False))
+        assert updates[-1]["status"] == "DOWNLOADED"
+        for chunk in client.stream("org/w", 0, None):
+            assert isinstance(chunk.data.obj, bytes)  # a view of the received message
+            assert len(chunk.data.obj) > chunk.data.nbytes or not chunk.data
+            target = root / chunk.relative_path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with target.open("r+b" if target.exists() else "wb") as out:
+                out.seek(chunk.offset)
+                out.write(chunk.data)
+            commits.append(chunk.commit_hash)
+    return commits
+
+
+async def test_mx_client_stream_writes_identical_files(tmp_path: Path) -> None:
+    files = {"w/big.bin": os.urandom((5 << 19) + 3), "empty": b"", "c.json": b"{}"}
+    settings = RegistrySettings(port=0, grpc_port=0, cache_dir=tmp_path / "cache")
+    app: Any = create_app(settings, providers=OneProvider(ScriptedProvider(files)))
+    async with serve_in_background(app):
+        commits = await asyncio.to_thread(
+            download_with_mx_client, str(app.state.grpc_address), tmp_path / "out"
+        )
+    assert commits == [COMMIT] + [None] * (len(commits) - 1)
+    assert len(commits) == 5  # 1 MiB chunks: 3 for big.bin, 1 each for the others
+    for name, data in files.items():
+        assert (tmp_path / "out" / name).read_bytes() == data
+
+
+async def test_mx_client_reports_a_malformed_chunk_and_cancels() -> None:
+    """A server sending a FileChunk that is not valid protobuf: a readable error, no hang."""
+    cancelled = threading.Event()
+
+    async def stream(request: Any, context: Any) -> AsyncIterator[bytes]:
+        yield encode_file_chunk(Chunk("a", b"ok", 0, 4, False, False, COMMIT))
+        yield b"\x0a\x01a\x12\x09ok"  # data claims 9 bytes, 2 follow
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    handler = grpc.unary_stream_rpc_method_handler(
+        stream,
+        request_deserializer=mx_model.ModelFilesRequest.FromString,
+        response_serializer=passthrough,
+    )
+    service, method = STREAM_FILES.strip("/").split("/")
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service, {method: handler}),)
+    )
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    received: list[bytes] = []
+
+    def consume() -> tuple[str, bool]:
+        with MxClient(address) as client:
+            try:
+                for chunk in client.stream("org/m", 0, None):
+                    received.append(bytes(chunk.data))
+            except OperationFailedError as exc:
+                # The channel is open and exc's traceback holds the call: only the client's
+                # own cancel can stop the server's stream here.
+                return str(exc), cancelled.wait(5)
+        raise AssertionError("the malformed chunk went unnoticed")
+
+    try:
+        error, server_cancelled = await asyncio.to_thread(consume)
+    finally:
+        await server.stop(None)
+    assert error.startswith(f"the registry at {address} sent a malformed FileChunk: field 2")
+    assert received == [b"ok"]
+    assert server_cancelled

@@ -17,12 +17,14 @@ from flexinfer_registry._generated.model_express import (
     model_pb2,
     model_pb2_grpc,
 )
+from flexinfer_registry.wire import FileChunkView, WireFormatError, decode_file_chunk
 
 DEFAULT_ADDRESS = "localhost:8001"
 STATUS_NAMES = {0: "DOWNLOADING", 1: "DOWNLOADED", 2: "ERROR"}
 PROVIDERS = {"hugging-face": 0, "huggingface": 0, "hf": 0, "ngc": 1, "gcs": 2, "s3": 3}
 """--provider spellings -> ``model_express.model.ModelProvider`` values."""
 UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+STREAM_FILES = "/model_express.model.ModelService/StreamModelFiles"
 
 
 class ServerUnreachableError(Exception):
@@ -61,6 +63,14 @@ class MxClient:
     def __post_init__(self) -> None:
         self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         self._model = model_pb2_grpc.ModelServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        # No deserializer: the raw message bytes come back, and stream() decodes them with
+        # the data left in place. (An exception inside a gRPC deserializer surfaces only as
+        # INTERNAL "Exception deserializing response!", losing what was wrong.)
+        self._stream_files = self._channel.unary_stream(
+            STREAM_FILES,
+            request_serializer=model_pb2.ModelFilesRequest.SerializeToString,
+            response_deserializer=None,
+        )
 
     def close(self) -> None:
         """Close the channel."""
@@ -129,15 +139,24 @@ class MxClient:
         reply = self._call(lambda: self._model.DeleteModel(request, timeout=self.timeout_s))
         return {"success": bool(reply.success), "message": reply.message}
 
-    def stream(self, name: str, provider: int, revision: str | None) -> Iterator[Any]:
-        """StreamModelFiles: the raw FileChunk messages."""
+    def stream(self, name: str, provider: int, revision: str | None) -> Iterator[FileChunkView]:
+        """StreamModelFiles: each FileChunk, its data a view of the received message."""
         request = model_pb2.ModelFilesRequest(model_name=name, provider=_enum(provider))
         if revision:
             request.revision = revision
         try:
-            yield from self._model.StreamModelFiles(request, timeout=self.download_timeout_s)
+            call = self._stream_files(request, timeout=self.download_timeout_s)
+            try:
+                for message in call:
+                    yield decode_file_chunk(message)
+            finally:
+                call.cancel()  # stops the server's stream if we stop early; else a no-op
         except grpc.RpcError as exc:
             raise _translate(exc, self.address) from exc
+        except WireFormatError as exc:
+            raise OperationFailedError(
+                f"the registry at {self.address} sent a malformed FileChunk: {exc}"
+            ) from exc
 
 
 def _enum(value: int) -> Any:
