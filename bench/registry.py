@@ -5,12 +5,14 @@
    now-cached model (sequential calls on one channel; goal p99 <= 5 ms on loopback).
 2. StreamModelFiles of one large file at 1/4/16 MiB chunks, consumed as clients consume it
    (each chunk's data written to a file in a temp dir), by two clients: modelexpress's own
-   (its stubs and channel options, the ModelCacheClient loop) and ours (flexinfer mx's
-   channel options). Ratios against three local baselines: "local copy" = the same file read
-   in the same chunk size into Python bytes and written to a file in a temp dir (what a
-   client does with the stream, minus the network), "page cache read" = the same read with
-   nothing written (a memory copy), both with the page cache warm, and "disk read" = the
-   same reads with the page cache bypassed (O_DIRECT): what reading weights a node has not
+   (its stubs and channel options, the ModelCacheClient loop) and ours (``flexinfer mx``'s
+   MxClient: its channel options, chunks decoded with the data left in place), each in a
+   process of its own (modelexpress imports torch; ours does not). Ratios against three
+   local baselines: "local copy" = the same file read in the same chunk size into Python
+   bytes and written to a file in a temp dir (what a client does with the stream, minus the
+   network), "page cache read" = the same read with nothing written (a memory copy), both
+   with the page cache warm, and "disk read" = the same reads with the page cache bypassed
+   (O_DIRECT): what reading weights a node has not
    read before costs. Goal >= 0.7x.
 
 The registry runs in this process on its own thread and event loop (memory store), with a
@@ -153,9 +155,7 @@ def stream_rate(address: str, name: str, chunk: int, client: str, dest: str) -> 
         ]
         pb2, pb2_grpc = mx_pb2, mx_grpc
     else:
-        from flexinfer_registry.mx_client import CHANNEL_OPTIONS
-
-        options, pb2, pb2_grpc = CHANNEL_OPTIONS, model_pb2, model_pb2_grpc
+        return _ours_rate(address, name, chunk, dest)
     with grpc.insecure_channel(address, options=options) as channel:
         stub = pb2_grpc.ModelServiceStub(channel)
         request = pb2.ModelFilesRequest(model_name=name, chunk_size=chunk)
@@ -165,6 +165,21 @@ def stream_rate(address: str, name: str, chunk: int, client: str, dest: str) -> 
             for message in stub.StreamModelFiles(request):
                 sink.write(message.data)
                 total += len(message.data)
+        rate = total / (time.perf_counter() - started) / 1e6
+    os.unlink(dest)
+    return rate
+
+
+def _ours_rate(address: str, name: str, chunk: int, dest: str) -> float:
+    """``stream_rate`` for our client: ``flexinfer mx``'s MxClient, data left in place."""
+    from flexinfer_registry.mx_client import MxClient
+
+    total = 0
+    with MxClient(address) as client, open(dest, "wb") as sink:
+        started = time.perf_counter()
+        for view in client.stream(name, 0, None, chunk_size=chunk):
+            sink.write(view.data)
+            total += len(view.data)
         rate = total / (time.perf_counter() - started) / 1e6
     os.unlink(dest)
     return rate
@@ -210,7 +225,7 @@ def disk_rate(path: Path, chunk: int) -> float | None:
     return total / (time.perf_counter() - started) / 1e6
 
 
-def streaming(pool: Any, address: str, cached: Path, tmp: Path, runs: int) -> None:
+def streaming(pools: dict[str, Any], address: str, cached: Path, tmp: Path, runs: int) -> None:
     """Best of ``runs`` per chunk size and client, against the local baselines."""
     for chunk in (1 << 20, 4 << 20, 16 << 20):
         copy = max(local_rate(cached, chunk, tmp / "copy") for _ in range(runs))
@@ -218,7 +233,7 @@ def streaming(pool: Any, address: str, cached: Path, tmp: Path, runs: int) -> No
         disk = max((disk_rate(cached, chunk) or 0.0) for _ in range(runs))
         print(f"chunk {chunk >> 20} MiB: local copy {copy:.0f} MB/s, page cache read "
               f"{read:.0f} MB/s, disk read {disk:.0f} MB/s")  # fmt: skip
-        for client in ("modelexpress", "ours"):
+        for client, pool in pools.items():
             args = (address, "bench/big", chunk, client, str(tmp / "streamed"))
             rate = max(pool.apply(stream_rate, args) for _ in range(runs))
             against_disk = f", {rate / disk:.2f}x disk read" if disk else ""
@@ -246,16 +261,19 @@ def main() -> None:
             print(f"claim: {args.callers} callers, downloads started: {provider.started}, "
                   f"final statuses: {sorted(set(finals))}")  # fmt: skip
             # Clients run in another process, as real ones do: no GIL shared with the server.
-            pool = multiprocessing.get_context("spawn").Pool(1)
+            spawn = multiprocessing.get_context("spawn")
+            pool = spawn.Pool(1)
             samples = pool.apply(cached_latency, (address, "bench/small", args.calls))
             q = statistics.quantiles(samples, n=100)
             print(f"cached EnsureModelDownloaded: p50 {q[49]:.2f} ms, p99 {q[98]:.2f} ms "
                   f"({len(samples)} calls)")  # fmt: skip
             asyncio.run(concurrent_claim(address, "bench/big", 1))
             cached = next((root / "cache").rglob("model.safetensors"))
-            streaming(pool, address, cached, root, args.runs)
-            pool.close()
-            pool.join()
+            pools = {"modelexpress": pool, "ours": spawn.Pool(1)}
+            streaming(pools, address, cached, root, args.runs)
+            for each in pools.values():
+                each.close()
+                each.join()
 
 
 if __name__ == "__main__":

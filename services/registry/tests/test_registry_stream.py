@@ -111,13 +111,15 @@ def test_chunk_settings_must_fit_a_grpc_message() -> None:
     assert fits.max_chunk_size == 64 << 20
 
 
-def download_with_mx_client(address: str, root: Path) -> list[str | None]:
+def download_with_mx_client(
+    address: str, root: Path, chunk_size: int | None = None
+) -> list[str | None]:
     """Write every streamed chunk's data view at its offset; the commit hashes seen."""
     commits: list[str | None] = []
     with MxClient(address) as client:
         updates = list(client.ensure("org/w", 0, None, ignore_weights=False))
         assert updates[-1]["status"] == "DOWNLOADED"
-        for chunk in client.stream("org/w", 0, None):
+        for chunk in client.stream("org/w", 0, None, chunk_size=chunk_size):
             assert isinstance(chunk.data.obj, bytes)  # a view of the received message
             assert len(chunk.data.obj) > chunk.data.nbytes or not chunk.data
             target = root / chunk.relative_path
@@ -129,16 +131,20 @@ def download_with_mx_client(address: str, root: Path) -> list[str | None]:
     return commits
 
 
-async def test_mx_client_stream_writes_identical_files(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("chunk_size", "chunks"), [(None, 5), (1 << 19, 8)])
+async def test_mx_client_stream_writes_identical_files(
+    tmp_path: Path, chunk_size: int | None, chunks: int
+) -> None:
     files = {"w/big.bin": os.urandom((5 << 19) + 3), "empty": b"", "c.json": b"{}"}
     settings = RegistrySettings(port=0, grpc_port=0, cache_dir=tmp_path / "cache")
     app: Any = create_app(settings, providers=OneProvider(ScriptedProvider(files)))
     async with serve_in_background(app):
         commits = await asyncio.to_thread(
-            download_with_mx_client, str(app.state.grpc_address), tmp_path / "out"
+            download_with_mx_client, str(app.state.grpc_address), tmp_path / "out", chunk_size
         )
     assert commits == [COMMIT] + [None] * (len(commits) - 1)
-    assert len(commits) == 5  # 1 MiB chunks: 3 for big.bin, 1 each for the others
+    # 1 MiB chunks (the default): 3 for big.bin, 1 each for the others; 512 KiB: 6 + 1 + 1.
+    assert len(commits) == chunks
     for name, data in files.items():
         assert (tmp_path / "out" / name).read_bytes() == data
 

@@ -139,11 +139,18 @@ class MxClient:
         reply = self._call(lambda: self._model.DeleteModel(request, timeout=self.timeout_s))
         return {"success": bool(reply.success), "message": reply.message}
 
-    def stream(self, name: str, provider: int, revision: str | None) -> Iterator[FileChunkView]:
-        """StreamModelFiles: each FileChunk, its data a view of the received message."""
+    def stream(
+        self, name: str, provider: int, revision: str | None, *, chunk_size: int | None = None
+    ) -> Iterator[FileChunkView]:
+        """StreamModelFiles: each FileChunk, its data a view of the received message.
+
+        ``chunk_size``: bytes per chunk (the server's default, 1 MiB, when None).
+        """
         request = model_pb2.ModelFilesRequest(model_name=name, provider=_enum(provider))
         if revision:
             request.revision = revision
+        if chunk_size is not None:
+            request.chunk_size = chunk_size
         try:
             call = self._stream_files(request, timeout=self.download_timeout_s)
             try:
