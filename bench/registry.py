@@ -40,6 +40,7 @@ from typing import Any
 
 import grpc
 
+from flexinfer_common.malloc import keep_large_buffers
 from flexinfer_common.serving import serve_in_background
 from flexinfer_registry._generated.model_express import model_pb2, model_pb2_grpc
 from flexinfer_registry.app import create_app
@@ -174,6 +175,7 @@ def _ours_rate(address: str, name: str, chunk: int, dest: str) -> float:
     """``stream_rate`` for our client: ``flexinfer mx``'s MxClient, data left in place."""
     from flexinfer_registry.mx_client import MxClient
 
+    keep_large_buffers()  # as `flexinfer mx` does at startup
     total = 0
     with MxClient(address) as client, open(dest, "wb") as sink:
         started = time.perf_counter()
@@ -249,6 +251,7 @@ def main() -> None:
     parser.add_argument("--callers", type=int, default=100, help="concurrent claimers")
     parser.add_argument("--runs", type=int, default=3, help="streaming runs (best is kept)")
     args = parser.parse_args()
+    keep_large_buffers()  # this process hosts the registry, whose main() does the same
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "src" / "small").mkdir(parents=True)

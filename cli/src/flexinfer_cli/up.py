@@ -17,6 +17,7 @@ from pathlib import Path
 from flexinfer_cli import demo
 from flexinfer_cli.args import parser
 from flexinfer_cli.stack import EmbeddedStack
+from flexinfer_common.malloc import keep_large_buffers
 from flexinfer_common.service import run_async
 
 log = logging.getLogger("flexinfer.up")
@@ -101,6 +102,7 @@ def main(argv: list[str]) -> int:
     options = parse_options(argv)
     options.data_dir.mkdir(parents=True, exist_ok=True)
     _configure_logging(options.log_level, options.data_dir / "logs" / "flexinfer.log")
+    keep_large_buffers()  # the embedded registry streams model files in 1 MiB messages
     stack = EmbeddedStack(options.data_dir, options.host, options.ports)
     if options.demo:
         model_dir = demo.ensure_demo_model(options.data_dir)

@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from flexinfer_common.malloc import keep_large_buffers
 from flexinfer_common.service import flag_overrides, run_main, serve_app
 from flexinfer_registry.app import create_app
 from flexinfer_registry.settings import RegistrySettings
@@ -43,6 +44,7 @@ async def _serve(settings: RegistrySettings) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, build settings from FLEXINFER_REGISTRY_*, serve until SIGTERM."""
     args = _parser().parse_args(argv)
+    keep_large_buffers()  # StreamModelFiles sends 1 MiB messages: see flexinfer_common.malloc
     return run_main(PROG, lambda: RegistrySettings(**flag_overrides(args)), _serve)
 
 

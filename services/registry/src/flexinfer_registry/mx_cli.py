@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flexinfer_common.errors import FlexInferError
+from flexinfer_common.malloc import keep_large_buffers
 from flexinfer_registry.mx_client import (
     PROVIDERS,
     MxClient,
@@ -213,6 +214,7 @@ def run(argv: list[str] | None, out: Output) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``flexinfer mx``; returns the exit code (0, 1, 2 or 3)."""
+    keep_large_buffers()  # streamed files arrive in 1 MiB messages
     try:
         return run(argv, Output())
     except KeyboardInterrupt:
