@@ -95,7 +95,7 @@ async def run(args: argparse.Namespace) -> None:
         protocol.connection_made(client)  # type: ignore[arg-type]
         host = app.proxy.client._host(ENGINE)
         engine = FakeTransport()
-        conn = upstream._Connection(host)
+        conn = upstream.UpstreamConnection(host)
         conn.connection_made(engine)  # type: ignore[arg-type]
         conn.idle_since = time.monotonic()
         host.idle.append(conn)

@@ -40,7 +40,7 @@ from flexinfer_proxy.upstream import UpstreamResponse
 
 if TYPE_CHECKING:
     from flexinfer_proxy.handler import OpenAIProxy
-    from flexinfer_proxy.upstream import _Connection
+    from flexinfer_proxy.upstream import UpstreamConnection
 
 log = logging.getLogger(__name__)
 
@@ -139,10 +139,10 @@ class _Forward:
         self.started = started
         self.key = target.key
         self.finished = False
-        self.conn: _Connection | None = None
+        self.conn: UpstreamConnection | None = None
         self.response: UpstreamResponse | None = None
 
-    def start(self, conn: _Connection) -> None:
+    def start(self, conn: UpstreamConnection) -> None:
         """Count the request in and write it to ``conn``."""
         proxy = self.proxy
         core = proxy.core

@@ -28,6 +28,7 @@ from flexinfer_proxy.upstream_response import (
 __all__ = [
     "ConnectFailedError",
     "RequestFailedError",
+    "UpstreamConnection",
     "UpstreamPool",
     "UpstreamReadError",
     "UpstreamResponse",
@@ -44,7 +45,7 @@ class RequestFailedError(Exception):
     """The request failed before the answer's head arrived (it may have been processed)."""
 
 
-class _Connection(asyncio.Protocol):
+class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to an engine; parses answers with httptools."""
 
     def __init__(self, pool: _HostPool) -> None:
@@ -181,10 +182,10 @@ class _HostPool:
         self.host = host
         self.port = port
         self.tls = tls
-        self.idle: list[_Connection] = []
+        self.idle: list[UpstreamConnection] = []
         self.host_header = host.encode("idna") + (b"" if port in (80, 443) else b":%d" % port)
 
-    def take(self) -> _Connection | None:
+    def take(self) -> UpstreamConnection | None:
         now = time.monotonic()
         while self.idle:
             conn = self.idle.pop()
@@ -193,21 +194,21 @@ class _HostPool:
             conn.close()
         return None
 
-    def put(self, conn: _Connection) -> None:
+    def put(self, conn: UpstreamConnection) -> None:
         if conn.closed or len(self.idle) >= self.owner.max_idle:
             conn.close()
             return
         conn.idle_since = time.monotonic()
         self.idle.append(conn)
 
-    def discard(self, conn: _Connection) -> None:
+    def discard(self, conn: UpstreamConnection) -> None:
         if conn in self.idle:
             self.idle.remove(conn)
         if conn.counted:
             conn.counted = False
             self.owner.open_connections -= 1
 
-    async def connect(self) -> _Connection:
+    async def connect(self) -> UpstreamConnection:
         owner = self.owner
         if owner.open_connections >= owner.max_connections:
             raise ConnectFailedError(f"{owner.max_connections} upstream connections are open")
@@ -217,7 +218,7 @@ class _HostPool:
         try:
             async with asyncio.timeout(owner.connect_timeout):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(self),
+                    lambda: UpstreamConnection(self),
                     self.host,
                     self.port,
                     ssl=ssl_context,
@@ -307,13 +308,13 @@ class UpstreamPool:
             conn = await pool.connect()
         return await self._exchange(conn, head, body, base_url)
 
-    def take_idle(self, base_url: str) -> _Connection | None:
+    def take_idle(self, base_url: str) -> UpstreamConnection | None:
         """A kept-alive connection to ``base_url`` if one is idle (for ``send_now``)."""
         return self._host(base_url).take()
 
     def send_now(
         self,
-        conn: _Connection,
+        conn: UpstreamConnection,
         base_url: str,
         method: bytes,
         target: bytes,
@@ -339,7 +340,7 @@ class UpstreamPool:
         return response
 
     async def _exchange(
-        self, conn: _Connection, head: bytes, body: bytes | AsyncIterable[bytes], url: str
+        self, conn: UpstreamConnection, head: bytes, body: bytes | AsyncIterable[bytes], url: str
     ) -> UpstreamResponse:
         response = UpstreamResponse(conn, url)
         conn.response = response
@@ -377,7 +378,7 @@ class UpstreamPool:
 
 
 async def _send_stream(
-    conn: _Connection, transport: asyncio.Transport, head: bytes, body: AsyncIterable[bytes]
+    conn: UpstreamConnection, transport: asyncio.Transport, head: bytes, body: AsyncIterable[bytes]
 ) -> None:
     chunked = b"transfer-encoding: chunked\r\n" in head
     transport.write(head)

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from flexinfer_proxy.upstream import _Connection
+    from flexinfer_proxy.upstream import UpstreamConnection
 
 _HIGH_WATER = 256 * 1024
 """Buffered answer bytes beyond which reading from the engine pauses (slow client)."""
@@ -63,12 +63,12 @@ class UpstreamResponse:
         "url",
     )
 
-    def __init__(self, conn: _Connection, url: str) -> None:
+    def __init__(self, conn: UpstreamConnection, url: str) -> None:
         self.url = url
         self.status_code = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.keep_alive = False
-        self._conn: _Connection | None = conn
+        self._conn: UpstreamConnection | None = conn
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
         self._done = False
