@@ -64,7 +64,8 @@ class IncomingRequest:
         self.json_model = upstream_name
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
+def header_value(scope: Scope, name: bytes) -> bytes | None:
+    """The first value of request header ``name`` (lowercase), if any."""
     for key, value in scope["headers"]:
         if key == name:
             return bytes(value)
@@ -72,7 +73,7 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
 
 
 def _declared_length(scope: Scope, limit: int) -> int | None:
-    raw = _header(scope, b"content-length")
+    raw = header_value(scope, b"content-length")
     if raw is None:
         return None
     try:
@@ -109,7 +110,7 @@ def _from_head(scope: Scope, settings: ProxySettings) -> tuple[int | None, str |
     """Declared length, and the model name and forward path from the header or path."""
     length = _declared_length(scope, settings.max_body_bytes)
     name: str | None = None
-    header = _header(scope, b"x-model-id")
+    header = header_value(scope, b"x-model-id")
     if header is not None:
         name = check_model_name(header.decode("latin-1").strip(), "X-Model-ID")
     forward_path = None
@@ -130,7 +131,7 @@ def _from_body(
     length: int | None,
     receive: Receive | None,
 ) -> IncomingRequest:
-    content_type = (_header(scope, b"content-type") or b"").lower()
+    content_type = (header_value(scope, b"content-type") or b"").lower()
     scanned: ScannedBody | None = None
     if content_type.startswith(b"multipart/form-data"):
         if name is None:

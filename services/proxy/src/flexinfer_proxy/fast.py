@@ -33,7 +33,7 @@ from flexinfer_common.errors import FlexInferError
 from flexinfer_proxy.core.catalog import Target
 from flexinfer_proxy.core.routing.base import RouteContext
 from flexinfer_proxy.error_answers import error_response, http_status_of
-from flexinfer_proxy.extract_http import IncomingRequest, extract_complete
+from flexinfer_proxy.extract_http import IncomingRequest, extract_complete, header_value
 from flexinfer_proxy.forward import UpstreamError, request_headers, response_headers
 from flexinfer_proxy.server_exchange import Exchange
 from flexinfer_proxy.upstream import UpstreamResponse
@@ -64,7 +64,7 @@ class FastPath:
         started = time.monotonic()
         scope = exchange.scope
         try:
-            grant = core.auth.authenticate(_header(scope["headers"], b"authorization"))
+            grant = core.auth.authenticate(header_value(scope, b"authorization"))
             request = extract_complete(scope, body, core.settings)
             target = core.catalog.lookup_target(request.name)
             if target is None:
@@ -191,9 +191,7 @@ class _Forward:
             and not content_type.startswith(b"text/event-stream")
         ):
             return  # taken whole in upstream_done
-        self.finished = True
-        self._stop_watching()
-        response.listener = None
+        self._finish()
         exchange = self.exchange
         work = self.proxy.relay_admitted(
             exchange.scope, exchange.send, self.key, response, self.url
@@ -247,8 +245,6 @@ class _Forward:
 
     def _abandon_upstream(self) -> None:
         """Drop the connection: the engine may still be answering this request."""
-        if self.response is not None:
-            self.response.listener = None
         if self.conn is not None:
             self.conn.response = None
             self.conn.close()
@@ -258,11 +254,10 @@ class _Forward:
         core.loads.end(self.url)
         core.activity.end(self.key)
         if status is not None:
-            self.proxy.core.metrics.requests.count(self.key, status)
+            core.metrics.requests.count(self.key, status)
 
     def _answer_error(self, exc: FlexInferError) -> None:
-        self._end(None)
-        self.proxy.core.metrics.requests.count(self.key, http_status_of(exc))
+        self._end(http_status_of(exc))
         answer = error_response(exc)
         self._write(answer.status_code, answer.raw_headers, bytes(answer.body))
 
@@ -274,12 +269,11 @@ class _Forward:
             self.exchange.conn.close()
 
     def _retry(self) -> None:
-        """The kept-alive connection was closed by the engine: serve on a fresh one."""
-        core = self.proxy.core
-        core.loads.end(self.url)
-        core.activity.end(self.key)
-        if self.response is not None:
-            self.response.listener = None
+        """The kept-alive connection was closed by the engine: serve on a fresh one.
+
+        ``serve_admitted`` counts the request in again, so it is counted out here.
+        """
+        self._end(None)
         exchange = self.exchange
         work = self.proxy.serve_admitted(
             exchange.scope,
@@ -291,10 +285,3 @@ class _Forward:
             self.endpoint,
         )
         exchange.conn.run_task(exchange, work)
-
-
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    for key, value in headers:
-        if key == name:
-            return value
-    return None

@@ -37,7 +37,7 @@ from flexinfer_proxy.core.errors import ModelNotFoundError
 from flexinfer_proxy.core.routing.base import RouteContext
 from flexinfer_proxy.core.service import ProxyCore
 from flexinfer_proxy.error_answers import error_response, http_status_of
-from flexinfer_proxy.extract_http import IncomingRequest, extract_request
+from flexinfer_proxy.extract_http import IncomingRequest, extract_request, header_value
 from flexinfer_proxy.fast import FastPath
 from flexinfer_proxy.forward import (
     UpstreamConnectError,
@@ -52,7 +52,7 @@ from flexinfer_proxy.upstream import UpstreamPool, UpstreamResponse
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BodyTooLargeError", "ClientGoneError", "OpenAIProxy", "error_response"]
+__all__ = ["BodyTooLargeError", "ClientGoneError", "OpenAIProxy"]
 
 
 async def _watch_disconnect(receive: Receive, body_done: asyncio.Event | None) -> None:
@@ -127,7 +127,7 @@ class OpenAIProxy:
         started = time.monotonic()
         core = self.core
         try:
-            grant = core.auth.authenticate(_header(scope, b"authorization"))
+            grant = core.auth.authenticate(header_value(scope, b"authorization"))
             request = await extract_request(scope, receive, core.settings)
             # A known name is a dict lookup; only a miss needs the (async) store re-read.
             catalog = core.catalog
@@ -288,10 +288,3 @@ class OpenAIProxy:
 
 async def _never_receive() -> Message:
     raise AssertionError("the proxy's own server tells of disconnects by callback")
-
-
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return bytes(value)
-    return None

@@ -12,7 +12,7 @@ from flexinfer_common.errors import FlexInferError
 from flexinfer_proxy.core.auth import TokenGrant
 from flexinfer_proxy.core.errors import ModelNotFoundError
 from flexinfer_proxy.core.service import ProxyCore
-from flexinfer_proxy.handler import error_response
+from flexinfer_proxy.error_answers import error_response
 
 
 def model_entry(name: str, model: Model) -> dict[str, Any]:

@@ -155,6 +155,12 @@ class UpstreamConnection(asyncio.Protocol):
             self.reading_paused = False
             self.transport.resume_reading()
 
+    def begin(self, url: str) -> UpstreamResponse:
+        """The answer to the request about to be sent on this connection."""
+        response = self.response = UpstreamResponse(self, url)
+        self.received = False
+        return response
+
     def release(self) -> None:
         self.resume_reading()
         self.pool.put(self)
@@ -184,6 +190,19 @@ class _HostPool:
         self.tls = tls
         self.idle: list[UpstreamConnection] = []
         self.host_header = host.encode("idna") + (b"" if port in (80, 443) else b":%d" % port)
+
+    def request_head(
+        self,
+        method: bytes,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes | AsyncIterable[bytes],
+        length: int | None,
+    ) -> bytes:
+        """The request line and headers for this host (an external URL's path prefixed)."""
+        if self.path_prefix:
+            target = self.path_prefix + target
+        return _request_head(method, target, self.host_header, headers, body, length)
 
     def take(self) -> UpstreamConnection | None:
         now = time.monotonic()
@@ -292,9 +311,7 @@ class UpstreamPool:
         failed before the head came back.
         """
         pool = self._host(base_url)
-        if pool.path_prefix:  # an external endpoint's base URL may carry a path
-            target = pool.path_prefix + target
-        head = _request_head(method, target, pool.host_header, headers, body, length)
+        head = pool.request_head(method, target, headers, body, length)
         conn = pool.take()
         if conn is not None and isinstance(body, bytes):
             try:
@@ -327,24 +344,17 @@ class UpstreamPool:
         The answer is reported to ``listener`` from the connection's callbacks; the read
         timeout fails ``listener`` (an ``Expirable`` too) through ``conn.deadline``.
         """
-        pool = conn.pool
-        if pool.path_prefix:
-            target = pool.path_prefix + target
-        response = UpstreamResponse(conn, base_url)
+        response = conn.begin(base_url)
         response.listener = listener
-        conn.response = response
-        conn.received = False
         transport = conn.transport
         assert transport is not None, "take_idle gives open connections"
-        transport.write(_request_head(method, target, pool.host_header, headers, body, None) + body)
+        transport.write(conn.pool.request_head(method, target, headers, body, None) + body)
         return response
 
     async def _exchange(
         self, conn: UpstreamConnection, head: bytes, body: bytes | AsyncIterable[bytes], url: str
     ) -> UpstreamResponse:
-        response = UpstreamResponse(conn, url)
-        conn.response = response
-        conn.received = False
+        response = conn.begin(url)
         waiter = conn.head = conn.loop.create_future()
         transport = conn.transport
         if transport is None or conn.closed:

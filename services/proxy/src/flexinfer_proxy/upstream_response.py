@@ -80,13 +80,6 @@ class UpstreamResponse:
         self.chunked = False
         """The three headers framing and typing the body, noted while the head is parsed."""
 
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of header ``name`` (lowercase), if any."""
-        for key, value in self.headers:
-            if key.lower() == name:
-                return value
-        return None
-
     @property
     def error(self) -> BaseException | None:
         """Why the answer failed, once it did."""

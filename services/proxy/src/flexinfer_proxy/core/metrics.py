@@ -26,10 +26,6 @@ class RequestCounts(Collector):
         key = (model, status)
         self._counts[key] = self._counts.get(key, 0) + 1
 
-    def value(self, model: str, status: int) -> int:
-        """Answers counted so far for (``model``, ``status``)."""
-        return self._counts.get((model, status), 0)
-
     def collect(self) -> Iterator[Metric]:
         """The counter family, at scrape time."""
         family = CounterMetricFamily(
