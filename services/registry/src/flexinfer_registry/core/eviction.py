@@ -89,8 +89,25 @@ class _PassState:
     now: float
     downloaded: int
     sizes: dict[str, int]
-    total: int
+    """Bytes on disk per cached model still there (filled only when a disk rule is set)."""
     free: int | None
+
+    @property
+    def total(self) -> int:
+        """Bytes of cached model files."""
+        return sum(self.sizes.values())
+
+    @property
+    def over_size(self) -> bool:
+        """The cache holds more than ``max_size_bytes``."""
+        cap = self.policy.max_size_bytes
+        return cap is not None and self.total > cap
+
+    @property
+    def under_floor(self) -> bool:
+        """The disk has less than ``min_free_space_bytes`` free."""
+        floor = self.policy.min_free_space_bytes
+        return floor is not None and self.free is not None and self.free < floor
 
     def reason(self, record: ModelRecord) -> str | None:
         """The rule ``record`` breaks (the least recently used model left), or None."""
@@ -100,24 +117,24 @@ class _PassState:
             return f"unused_threshold: unused {unused:.0f}s > {policy.unused_threshold_s:.0f}s"
         if policy.max_models is not None and self.downloaded > policy.max_models:
             return f"max_models: {self.downloaded} DOWNLOADED > {policy.max_models}"
-        if policy.max_size_bytes is not None and self.total > policy.max_size_bytes:
+        if self.over_size:
             return (
                 f"max_size_bytes: cache holds {human_bytes(self.total)}"
-                f" > {human_bytes(policy.max_size_bytes)}"
+                f" > {human_bytes(policy.max_size_bytes or 0)}"
             )
-        floor = policy.min_free_space_bytes
-        if floor is not None and self.free is not None and self.free < floor:
-            return f"min_free_space_bytes: {human_bytes(self.free)} free < {human_bytes(floor)}"
+        if self.under_floor:
+            return (
+                f"min_free_space_bytes: {human_bytes(self.free or 0)} free"
+                f" < {human_bytes(policy.min_free_space_bytes or 0)}"
+            )
         return None
 
     def unmet(self) -> str | None:
         """The size or free-space rule still broken after the pass, or None."""
-        policy = self.policy
-        if policy.max_size_bytes is not None and self.total > policy.max_size_bytes:
+        if self.over_size:
             return f"cache holds {human_bytes(self.total)}, over max_size_bytes"
-        floor = policy.min_free_space_bytes
-        if floor is not None and self.free is not None and self.free < floor:
-            return f"{human_bytes(self.free)} free, under min_free_space_bytes"
+        if self.under_floor:
+            return f"{human_bytes(self.free or 0)} free, under min_free_space_bytes"
         return None
 
 
@@ -256,7 +273,7 @@ class ModelRemover:
             )
         if policy.min_free_space_bytes is not None:
             free = await asyncio.to_thread(self.free_space, self.cache.root)
-        return _PassState(policy, self.clock(), downloaded, sizes, sum(sizes.values()), free)
+        return _PassState(policy, self.clock(), downloaded, sizes, free)
 
     async def _evict(self, key: str, reason: str, state: _PassState) -> bool:
         """Evict one model for ``reason`` and update ``state``; False when it was skipped."""
@@ -268,7 +285,6 @@ class ModelRemover:
         self.metrics.evictions.inc()
         size = state.sizes.pop(key, 0)
         state.downloaded -= 1
-        state.total -= size
         if state.free is not None:
             # Measured again, not added up: files still held open elsewhere free nothing.
             state.free = await asyncio.to_thread(self.free_space, self.cache.root)
