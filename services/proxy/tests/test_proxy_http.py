@@ -7,79 +7,21 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from flexinfer_common.bus import topics
-from flexinfer_common.bus.memory import MemoryBus
-from flexinfer_common.bus.topics import EndpointInfo, EndpointsEvent
 from flexinfer_common.serving import serve_in_background as serve_asgi
-from flexinfer_common.settings import StoreSettings
-from flexinfer_common.store import ModelStore, create_store
-from flexinfer_proxy.app import create_app
-from flexinfer_proxy.core.service import ProxyCore
-from flexinfer_proxy.settings import ProxySettings
 from flexinfer_proxy.testing import FakeUpstream, make_model
-
-
-@dataclass
-class Stack:
-    """A running proxy with its bus and store."""
-
-    bus: MemoryBus
-    store: ModelStore
-    url: str
-    core: ProxyCore
-
-    async def set_endpoints(self, model: str, urls: list[str], revision: int = 1) -> None:
-        """Publish the model's endpoint set and wait until the proxy applied it."""
-        infos = [EndpointInfo(url=u, replica=f"r{i}") for i, u in enumerate(urls)]
-        event = EndpointsEvent(model=model, endpoints=infos, phase="Ready", revision=revision)
-        await self.bus.publish(topics.ENDPOINTS, event.model_dump(mode="json"))
-        await wait_until(lambda: self.core.table.urls(model) == urls)
-
-    def openai(self) -> openai.AsyncOpenAI:
-        """An official OpenAI client pointed at the proxy."""
-        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key="test", max_retries=0)
-
-
-async def wait_until(condition: Any, timeout_s: float = 5.0) -> None:
-    """Poll ``condition()`` every 10 ms until true; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
-
-
-@asynccontextmanager
-async def proxy_stack(tmp_path: Path, **overrides: Any) -> AsyncIterator[Stack]:
-    """Start a proxy with a MemoryBus and a SQLite store under ``tmp_path``."""
-    bus = MemoryBus()
-    store = create_store(StoreSettings(url=f"sqlite:///{tmp_path}/store.db"))
-    settings = ProxySettings(port=0, instance_id="test", **overrides)
-    app = create_app(settings, bus=bus, store=store)
-    try:
-        async with serve_asgi(app) as url:
-            yield Stack(bus=bus, store=store, url=url, core=app.state.core)
-    finally:
-        await bus.close()
-        await store.close()
+from flexinfer_proxy.testing_stack import ProxyStack, proxy_stack, wait_until
 
 
 @pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
+async def stack(tmp_path: Path) -> AsyncIterator[ProxyStack]:
     """A proxy serving model ``tiny`` (alias ``tiny-alias``) with no endpoints yet."""
-    store = create_store(StoreSettings(url=f"sqlite:///{tmp_path}/store.db"))
-    await store.create_model(make_model("tiny", aliases=["tiny-alias"]))
-    await store.close()
-    async with proxy_stack(tmp_path) as running:
+    async with proxy_stack(tmp_path, [make_model("tiny", aliases=["tiny-alias"])]) as running:
         yield running
 
 
@@ -92,7 +34,7 @@ async def upstream() -> AsyncIterator[tuple[FakeUpstream, str]]:
 
 
 async def test_chat_completion_is_forwarded(
-    stack: Stack, upstream: tuple[FakeUpstream, str]
+    stack: ProxyStack, upstream: tuple[FakeUpstream, str]
 ) -> None:
     fake, url = upstream
     await stack.set_endpoints("default/tiny", [url])
@@ -107,7 +49,7 @@ async def test_chat_completion_is_forwarded(
 
 
 async def test_body_bytes_untouched_when_no_rewrite(
-    stack: Stack, upstream: tuple[FakeUpstream, str]
+    stack: ProxyStack, upstream: tuple[FakeUpstream, str]
 ) -> None:
     fake, url = upstream
     await stack.set_endpoints("default/tiny", [url])
@@ -120,11 +62,9 @@ async def test_body_bytes_untouched_when_no_rewrite(
 
 
 async def test_alias_rewrites_model_in_body(tmp_path: Path) -> None:
-    store = create_store(StoreSettings(url=f"sqlite:///{tmp_path}/store.db"))
-    await store.create_model(make_model("big", served_name="org/big-v1", aliases=["big"]))
-    await store.close()
+    big = make_model("big", served_name="org/big-v1", aliases=["big"])
     fake = FakeUpstream()
-    async with serve_asgi(fake) as up, proxy_stack(tmp_path) as stack:
+    async with serve_asgi(fake) as up, proxy_stack(tmp_path, [big]) as stack:
         await stack.set_endpoints("default/big", [up])
         async with httpx.AsyncClient() as client:
             body = {"model": "big", "prompt": "héllo", "max_tokens": 3}
@@ -133,7 +73,7 @@ async def test_alias_rewrites_model_in_body(tmp_path: Path) -> None:
     assert fake.seen[-1].json() == {"model": "org/big-v1", "prompt": "héllo", "max_tokens": 3}
 
 
-async def test_unknown_model_is_404_for_the_openai_sdk(stack: Stack) -> None:
+async def test_unknown_model_is_404_for_the_openai_sdk(stack: ProxyStack) -> None:
     client = stack.openai()
     async with client:
         with pytest.raises(openai.NotFoundError) as info:
@@ -153,7 +93,7 @@ async def test_unknown_model_is_404_for_the_openai_sdk(stack: Stack) -> None:
         (b"[" * 100_000 + b"]" * 100_000, "JSON"),
     ],
 )
-async def test_bad_bodies_are_400(stack: Stack, body: bytes, fragment: str) -> None:
+async def test_bad_bodies_are_400(stack: ProxyStack, body: bytes, fragment: str) -> None:
     async with httpx.AsyncClient() as client:
         response = await client.post(f"{stack.url}/v1/chat/completions", content=body)
     assert response.status_code == 400
@@ -163,7 +103,7 @@ async def test_bad_bodies_are_400(stack: Stack, body: bytes, fragment: str) -> N
 
 
 async def test_body_too_large_is_413(tmp_path: Path) -> None:
-    async with proxy_stack(tmp_path, max_body_bytes=2048) as stack:
+    async with proxy_stack(tmp_path, [], max_body_bytes=2048) as stack:
         big = json.dumps({"model": "tiny", "prompt": "x" * 4000}).encode()
 
         async def chunked() -> AsyncIterator[bytes]:
@@ -179,7 +119,7 @@ async def test_body_too_large_is_413(tmp_path: Path) -> None:
 
 
 async def test_streaming_through_the_openai_sdk(
-    stack: Stack, upstream: tuple[FakeUpstream, str]
+    stack: ProxyStack, upstream: tuple[FakeUpstream, str]
 ) -> None:
     _, url = upstream
     await stack.set_endpoints("default/tiny", [url])
@@ -192,7 +132,7 @@ async def test_streaming_through_the_openai_sdk(
     assert text == "t0 t1 t2 "
 
 
-async def test_streaming_is_incremental(stack: Stack) -> None:
+async def test_streaming_is_incremental(stack: ProxyStack) -> None:
     fake = FakeUpstream(chunks=4, chunk_delay_s=0.25)
     async with serve_asgi(fake) as url:
         await stack.set_endpoints("default/tiny", [url])
@@ -208,7 +148,7 @@ async def test_streaming_is_incremental(stack: Stack) -> None:
     assert len(arrivals) >= 4
 
 
-async def test_upstream_dying_mid_stream_ends_the_client_stream(stack: Stack) -> None:
+async def test_upstream_dying_mid_stream_ends_the_client_stream(stack: ProxyStack) -> None:
     fake = FakeUpstream(chunks=5, die_after_chunks=2)
     async with serve_asgi(fake) as url:
         await stack.set_endpoints("default/tiny", [url])
@@ -237,7 +177,7 @@ def _refused_url() -> str:
 
 
 async def test_connect_failure_is_retried_on_another_endpoint(
-    stack: Stack, upstream: tuple[FakeUpstream, str]
+    stack: ProxyStack, upstream: tuple[FakeUpstream, str]
 ) -> None:
     fake, url = upstream
     dead = _refused_url()
@@ -253,7 +193,7 @@ async def test_connect_failure_is_retried_on_another_endpoint(
     assert stack.core.table.usable("default/tiny")
 
 
-async def test_upstream_errors_pass_through(stack: Stack) -> None:
+async def test_upstream_errors_pass_through(stack: ProxyStack) -> None:
     fake = FakeUpstream(status=429)
     async with serve_asgi(fake) as url:
         await stack.set_endpoints("default/tiny", [url])
@@ -265,7 +205,7 @@ async def test_upstream_errors_pass_through(stack: Stack) -> None:
     assert response.json()["error"]["code"] == "nope"
 
 
-async def test_models_are_listed_and_retrieved(stack: Stack) -> None:
+async def test_models_are_listed_and_retrieved(stack: ProxyStack) -> None:
     client = stack.openai()
     async with client:
         page = await client.models.list()
@@ -278,7 +218,7 @@ async def test_models_are_listed_and_retrieved(stack: Stack) -> None:
 
 
 async def test_model_created_after_start_is_found(
-    stack: Stack, upstream: tuple[FakeUpstream, str]
+    stack: ProxyStack, upstream: tuple[FakeUpstream, str]
 ) -> None:
     _, url = upstream
     await stack.store.create_model(make_model("late"))
@@ -290,7 +230,9 @@ async def test_model_created_after_start_is_found(
     assert response.status_code == 200
 
 
-async def test_health_ready_and_metrics(stack: Stack, upstream: tuple[FakeUpstream, str]) -> None:
+async def test_health_ready_and_metrics(
+    stack: ProxyStack, upstream: tuple[FakeUpstream, str]
+) -> None:
     _, url = upstream
     await stack.set_endpoints("default/tiny", [url])
     async with httpx.AsyncClient(base_url=stack.url) as client:
@@ -304,7 +246,7 @@ async def test_health_ready_and_metrics(stack: Stack, upstream: tuple[FakeUpstre
     assert "flexinfer_proxy_active_connections" in metrics
 
 
-async def test_client_disconnect_mid_stream_cancels_the_request(stack: Stack) -> None:
+async def test_client_disconnect_mid_stream_cancels_the_request(stack: ProxyStack) -> None:
     fake = FakeUpstream(chunks=20, chunk_delay_s=0.2)
     async with serve_asgi(fake) as url:
         await stack.set_endpoints("default/tiny", [url])

@@ -5,23 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 from starlette.types import Receive, Scope, Send
 
-from flexinfer_common.bus.memory import MemoryBus
-from flexinfer_common.settings import StoreSettings
-from flexinfer_common.store import create_store
-from flexinfer_proxy.app import create_app
 from flexinfer_proxy.serve import serve_proxy_in_background
-from flexinfer_proxy.settings import ProxySettings
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_raw import connect, post
-from flexinfer_proxy.testing_stack import ProxyStack, upstreams, wait_until
+from flexinfer_proxy.testing_stack import proxy_stack, upstreams, wait_until
 
 CHAT = b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}'
 
@@ -131,23 +123,8 @@ async def test_http_1_0_and_app_errors_close_the_connection() -> None:
             assert await conn.closed()
 
 
-@asynccontextmanager
-async def proxy(tmp_path: Path, **overrides: Any) -> AsyncIterator[ProxyStack]:
-    """The full proxy app on the proxy's server (memory bus, SQLite store)."""
-    bus = MemoryBus()
-    store = create_store(StoreSettings(url=f"sqlite:///{tmp_path}/store.db"))
-    await store.create_model(make_model("tiny"))
-    app = create_app(ProxySettings(port=0, instance_id="t", **overrides), bus=bus, store=store)
-    try:
-        async with serve_proxy_in_background(app) as url:
-            yield ProxyStack(bus=bus, store=store, url=url, core=app.state.core)
-    finally:
-        await bus.close()
-        await store.close()
-
-
 async def test_proxy_routes_and_other_routes_share_the_port(tmp_path: Path) -> None:
-    async with upstreams(1) as ups, proxy(tmp_path) as stack:
+    async with upstreams(1) as ups, proxy_stack(tmp_path, [make_model("tiny")]) as stack:
         await stack.set_endpoints("default/tiny", [ups[0][1]])
         async with httpx.AsyncClient(base_url=stack.url, timeout=5) as client:
             answer = await client.post("/v1/chat/completions", content=CHAT)
@@ -158,7 +135,9 @@ async def test_proxy_routes_and_other_routes_share_the_port(tmp_path: Path) -> N
 
 
 async def test_slow_body_is_a_408_and_oversize_a_413(tmp_path: Path) -> None:
-    async with proxy(tmp_path, body_timeout_s=0.3, max_body_bytes=2048) as stack:
+    async with proxy_stack(
+        tmp_path, [make_model("tiny")], body_timeout_s=0.3, max_body_bytes=2048
+    ) as stack:
         async with connect(stack.url) as conn:
             await conn.send(post("/v1/chat/completions", CHAT)[:-10])  # the rest never comes
             status, _, body = await conn.response()
@@ -170,7 +149,10 @@ async def test_slow_body_is_a_408_and_oversize_a_413(tmp_path: Path) -> None:
 
 
 async def test_client_disconnect_mid_stream_cancels_the_upstream(tmp_path: Path) -> None:
-    async with upstreams(1, chunks=50, chunk_delay_s=0.05) as ups, proxy(tmp_path) as stack:
+    async with (
+        upstreams(1, chunks=50, chunk_delay_s=0.05) as ups,
+        proxy_stack(tmp_path, [make_model("tiny")]) as stack,
+    ):
         fake, upstream_url = ups[0]
         await stack.set_endpoints("default/tiny", [upstream_url])
         body = CHAT[:-1] + b', "stream": true}'
