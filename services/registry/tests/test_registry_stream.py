@@ -120,8 +120,7 @@ def download_with_mx_client(
         updates = list(client.ensure("org/w", 0, None, ignore_weights=False))
         assert updates[-1]["status"] == "DOWNLOADED"
         for chunk in client.stream("org/w", 0, None, chunk_size=chunk_size):
-            assert isinstance(chunk.data.obj, bytes)  # a view of the received message
-            assert len(chunk.data.obj) > chunk.data.nbytes or not chunk.data
+            assert isinstance(chunk.data, memoryview)  # a view of the receive buffer
             target = root / chunk.relative_path
             target.parent.mkdir(parents=True, exist_ok=True)
             with target.open("r+b" if target.exists() else "wb") as out:
@@ -194,3 +193,37 @@ async def test_mx_client_reports_a_malformed_chunk_and_cancels() -> None:
     assert error.startswith(f"the registry at {address} sent a malformed FileChunk: field 2")
     assert received == [b"ok"]
     assert server_cancelled
+
+
+async def test_cached_pages_are_read_on_the_loop_and_the_rest_in_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "w.bin"
+    data = os.urandom(3 << 20)
+    path.write_bytes(data)
+    hops: list[object] = []
+
+    async def counting_to_thread(fn: Any, /, *args: Any) -> Any:
+        hops.append(fn)
+        return fn(*args)
+
+    monkeypatch.setattr(core_files.asyncio, "to_thread", counting_to_thread)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buffer = bytearray(len(data))
+        assert await core_files._read(fd, memoryview(buffer), 0) == len(data)
+        assert buffer == data
+        assert hops == []  # just written: all in the page cache, no thread hop
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        try:
+            os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT)
+            pytest.skip("this filesystem kept the pages cached or ignores RWF_NOWAIT")
+        except BlockingIOError:
+            pass
+        buffer[:] = bytes(len(data))
+        assert await core_files._read(fd, memoryview(buffer), 0) == len(data)
+        assert buffer == data
+        assert hops == [core_files._pread_into]
+    finally:
+        os.close(fd)

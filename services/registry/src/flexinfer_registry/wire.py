@@ -99,7 +99,7 @@ class FileChunkView:
     commit_hash: str | None
 
 
-def decode_file_chunk(message: bytes) -> FileChunkView:
+def decode_file_chunk(message: bytes | memoryview) -> FileChunkView:
     """Decode a FileChunk's wire bytes, its data a view of ``message``; WireFormatError if bad."""
     path, commit, offset, total, last_chunk, last_file = "", None, 0, 0, False, False
     data_start = data_end = pos = 0
@@ -130,7 +130,7 @@ def decode_file_chunk(message: bytes) -> FileChunkView:
     return FileChunkView(path, data, offset, total, last_chunk, last_file, commit)
 
 
-def _varint(message: bytes, pos: int, end: int) -> tuple[int, int]:
+def _varint(message: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
     """(value, next position); bits past 64 are dropped, as protobuf does for uint64."""
     value = shift = 0
     while pos < end:
@@ -145,7 +145,7 @@ def _varint(message: bytes, pos: int, end: int) -> tuple[int, int]:
     raise WireFormatError("varint truncated by the end of the message")
 
 
-def _tag(message: bytes, pos: int, end: int) -> tuple[int, int, int]:
+def _tag(message: bytes | memoryview, pos: int, end: int) -> tuple[int, int, int]:
     """(field number, wire type, next position) of the tag at ``pos``."""
     start, tag = pos, message[pos]
     if tag < 0x80:  # fields 1-15: every tag FileChunk's own fields use
@@ -159,7 +159,9 @@ def _tag(message: bytes, pos: int, end: int) -> tuple[int, int, int]:
     return tag >> 3, tag & 7, pos
 
 
-def _length_delimited(message: bytes, pos: int, end: int, field: int) -> tuple[int, int]:
+def _length_delimited(
+    message: bytes | memoryview, pos: int, end: int, field: int
+) -> tuple[int, int]:
     """(start, end) of the length-delimited value at ``pos``."""
     length, start = _varint(message, pos, end)
     if length > end - start:
@@ -169,14 +171,14 @@ def _length_delimited(message: bytes, pos: int, end: int, field: int) -> tuple[i
     return start, start + length
 
 
-def _utf8(message: bytes, start: int, stop: int, name: str) -> str:
+def _utf8(message: bytes | memoryview, start: int, stop: int, name: str) -> str:
     try:
-        return message[start:stop].decode()
+        return str(message[start:stop], "utf-8")
     except UnicodeDecodeError as exc:
         raise WireFormatError(f"{name} is not valid UTF-8: {exc.reason}") from exc
 
 
-def _skip(message: bytes, pos: int, end: int, field: int, wire_type: int) -> int:
+def _skip(message: bytes | memoryview, pos: int, end: int, field: int, wire_type: int) -> int:
     """The position after an unknown field's value (after its end-group for a group)."""
     groups: list[int] = []  # field numbers of the groups open around pos
     while True:

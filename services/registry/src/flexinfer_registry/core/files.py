@@ -18,7 +18,7 @@ from flexinfer_registry.core.records import ModelStatus
 from flexinfer_registry.core.store import ModelRegistryStore
 
 READ_BATCH_BYTES = 8 * 1024 * 1024
-"""Bytes read per worker-thread hop while streaming a file (a whole number of chunks)."""
+"""Bytes read at once while streaming a file (a whole number of chunks)."""
 
 
 @dataclass(frozen=True)
@@ -124,15 +124,14 @@ class ModelFiles:
             if item.size == 0:
                 yield Chunk(item.path, b"", 0, 0, True, last_file, commit)
                 return
-            # One reusable buffer, filled by one thread hop per batch of chunks: a hop costs
-            # about as much as copying 100 KB, so per-chunk hops dominated small chunks.
+            # One reusable buffer, refilled per batch of chunks (see _read).
             batch = chunk_size * max(1, READ_BATCH_BYTES // chunk_size)
             buffer = bytearray(min(batch, item.size))
             view = memoryview(buffer)
             offset = 0
             while offset < item.size:
                 want = min(len(buffer), item.size - offset)
-                got = await asyncio.to_thread(_pread_into, fd, view[:want], offset)
+                got = await _read(fd, view[:want], offset)
                 if got != want:
                     raise PermanentError(f"{item.path} changed size on disk while being served")
                 for start in range(0, want, chunk_size):
@@ -144,6 +143,34 @@ class ModelFiles:
                 offset += want
         finally:
             os.close(fd)
+
+
+async def _read(fd: int, view: memoryview, offset: int) -> int:
+    """Fill ``view`` from ``fd`` at ``offset``: what the page cache holds is read on the
+    event loop (a memory copy, ~70 µs per MiB), the rest in a worker thread, so a disk read
+    never blocks the loop. A thread hop per batch cost a fifth of the stream's throughput
+    when the file was cached, as served models usually are."""
+    got = _pread_cached(fd, view, offset)
+    if got < len(view):
+        got += await asyncio.to_thread(_pread_into, fd, view[got:], offset + got)
+    return got
+
+
+def _pread_cached(fd: int, view: memoryview, offset: int) -> int:
+    """Bytes read into ``view`` without waiting for the disk (RWF_NOWAIT); 0 where unsupported."""
+    flags = getattr(os, "RWF_NOWAIT", 0)
+    if not flags:
+        return 0
+    done = 0
+    try:
+        while done < len(view):
+            got = os.preadv(fd, [view[done:]], offset + done, flags)
+            if got == 0:
+                break
+            done += got
+    except OSError:  # EAGAIN: the rest is on disk; EOPNOTSUPP: not on this filesystem
+        pass
+    return done
 
 
 def _pread_into(fd: int, view: memoryview, offset: int) -> int:
