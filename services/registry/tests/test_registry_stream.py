@@ -1,4 +1,4 @@
-"""StreamModelFiles end to end: hand-encoded FileChunks, batched reads, the client's decoding."""
+"""StreamModelFiles end to end: hand-encoded FileChunks, reads into them, the client's decoding."""
 
 from __future__ import annotations
 
@@ -52,16 +52,15 @@ def test_encoded_chunk_is_what_protobuf_serialises(chunk: Chunk) -> None:
 
 
 @pytest.fixture
-async def address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
-    """A registry serving FILES, reading two 4 KiB chunks per batch (so batches roll over)."""
-    monkeypatch.setattr(core_files, "READ_BATCH_BYTES", 8192)
+async def address(tmp_path: Path) -> AsyncIterator[str]:
+    """A registry serving FILES."""
     settings = RegistrySettings(port=0, grpc_port=0, cache_dir=tmp_path / "cache")
     app: Any = create_app(settings, providers=OneProvider(ScriptedProvider(FILES)))
     async with serve_in_background(app):
         yield str(app.state.grpc_address)
 
 
-async def test_stream_across_read_batches(address: str) -> None:
+async def test_stream_carries_every_file_in_order_with_its_fields(address: str) -> None:
     async with grpc.aio.insecure_channel(address) as channel:
         stub = mx_model_grpc.ModelServiceStub(channel)
         request = mx_model.ModelDownloadRequest(model_name="org/m")
@@ -207,7 +206,7 @@ async def test_cached_pages_are_read_on_the_loop_and_the_rest_in_a_thread(
         hops.append(fn)
         return fn(*args)
 
-    monkeypatch.setattr(core_files.asyncio, "to_thread", counting_to_thread)
+    monkeypatch.setattr(asyncio, "to_thread", counting_to_thread)
     fd = os.open(path, os.O_RDONLY)
     try:
         buffer = bytearray(len(data))
@@ -227,3 +226,30 @@ async def test_cached_pages_are_read_on_the_loop_and_the_rest_in_a_thread(
         assert hops == [core_files._pread_into]
     finally:
         os.close(fd)
+
+
+async def test_a_file_cut_short_while_streaming_fails_the_stream(tmp_path: Path) -> None:
+    # Larger than every socket buffer on the way, so the server is still reading when the
+    # file is cut, whatever it has sent ahead.
+    big = os.urandom(64 << 20)
+    settings = RegistrySettings(port=0, grpc_port=0, cache_dir=tmp_path / "cache")
+    app: Any = create_app(settings, providers=OneProvider(ScriptedProvider({"w.bin": big})))
+
+    def consume(address: str) -> tuple[bytes, str]:
+        received = bytearray()
+        with MxClient(address) as client:
+            assert list(client.ensure("org/w", 0, None, False))[-1]["status"] == "DOWNLOADED"
+            cached = next((tmp_path / "cache").rglob("w.bin"))
+            try:
+                for chunk in client.stream("org/w", 0, None, chunk_size=1 << 18):
+                    received += chunk.data
+                    os.truncate(cached, (1 << 20) + 5)
+            except OperationFailedError as exc:
+                return bytes(received), str(exc)
+        raise AssertionError("the short file went unnoticed")
+
+    async with serve_in_background(app):
+        received, error = await asyncio.to_thread(consume, str(app.state.grpc_address))
+    assert error == "FAILED_PRECONDITION: w.bin changed size on disk while being served"
+    assert 0 < len(received) <= 1 << 20
+    assert received == big[: len(received)]

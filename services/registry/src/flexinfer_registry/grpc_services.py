@@ -33,7 +33,7 @@ from flexinfer_registry.core.records import (
 )
 from flexinfer_registry.core.service import RegistryCore
 from flexinfer_registry.core.sources import ListFilter, Publication
-from flexinfer_registry.wire import encode_file_chunk, passthrough
+from flexinfer_registry.wire import new_file_chunk, passthrough
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,9 @@ class ModelService(model_pb2_grpc.ModelServiceServicer):
     ) -> AsyncIterator[bytes]:
         """Stream the cached model's files in chunks (1 MiB unless asked otherwise).
 
-        Yields FileChunk messages already encoded (see :mod:`.wire`); the server registers
-        this method with a pass-through serializer (:func:`add_model_service`).
+        Yields FileChunk messages already encoded, each chunk read from its file straight
+        into its message (see :mod:`.wire`); the server registers this method with a
+        pass-through serializer (:func:`add_model_service`).
         """
         files = self._core.files
         try:
@@ -127,7 +128,10 @@ class ModelService(model_pb2_grpc.ModelServiceServicer):
                 raise NotFoundError(f"model {request.model_name[:200]!r} has no files to stream")
             size = self._core.chunk_size(request.chunk_size)
             async for chunk in files.stream(model, chosen, size):
-                yield encode_file_chunk(chunk)
+                message, data = new_file_chunk(chunk.header)
+                with data:
+                    await chunk.read_into(data)
+                yield message
         except FlexInferError as exc:
             await abort(context, exc)
 

@@ -1,10 +1,11 @@
-"""FileChunk encoded and decoded by hand: one copy of the file bytes at most.
+"""FileChunk encoded and decoded by hand: the data is copied once or not at all.
 
 Building a ``model_pb2.FileChunk`` and serialising it copies each chunk's data twice
 (into the message, then into the serialised bytes); StreamModelFiles is all data, so it
 encodes the message itself, producing exactly the bytes ``FileChunk.SerializeToString``
-would (fields in number order, proto3 defaults omitted), with the data joined straight
-from the read buffer.
+would (fields in number order, proto3 defaults omitted). :func:`new_file_chunk` goes one
+step further: it allocates the message with its data left to fill, so the file is read
+straight into the bytes that grpcio sends.
 
 Parsing one with protobuf copies the data twice too (into the message, then out of it
 on ``.data``), so the client decodes it here instead, with ``data`` a view of the received
@@ -15,9 +16,12 @@ an unexpected wire type treated as unknown) and rejects what it rejects.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from dataclasses import dataclass
+from typing import Any
 
-from flexinfer_registry.core.files import Chunk
+from flexinfer_registry.core.files import Chunk, ChunkHeader
 
 # Tags: (field number << 3) | wire type (0 varint, 2 length-delimited).
 _PATH, _DATA, _OFFSET, _TOTAL, _LAST_CHUNK, _LAST_FILE, _COMMIT = (
@@ -48,23 +52,57 @@ def _text(tag: bytes, value: str) -> bytes:
 
 def encode_file_chunk(chunk: Chunk) -> bytes:
     """The wire bytes of ``chunk`` as a model_express.model.FileChunk."""
-    head = _text(_PATH, chunk.relative_path) if chunk.relative_path else b""
-    size = len(chunk.data)
+    message, data = new_file_chunk(chunk.header())
+    with data:
+        data[:] = chunk.data
+    return message
+
+
+def new_file_chunk(header: ChunkHeader) -> tuple[bytes, memoryview]:
+    """A FileChunk message for ``header`` with its data field left to fill, and a writable
+    view of that field.
+
+    Fill the view, then release it, before the message is used or shared: the bytes object
+    is new and unshared until then, which is when the C API lets its contents be written
+    (``PyBytes_FromStringAndSize(NULL, n)``). The view must not outlive the message.
+    """
+    head = _text(_PATH, header.relative_path) if header.relative_path else b""
+    size = header.size
     if size:
         head += _DATA + varint(size)
     tail = b""
-    if chunk.offset:
-        tail += _OFFSET + varint(chunk.offset)
-    if chunk.total_size:
-        tail += _TOTAL + varint(chunk.total_size)
-    if chunk.is_last_chunk:
+    if header.offset:
+        tail += _OFFSET + varint(header.offset)
+    if header.total_size:
+        tail += _TOTAL + varint(header.total_size)
+    if header.is_last_chunk:
         tail += _LAST_CHUNK
-    if chunk.is_last_file:
+    if header.is_last_file:
         tail += _LAST_FILE
-    if chunk.commit_hash is not None:
-        tail += _text(_COMMIT, chunk.commit_hash)
-    # join copies the data once, straight from the (possibly reused) read buffer.
-    return b"".join((head, chunk.data, tail)) if size else head + tail
+    if header.commit_hash is not None:
+        tail += _text(_COMMIT, header.commit_hash)
+    if not size:
+        return head + tail, memoryview(bytearray())
+    new_bytes, address_of = _bytes_api()
+    # size > 0 makes the message at least 3 bytes: never one of CPython's shared 0/1-byte objects.
+    message = new_bytes(None, len(head) + size + len(tail))
+    start = address_of(message)
+    ctypes.memmove(start, head, len(head))
+    ctypes.memmove(start + len(head) + size, tail, len(tail))
+    data = (ctypes.c_char * size).from_address(start + len(head))
+    return message, memoryview(data).cast("B")
+
+
+@functools.cache
+def _bytes_api() -> tuple[Any, Any]:
+    """CPython's PyBytes_FromStringAndSize and PyBytes_AsString, bound once."""
+    new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+    new_bytes.argtypes = (ctypes.c_char_p, ctypes.c_ssize_t)
+    new_bytes.restype = ctypes.py_object
+    address_of = ctypes.pythonapi.PyBytes_AsString
+    address_of.argtypes = (ctypes.py_object,)
+    address_of.restype = ctypes.c_void_p
+    return new_bytes, address_of
 
 
 def passthrough(message: bytes) -> bytes:

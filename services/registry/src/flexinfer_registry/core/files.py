@@ -17,17 +17,23 @@ from flexinfer_registry.core.providers.files import is_weight_file
 from flexinfer_registry.core.records import ModelStatus
 from flexinfer_registry.core.store import ModelRegistryStore
 
-READ_BATCH_BYTES = 8 * 1024 * 1024
-"""Bytes read at once while streaming a file (a whole number of chunks)."""
+
+@dataclass(frozen=True, slots=True)
+class ChunkHeader:
+    """A FileChunk's fields but its data, of which it carries ``size`` bytes."""
+
+    relative_path: str
+    size: int
+    offset: int
+    total_size: int
+    is_last_chunk: bool
+    is_last_file: bool
+    commit_hash: str | None
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """One FileChunk.
-
-    ``data`` may be a view of a buffer that is refilled once the consumer asks for the next
-    chunk: encode or copy it before then.
-    """
+    """One FileChunk with its data in hand."""
 
     relative_path: str
     data: bytes | memoryview
@@ -36,6 +42,30 @@ class Chunk:
     is_last_chunk: bool
     is_last_file: bool
     commit_hash: str | None
+
+    def header(self) -> ChunkHeader:
+        """The fields, with the data's size."""
+        return ChunkHeader(self.relative_path, len(self.data), self.offset, self.total_size,
+                           self.is_last_chunk, self.is_last_file, self.commit_hash)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PendingChunk:
+    """A chunk whose data is still in its file: ``read_into`` fetches it.
+
+    The data is read straight into whatever buffer the caller sends from (the encoded
+    message), so serving a chunk copies it once in user space. Valid until the next chunk
+    is asked for: the file is closed after its last one.
+    """
+
+    header: ChunkHeader
+    fd: int
+
+    async def read_into(self, view: memoryview) -> None:
+        """Fill ``view`` (``header.size`` bytes) with the chunk's data."""
+        if await _read(self.fd, view, self.header.offset) != len(view):
+            path = self.header.relative_path
+            raise PermanentError(f"{path} changed size on disk while being served")
 
 
 class ModelFiles:
@@ -97,7 +127,7 @@ class ModelFiles:
 
     async def stream(
         self, model: CachedModel, files: list[CachedFile], chunk_size: int
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncIterator[PendingChunk]:
         """Chunks of every file in order; the first carries the snapshot commit hash."""
         if chunk_size <= 0:
             raise InvalidSpecError("chunk_size must be positive", field="chunk_size")
@@ -105,50 +135,26 @@ class ModelFiles:
         with self.in_use.using(model.key):
             for index, item in enumerate(files):
                 last_file = index == len(files) - 1
-                async for chunk in self._file_chunks(model, item, chunk_size, last_file, commit):
-                    commit = None
-                    self.metrics.bytes_streamed.inc(len(chunk.data))
-                    yield chunk
-
-    async def _file_chunks(
-        self,
-        model: CachedModel,
-        item: CachedFile,
-        chunk_size: int,
-        last_file: bool,
-        commit: str | None,
-    ) -> AsyncIterator[Chunk]:
-        path = model.path_of(item.path)
-        fd = await asyncio.to_thread(os.open, path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        try:
-            if item.size == 0:
-                yield Chunk(item.path, b"", 0, 0, True, last_file, commit)
-                return
-            # One reusable buffer, refilled per batch of chunks (see _read).
-            batch = chunk_size * max(1, READ_BATCH_BYTES // chunk_size)
-            buffer = bytearray(min(batch, item.size))
-            view = memoryview(buffer)
-            offset = 0
-            while offset < item.size:
-                want = min(len(buffer), item.size - offset)
-                got = await _read(fd, view[:want], offset)
-                if got != want:
-                    raise PermanentError(f"{item.path} changed size on disk while being served")
-                for start in range(0, want, chunk_size):
-                    data = view[start : min(start + chunk_size, want)]
-                    at = offset + start
-                    end = at + len(data) >= item.size
-                    yield Chunk(item.path, data, at, item.size, end, end and last_file, commit)
-                    commit = None
-                offset += want
-        finally:
-            os.close(fd)
+                path = model.path_of(item.path)
+                flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+                fd = await asyncio.to_thread(os.open, path, flags)
+                try:
+                    for offset in range(0, max(item.size, 1), chunk_size):
+                        size = min(chunk_size, item.size - offset)
+                        end = offset + size >= item.size
+                        header = ChunkHeader(item.path, size, offset, item.size, end,
+                                             end and last_file, commit)  # fmt: skip
+                        commit = None
+                        self.metrics.bytes_streamed.inc(size)
+                        yield PendingChunk(header, fd)
+                finally:
+                    os.close(fd)
 
 
 async def _read(fd: int, view: memoryview, offset: int) -> int:
     """Fill ``view`` from ``fd`` at ``offset``: what the page cache holds is read on the
     event loop (a memory copy, ~70 µs per MiB), the rest in a worker thread, so a disk read
-    never blocks the loop. A thread hop per batch cost a fifth of the stream's throughput
+    never blocks the loop. A thread hop per read cost a fifth of the stream's throughput
     when the file was cached, as served models usually are."""
     got = _pread_cached(fd, view, offset)
     if got < len(view):
