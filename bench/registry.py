@@ -6,7 +6,7 @@
 2. StreamModelFiles of one large file at 1/4/16 MiB chunks, consumed as clients consume it
    (each chunk's data written to a file in a temp dir), by two clients: modelexpress's own
    (its stubs and channel options, the ModelCacheClient loop) and ours (``flexinfer mx``'s
-   MxClient: its channel options, chunks decoded with the data left in place), each in a
+   MxClient: its own HTTP/2 receive path, chunks decoded in place), each in a
    process of its own (modelexpress imports torch; ours does not). Ratios against three
    local baselines: "local copy" = the same file read in the same chunk size into Python
    bytes and written to a file in a temp dir (what a client does with the stream, minus the
@@ -228,20 +228,33 @@ def disk_rate(path: Path, chunk: int) -> float | None:
 
 
 def streaming(pools: dict[str, Any], address: str, cached: Path, tmp: Path, runs: int) -> None:
-    """Best of ``runs`` per chunk size and client, against the local baselines."""
+    """``runs`` interleaved rounds per chunk size: each round measures every baseline and
+    client once, back to back, so a change in the machine's load hits them alike; ratios
+    are taken within a round, and the medians (with their range) are printed."""
     for chunk in (1 << 20, 4 << 20, 16 << 20):
-        copy = max(local_rate(cached, chunk, tmp / "copy") for _ in range(runs))
-        read = max(local_rate(cached, chunk, None) for _ in range(runs))
-        disk = max((disk_rate(cached, chunk) or 0.0) for _ in range(runs))
-        print(f"chunk {chunk >> 20} MiB: local copy {copy:.0f} MB/s, page cache read "
-              f"{read:.0f} MB/s, disk read {disk:.0f} MB/s")  # fmt: skip
-        for client, pool in pools.items():
-            args = (address, "bench/big", chunk, client, str(tmp / "streamed"))
-            rate = max(pool.apply(stream_rate, args) for _ in range(runs))
-            against_disk = f", {rate / disk:.2f}x disk read" if disk else ""
-            print(f"  StreamModelFiles ({client} client): {rate:.0f} MB/s = "
-                  f"{rate / copy:.2f}x local copy, {rate / read:.2f}x page cache read"
-                  f"{against_disk}")  # fmt: skip
+        rounds: list[dict[str, float]] = []
+        for _ in range(runs):
+            cells = {
+                "copy": local_rate(cached, chunk, tmp / "copy"),
+                "read": local_rate(cached, chunk, None),
+                "disk": disk_rate(cached, chunk) or 0.0,
+            }
+            for client, pool in pools.items():
+                args = (address, "bench/big", chunk, client, str(tmp / "streamed"))
+                cells[client] = pool.apply(stream_rate, args)
+            rounds.append(cells)
+        median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+        print(f"chunk {chunk >> 20} MiB, {runs} rounds (medians): local copy "
+              f"{median['copy']:.0f} MB/s, page cache read {median['read']:.0f} MB/s, "
+              f"disk read {median['disk']:.0f} MB/s")  # fmt: skip
+        for client in pools:
+            ratios = sorted(r[client] / r["copy"] for r in rounds)
+            read = statistics.median(r[client] / r["read"] for r in rounds)
+            disk = [r[client] / r["disk"] for r in rounds if r["disk"]]
+            against_disk = f", {statistics.median(disk):.2f}x disk read" if disk else ""
+            print(f"  StreamModelFiles ({client} client): {median[client]:.0f} MB/s = "
+                  f"{statistics.median(ratios):.2f}x local copy (rounds {ratios[0]:.2f}-"
+                  f"{ratios[-1]:.2f}), {read:.2f}x page cache read{against_disk}")  # fmt: skip
 
 
 def main() -> None:
@@ -249,7 +262,7 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=256, help="size of the streamed file")
     parser.add_argument("--calls", type=int, default=1000, help="cached-latency samples")
     parser.add_argument("--callers", type=int, default=100, help="concurrent claimers")
-    parser.add_argument("--runs", type=int, default=3, help="streaming runs (best is kept)")
+    parser.add_argument("--runs", type=int, default=5, help="interleaved streaming rounds")
     args = parser.parse_args()
     keep_large_buffers()  # this process hosts the registry, whose main() does the same
     with tempfile.TemporaryDirectory() as tmp:
@@ -272,6 +285,9 @@ def main() -> None:
                   f"({len(samples)} calls)")  # fmt: skip
             asyncio.run(concurrent_claim(address, "bench/big", 1))
             cached = next((root / "cache").rglob("model.safetensors"))
+            # Write the generated and cached copies back now: the kernel would otherwise do
+            # it ~30 s later, in the middle of a round, and slow whichever cell it hits.
+            os.sync()
             pools = {"modelexpress": pool, "ours": spawn.Pool(1)}
             streaming(pools, address, cached, root, args.runs)
             for each in pools.values():
