@@ -204,6 +204,20 @@ def test_trailers_only_error_carries_code_and_decoded_message(
     assert (caught.value.code, caught.value.details) == (code, details)
 
 
+def test_trailers_only_split_over_continuation_still_ends_the_stream() -> None:
+    def script(peer: Peer) -> None:
+        peer.accept_request()
+        fields = [*OK_HEADERS, ("grpc-status", "7"), ("grpc-message", "no")]
+        block = peer.encoder.encode(fields)
+        peer.send(HEADERS, END_STREAM | PADDED, 1, b"\x02" + block[:3] + b"\x00\x00")
+        peer.send(CONTINUATION, 0, 1, block[3:5])
+        peer.send(CONTINUATION, END_HEADERS, 1, block[5:])
+
+    with scripted(script) as (address, _), pytest.raises(CallError) as caught:
+        call(address)
+    assert (caught.value.code, caught.value.details) == (grpc.StatusCode.PERMISSION_DENIED, "no")
+
+
 def test_an_error_after_messages_keeps_the_messages_already_received() -> None:
     received: list[bytes] = []
 

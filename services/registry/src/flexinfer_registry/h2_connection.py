@@ -241,6 +241,8 @@ class H2Connection:
         return Data(length, bool(flags & END_STREAM))
 
     def _headers(self, length: int, flags: int, stream: int) -> Event | None:
+        if length > MAX_HEADER_BLOCK:
+            raise CallError(grpc.StatusCode.INTERNAL, f"a header block of {length} bytes")
         block = bytearray(self._take(length))
         if flags & PADDED:
             pad = block[0] if block else 256
@@ -249,6 +251,7 @@ class H2Connection:
             block = block[1 : len(block) - pad]
         if flags & PRIORITY_FLAG:
             block = block[5:]
+        end_stream = bool(flags & END_STREAM)  # set on HEADERS only, never on CONTINUATION
         while not flags & END_HEADERS:
             header = self._take(9)
             more, flags = int.from_bytes(header[:3]), header[4]
@@ -261,7 +264,7 @@ class H2Connection:
             raise CallError(grpc.StatusCode.INTERNAL, f"bad header block: {exc}") from exc
         if stream != STREAM:
             return None
-        return Headers([(str(k), str(v)) for k, v in fields], bool(flags & END_STREAM))
+        return Headers([(str(k), str(v)) for k, v in fields], end_stream)
 
     def _settings(self, payload: bytes) -> None:
         for at in range(0, len(payload) - len(payload) % 6, 6):
