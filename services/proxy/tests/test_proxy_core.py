@@ -13,6 +13,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.bus.topics import DemandEvent, EndpointInfo, EndpointsEvent
 from flexinfer_common.settings import StoreSettings
@@ -228,7 +229,8 @@ async def test_sync_consumers_stop_when_the_bus_closes() -> None:
     core = ProxyCore(ProxySettings(), bus=bus, store=store, registry=CollectorRegistry())
     sync = ProxySync(core)
     await sync.start()
-    consumers = {"proxy-ep", "proxy-models", "proxy-adapters", "proxy-progress"}
+    names = (topics.ENDPOINTS, topics.MODELS, topics.ADAPTERS, topics.PROGRESS)
+    consumers = {f"proxy-consume-{name}" for name in names}
     tasks = [t for t in asyncio.all_tasks() if t.get_name() in consumers]
     assert len(tasks) == len(consumers)
     await bus.close()

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 
 import httpx
 import pydantic
 
-from flexinfer_common.bus import Consumer, Message, topics
+from flexinfer_common.bus import BatchHandler, Consumer, Message, consume, topics
 from flexinfer_common.bus.topics import (
     AdapterChangedEvent,
     EndpointsEvent,
@@ -48,12 +47,12 @@ class ProxySync:
             log.warning("initial store read failed (retrying in the background): %s", exc)
         period = min(1.0, core.settings.activity_interval_s)
         self._tasks = [
-            asyncio.create_task(self._consume(endpoints, self._on_endpoints), name="proxy-ep"),
-            asyncio.create_task(self._consume(models, self._on_models), name="proxy-models"),
-            asyncio.create_task(self._consume(adapters, self._on_adapters), name="proxy-adapters"),
+            self._consumer_task(endpoints, topics.ENDPOINTS, self._on_endpoints),
+            self._consumer_task(models, topics.MODELS, self._on_models),
+            self._consumer_task(adapters, topics.ADAPTERS, self._on_adapters),
             asyncio.create_task(self._resync_loop(), name="proxy-resync"),
             asyncio.create_task(core.activity.run(period), name="proxy-activity"),
-            asyncio.create_task(self._consume(progress, self._on_progress), name="proxy-progress"),
+            self._consumer_task(progress, topics.PROGRESS, self._on_progress),
             asyncio.create_task(self._cleanup_loop(), name="proxy-queue-cleanup"),
             asyncio.create_task(self._health_loop(), name="proxy-health"),
         ]
@@ -67,20 +66,11 @@ class ProxySync:
                 await task
         self._tasks = []
 
-    async def _consume(
-        self, consumer: Consumer, handle: Callable[[list[Message]], Awaitable[None]]
-    ) -> None:
-        while True:
-            try:
-                messages = await consumer.fetch(max_count=100, timeout_s=1.0)
-                if not messages and self.core.bus.closed:
-                    return  # a closed bus answers at once: looping on would never yield
-                if messages:
-                    await handle(messages)
-                    await consumer.ack(*(m.id for m in messages))
-            except FlexInferError as exc:
-                log.warning("bus consumer failed (retrying): %s", exc)
-                await asyncio.sleep(_BUS_RETRY_S)
+    def _consumer_task(
+        self, consumer: Consumer, topic: str, handle: BatchHandler
+    ) -> asyncio.Task[None]:
+        loop = consume(self.core.bus, consumer, handle, topic=topic, retry_s=_BUS_RETRY_S)
+        return asyncio.create_task(loop, name=f"proxy-consume-{topic}")
 
     async def _on_endpoints(self, messages: list[Message]) -> None:
         for message in messages:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, ValidationError
 
-from flexinfer_common.bus import Consumer, EventBus, Message
+from flexinfer_common.bus import Consumer, EventBus, Message, consume
 from flexinfer_common.errors import BusError
 
 log = logging.getLogger(__name__)
@@ -33,6 +32,7 @@ class EventLoop:
         name: str,
         reclaim_idle_s: float,
     ) -> None:
+        self._bus = bus
         self._topic = topic
         self._event_type = event_type
         self._handler = handler
@@ -47,26 +47,19 @@ class EventLoop:
         except BusError as exc:
             log.warning("reclaim on %s failed: %s", self._topic, exc)
             return
-        if messages:
-            log.info("reclaimed %d stale %s events", len(messages), self._topic)
-            await self._handle(messages)
+        if not messages:
+            return
+        log.info("reclaimed %d stale %s events", len(messages), self._topic)
+        await self._handle(messages)
+        try:
+            await self._consumer.ack(*(m.id for m in messages))
+        except BusError as exc:
+            log.warning("ack on %s failed (events will be redelivered): %s", self._topic, exc)
 
     async def run(self) -> None:
-        """Fetch and handle until cancelled."""
+        """Reclaim, then fetch and handle until cancelled or the bus closes."""
         await self.reclaim()
-        while True:
-            began = asyncio.get_running_loop().time()
-            try:
-                messages = await self._consumer.fetch(max_count=100, timeout_s=1.0)
-            except BusError as exc:
-                log.warning("fetch from %s failed: %s; retrying", self._topic, exc)
-                await asyncio.sleep(1.0)
-                continue
-            if messages:
-                await self._handle(messages)
-            elif asyncio.get_running_loop().time() - began < 0.01:
-                # A closed bus answers at once: don't spin while the app shuts down.
-                await asyncio.sleep(0.1)
+        await consume(self._bus, self._consumer, self._handle, topic=self._topic)
 
     async def _handle(self, messages: list[Message]) -> None:
         events: list[BaseModel] = []
@@ -78,7 +71,3 @@ class EventLoop:
                 log.warning("dropping malformed %s event %s: %s", self._topic, message.id, exc)
         if events:
             await self._handler(events)
-        try:
-            await self._consumer.ack(*(m.id for m in messages))
-        except BusError as exc:
-            log.warning("ack on %s failed (events will be redelivered): %s", self._topic, exc)
