@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from flexinfer_registry.core.cache import ModelCache
+from flexinfer_registry.core.context import CacheContext
 from flexinfer_registry.core.downloads import (
     DownloadRequest,
     DownloadTracker,
@@ -65,9 +66,8 @@ async def store() -> AsyncIterator[ModelRegistryStore]:
 def tracker(
     store: ModelRegistryStore, cache: Path, provider: ScriptedProvider, clock: Clock | None = None
 ) -> DownloadTracker:
-    return DownloadTracker(
-        store, ModelCache(cache), OneProvider(provider), timing=FAST, clock=clock or time.time
-    )
+    context = CacheContext(store, ModelCache(cache), clock=clock or time.time)
+    return DownloadTracker(context, OneProvider(provider), timing=FAST)
 
 
 async def run(t: DownloadTracker, name: str = "org/m", **kw: object) -> list[StatusUpdate]:

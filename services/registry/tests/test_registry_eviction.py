@@ -16,6 +16,7 @@ import modelexpress.p2p_pb2_grpc as mx_p2p_grpc
 from flexinfer_common.serving import serve_in_background
 from flexinfer_registry.app import create_app
 from flexinfer_registry.core.cache import ModelCache
+from flexinfer_registry.core.context import CacheContext
 from flexinfer_registry.core.downloads import DownloadRequest, DownloadTracker, TrackerTiming
 from flexinfer_registry.core.eviction import EvictionPolicy, ModelRemover
 from flexinfer_registry.core.inuse import InUse
@@ -38,19 +39,14 @@ class Clock:
 
 async def test_lru_eviction(tmp_path: Path) -> None:
     clock, store, in_use = Clock(), MemoryModelStore(), InUse()
-    cache = ModelCache(tmp_path)
+    context = CacheContext(store, ModelCache(tmp_path), in_use, RegistryMetrics(), clock)
     tracker = DownloadTracker(
-        store,
-        cache,
-        OneProvider(ScriptedProvider({"a": b"a"})),
-        timing=TrackerTiming(poll_s=0.01),
-        in_use=in_use,
-        clock=clock,
+        context, OneProvider(ScriptedProvider({"a": b"a"})), timing=TrackerTiming(poll_s=0.01)
     )
     for name in ("m1", "m2", "m3", "m4"):
         _ = [u async for u in tracker.ensure(DownloadRequest(name))]
         clock.now += DAY
-    remover = ModelRemover(store, cache, in_use=in_use, metrics=RegistryMetrics(), clock=clock)
+    remover = ModelRemover(context)
     clock.now += 4 * DAY  # m1 is 8 days unused, m2 7 days, m3 6, m4 5
     with in_use.using("m1"):
         assert await remover.evict_once(EvictionPolicy(unused_threshold_s=7 * DAY - 1)) == ["m2"]
@@ -58,8 +54,8 @@ async def test_lru_eviction(tmp_path: Path) -> None:
     await store.set_status("m5", 0, ModelStatus.DOWNLOADING, None, now=0)  # type: ignore[arg-type]
     assert await remover.evict_once(EvictionPolicy(max_models=1)) == ["m3"]
     assert {r.name for r in await store.list_by_last_used()} == {"m4", "m5"}
-    assert cache.load("m3") is None
-    assert cache.load("m4") is not None
+    assert context.cache.load("m3") is None
+    assert context.cache.load("m4") is not None
 
 
 async def test_rest_admin_api(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from flexinfer_common.serving import serve_in_background
 from flexinfer_registry.app import create_app
 from flexinfer_registry.core.cache import ModelCache
+from flexinfer_registry.core.context import CacheContext
 from flexinfer_registry.core.downloads import (
     AfterDownload,
     DownloadRequest,
@@ -127,14 +128,8 @@ class Cache:
         self.registry = CollectorRegistry()
         self.metrics = RegistryMetrics(self.registry)
         self.models = SizedModels(sizes)
-        self.remover = ModelRemover(
-            store,
-            self.cache,
-            in_use=self.in_use,
-            metrics=self.metrics,
-            clock=self.clock,
-            free_space=disk or free_bytes,
-        )
+        context = CacheContext(store, self.cache, self.in_use, self.metrics, self.clock)
+        self.remover = ModelRemover(context, free_space=disk or free_bytes)
         make_room: RoomCheck | None = None
         if room is not None:
             make_room = partial(self.remover.make_room, room)
@@ -142,13 +137,9 @@ class Cache:
         if settle is not None:
             after_download = partial(self.remover.enforce_size, settle)
         self.tracker = DownloadTracker(
-            store,
-            self.cache,
+            context,
             self.models,
             timing=TrackerTiming(poll_s=0.01),
-            in_use=self.in_use,
-            metrics=self.metrics,
-            clock=self.clock,
             make_room=make_room,
             after_download=after_download,
         )

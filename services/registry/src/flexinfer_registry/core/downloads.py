@@ -14,19 +14,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from flexinfer_common.errors import FlexInferError
-from flexinfer_registry.core.cache import CachedModel, ModelCache
-from flexinfer_registry.core.inuse import InUse
-from flexinfer_registry.core.metrics import RegistryMetrics
+from flexinfer_registry.core.cache import CachedModel
+from flexinfer_registry.core.context import CacheContext
 from flexinfer_registry.core.paths import cache_key
 from flexinfer_registry.core.providers.base import ModelProvider
 from flexinfer_registry.core.records import ModelRecord, ModelStatus, Provider
-from flexinfer_registry.core.store import ModelRegistryStore
 
 log = logging.getLogger(__name__)
 
@@ -127,24 +124,17 @@ class DownloadTracker:
 
     def __init__(
         self,
-        store: ModelRegistryStore,
-        cache: ModelCache,
+        context: CacheContext,
         providers: ProviderResolver,
         *,
         timing: TrackerTiming | None = None,
-        in_use: InUse | None = None,
-        metrics: RegistryMetrics | None = None,
-        clock: Callable[[], float] = time.time,
         make_room: RoomCheck | None = None,
         after_download: AfterDownload | None = None,
     ) -> None:
-        self.store = store
-        self.cache = cache
+        self.store, self.cache = context.store, context.cache
+        self.in_use, self.metrics, self.clock = context.in_use, context.metrics, context.clock
         self.providers = providers
         self.timing = timing or TrackerTiming()
-        self.in_use = in_use or InUse()
-        self.metrics = metrics or RegistryMetrics()
-        self.clock = clock
         self.make_room = make_room
         self.after_download = after_download
         self._flights: dict[str, _Flight] = {}

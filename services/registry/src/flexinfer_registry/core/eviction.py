@@ -23,18 +23,14 @@ import asyncio
 import logging
 import math
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from flexinfer_common.errors import ConflictError, NotFoundError
-from flexinfer_registry.core.cache import ModelCache
-from flexinfer_registry.core.inuse import InUse
-from flexinfer_registry.core.metrics import RegistryMetrics
+from flexinfer_registry.core.context import CacheContext
 from flexinfer_registry.core.paths import check_model_name
 from flexinfer_registry.core.records import ModelRecord, ModelStatus
-from flexinfer_registry.core.store import ModelRegistryStore
 
 log = logging.getLogger(__name__)
 
@@ -146,21 +142,9 @@ def belongs_to(key: str, name: str) -> bool:
 class ModelRemover:
     """Deletes and evicts cached models."""
 
-    def __init__(
-        self,
-        store: ModelRegistryStore,
-        cache: ModelCache,
-        *,
-        in_use: InUse,
-        metrics: RegistryMetrics,
-        clock: Callable[[], float] = time.time,
-        free_space: FreeSpace = free_bytes,
-    ) -> None:
-        self.store = store
-        self.cache = cache
-        self.in_use = in_use
-        self.metrics = metrics
-        self.clock = clock
+    def __init__(self, context: CacheContext, *, free_space: FreeSpace = free_bytes) -> None:
+        self.store, self.cache = context.store, context.cache
+        self.in_use, self.metrics, self.clock = context.in_use, context.metrics, context.clock
         self.free_space = free_space
         # Passes run one at a time: two would judge the same models and double-count them.
         self._pass_lock = asyncio.Lock()

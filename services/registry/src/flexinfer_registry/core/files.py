@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from flexinfer_common.errors import InvalidSpecError, NotFoundError, PermanentError
-from flexinfer_registry.core.cache import CachedFile, CachedModel, ModelCache
-from flexinfer_registry.core.inuse import InUse
-from flexinfer_registry.core.metrics import RegistryMetrics
+from flexinfer_registry.core.cache import CachedFile, CachedModel
+from flexinfer_registry.core.context import CacheContext
 from flexinfer_registry.core.paths import cache_key, check_relative_path
 from flexinfer_registry.core.providers.files import is_weight_file
 from flexinfer_registry.core.records import ModelStatus
-from flexinfer_registry.core.store import ModelRegistryStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,20 +68,9 @@ class PendingChunk:
 class ModelFiles:
     """Finds cached models and streams their files."""
 
-    def __init__(
-        self,
-        store: ModelRegistryStore,
-        cache: ModelCache,
-        *,
-        in_use: InUse,
-        metrics: RegistryMetrics,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.store = store
-        self.cache = cache
-        self.in_use = in_use
-        self.metrics = metrics
-        self.clock = clock
+    def __init__(self, context: CacheContext) -> None:
+        self.store, self.cache = context.store, context.cache
+        self.in_use, self.metrics, self.clock = context.in_use, context.metrics, context.clock
 
     async def find(self, name: str, revision: str | None, ignore_weights: bool) -> CachedModel:
         """The cached model a request names; NotFoundError when it is not downloaded.

@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from flexinfer_registry.core.cache import ModelCache
+from flexinfer_registry.core.context import CacheContext
 from flexinfer_registry.core.downloads import DownloadTracker, ProviderResolver, TrackerTiming
 from flexinfer_registry.core.eviction import EvictionPolicy, ModelRemover
 from flexinfer_registry.core.files import ModelFiles
@@ -72,16 +73,12 @@ def build_core(
     """Wire the core's parts around one store pair, cache folder and provider registry."""
     metrics = metrics or RegistryMetrics()
     cache = ModelCache(config.cache_dir)
-    in_use = InUse()
-    remover = ModelRemover(stores.models, cache, in_use=in_use, metrics=metrics, clock=clock)
+    context = CacheContext(stores.models, cache, InUse(), metrics, clock)
+    remover = ModelRemover(context)
     tracker = DownloadTracker(
-        stores.models,
-        cache,
+        context,
         providers,
         timing=config.timing,
-        in_use=in_use,
-        metrics=metrics,
-        clock=clock,
         make_room=(
             partial(remover.make_room, config.eviction) if config.evict_on_download else None
         ),
@@ -94,7 +91,7 @@ def build_core(
         stores=stores,
         cache=cache,
         tracker=tracker,
-        files=ModelFiles(stores.models, cache, in_use=in_use, metrics=metrics, clock=clock),
+        files=ModelFiles(context),
         remover=remover,
         sources=SourceRegistry(
             stores.sources,
