@@ -99,3 +99,34 @@ async def test_server_download_error_exits_1(server: str) -> None:
     assert result.code == 1
     assert "org/missing" in result.err
     assert result.err.count("\n") == 1
+
+
+async def test_a_registry_with_a_token_needs_it_on_every_command(
+    hub: ProviderFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = RegistrySettings(
+        port=0,
+        grpc_port=0,
+        cache_dir=tmp_path / "cache",
+        auth_token="s3cret",  # type: ignore[arg-type]
+    )
+    providers = ProviderRegistry(ProviderConfig(env=hub.env(), timeout_s=5.0))
+    app = create_app(settings, providers=providers)
+    async with serve_in_background(app):
+        server = str(app.state.grpc_address)
+        denied = await acli("--server", server, "ping")
+        assert (denied.code, denied.err.split(":")[1].strip()) == (1, "UNAUTHENTICATED")
+        wrong = await acli("--server", server, "--token", "nope", "model", "list-files", "x")
+        assert wrong.code == 1
+        assert "UNAUTHENTICATED" in wrong.err
+        download = ("model", "download", "org/model", "--strategy", "ServerOnly")
+        flagged = await acli("--server", server, "--token", "s3cret", *download)
+        assert flagged.code == 0, flagged.err
+        monkeypatch.setenv("FLEXINFER_REGISTRY_AUTH_TOKEN", "s3cret")
+        for argv in (
+            ("ping",),
+            ("model", "list-files", "org/model"),
+            ("model", "validate", "org/model"),
+        ):
+            result = await acli("--server", server, *argv)
+            assert result.code == 0, (argv, result.err)

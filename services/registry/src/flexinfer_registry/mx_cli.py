@@ -15,6 +15,7 @@ errors always go to stderr as one line.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,8 @@ from flexinfer_registry.mx_direct import cache_dir, download_direct
 from flexinfer_registry.mx_output import Output
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+TOKEN_ENV = "FLEXINFER_REGISTRY_AUTH_TOKEN"
+"""The registry's own setting: where server and CLI share the secret, one variable serves both."""
 STRATEGIES = ("SmartFallback", "ServerOnly", "DirectOnly")
 
 
@@ -59,6 +62,12 @@ def build_parser(prog: str = "flexinfer mx") -> argparse.ArgumentParser:
         help="output format",
     )
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per unary call")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV) or None,
+        help=f"bearer token for a registry started with one ({TOKEN_ENV}; the variable keeps "
+        "it out of the process list)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser("health", help="check the server's health")
     commands.add_parser("ping", help="ping the server")
@@ -199,7 +208,8 @@ def run(argv: list[str] | None, out: Output) -> int:
     out.mode = args.output
     handler = HANDLERS[args.action if args.command == "model" else args.command]
     try:
-        with MxClient(server_address(args.server), timeout_s=args.timeout) as client:
+        address = server_address(args.server)
+        with MxClient(address, timeout_s=args.timeout, token=args.token) as client:
             return handler(args, client, out)
     except ServerUnreachableError as exc:
         out.error(str(exc))

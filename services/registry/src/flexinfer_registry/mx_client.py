@@ -55,13 +55,19 @@ CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
 
 @dataclass
 class MxClient:
-    """One channel to the registry; every call has a deadline."""
+    """One channel to the registry; every call has a deadline.
+
+    ``token``: sent as ``authorization: Bearer <token>`` on every call, for a registry
+    started with an auth token.
+    """
 
     address: str
     timeout_s: float = 10.0
     download_timeout_s: float = 3600.0
+    token: str | None = None
 
     def __post_init__(self) -> None:
+        self._metadata = (("authorization", f"Bearer {self.token}"),) if self.token else ()
         self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         self._model = model_pb2_grpc.ModelServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
@@ -85,7 +91,9 @@ class MxClient:
         """HealthService.GetHealth."""
         stub = health_pb2_grpc.HealthServiceStub(self._channel)  # type: ignore[no-untyped-call]
         reply = self._call(
-            lambda: stub.GetHealth(health_pb2.HealthRequest(), timeout=self.timeout_s)
+            lambda: stub.GetHealth(
+                health_pb2.HealthRequest(), timeout=self.timeout_s, metadata=self._metadata
+            )
         )
         return {"version": reply.version, "status": reply.status, "uptime": int(reply.uptime)}
 
@@ -93,7 +101,9 @@ class MxClient:
         """ApiService.SendRequest(action="ping"); the reply data ("pong")."""
         stub = api_pb2_grpc.ApiServiceStub(self._channel)  # type: ignore[no-untyped-call]
         request = api_pb2.ApiRequest(id="flexinfer-mx", action="ping")
-        reply = self._call(lambda: stub.SendRequest(request, timeout=self.timeout_s))
+        reply = self._call(
+            lambda: stub.SendRequest(request, timeout=self.timeout_s, metadata=self._metadata)
+        )
         if not reply.success:
             raise OperationFailedError(reply.error or "ping failed")
         return bytes(reply.data).decode(errors="replace")
@@ -111,7 +121,7 @@ class MxClient:
             request.revision = revision
         try:
             for update in self._model.EnsureModelDownloaded(
-                request, timeout=self.download_timeout_s
+                request, timeout=self.download_timeout_s, metadata=self._metadata
             ):
                 yield _update(update)
         except grpc.RpcError as exc:
@@ -122,14 +132,22 @@ class MxClient:
         request = model_pb2.ModelFilesRequest(model_name=name, provider=_enum(provider))
         if revision:
             request.revision = revision
-        reply = self._call(lambda: self._model.ListModelFiles(request, timeout=self.timeout_s))
+        reply = self._call(
+            lambda: self._model.ListModelFiles(
+                request, timeout=self.timeout_s, metadata=self._metadata
+            )
+        )
         files = [{"path": f.relative_path, "size": int(f.size)} for f in reply.files]
         return {"model_name": reply.model_name, "files": files, "total_size": int(reply.total_size)}
 
     def delete(self, name: str, provider: int) -> dict[str, Any]:
         """DeleteModel."""
         request = model_pb2.DeleteModelRequest(model_name=name, provider=_enum(provider))
-        reply = self._call(lambda: self._model.DeleteModel(request, timeout=self.timeout_s))
+        reply = self._call(
+            lambda: self._model.DeleteModel(
+                request, timeout=self.timeout_s, metadata=self._metadata
+            )
+        )
         return {"success": bool(reply.success), "message": reply.message}
 
     def stream(
@@ -153,6 +171,7 @@ class MxClient:
             request.SerializeToString(),
             timeout_s=self.download_timeout_s,
             max_message_bytes=MAX_MESSAGE_BYTES,
+            metadata=self._metadata,
         )
         try:
             for message in messages:
