@@ -29,6 +29,7 @@ import asyncio
 import mmap
 import multiprocessing
 import os
+import socket
 import statistics
 import tempfile
 import threading
@@ -187,6 +188,48 @@ def _ours_rate(address: str, name: str, chunk: int, dest: str) -> float:
     return rate
 
 
+@contextmanager
+def sendfile_server(path: Path) -> Iterator[int]:
+    """A loopback listener that sends ``path`` to each connection with ``os.sendfile``: the
+    cheapest sender there is, for the plain-TCP ceiling. Yields its port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed: the bench is over
+                return
+            with conn, path.open("rb") as source:
+                size, offset = os.fstat(source.fileno()).st_size, 0
+                while offset < size:
+                    offset += os.sendfile(conn.fileno(), source.fileno(), offset, size - offset)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+        thread.join(5)
+
+
+def raw_tcp_rate(port: int, chunk: int, dest: str) -> float:
+    """MB/s receiving the file over plain TCP into one reused ``chunk``-byte buffer, each
+    block written to ``dest``: a stream with no protocol at all."""
+    keep_large_buffers()
+    view = memoryview(bytearray(chunk))
+    total = 0
+    with socket.create_connection(("127.0.0.1", port)) as sock, open(dest, "wb") as sink:
+        started = time.perf_counter()
+        while received := sock.recv_into(view):
+            sink.write(view[:received])
+            total += received
+        rate = total / (time.perf_counter() - started) / 1e6
+    os.unlink(dest)
+    return rate
+
+
 def local_rate(path: Path, chunk: int, dest: Path | None) -> float:
     """MB/s reading ``path`` in ``chunk``-byte blocks, writing them to ``dest`` if given."""
     started = time.perf_counter()
@@ -227,10 +270,14 @@ def disk_rate(path: Path, chunk: int) -> float | None:
     return total / (time.perf_counter() - started) / 1e6
 
 
-def streaming(pools: dict[str, Any], address: str, cached: Path, tmp: Path, runs: int) -> None:
+def streaming(
+    pools: dict[str, Any], address: str, cached: Path, tmp: Path, runs: int, tcp_port: int
+) -> None:
     """``runs`` interleaved rounds per chunk size: each round measures every baseline and
     client once, back to back, so a change in the machine's load hits them alike; ratios
-    are taken within a round, and the medians (with their range) are printed."""
+    are taken within a round, and the medians (with their range) are printed. "plain TCP"
+    (sendfile -> recv_into -> write, in the same processes) is what any network path can
+    reach here: sender and receiver share the two cores the local copy has alone."""
     for chunk in (1 << 20, 4 << 20, 16 << 20):
         rounds: list[dict[str, float]] = []
         for _ in range(runs):
@@ -242,19 +289,25 @@ def streaming(pools: dict[str, Any], address: str, cached: Path, tmp: Path, runs
             for client, pool in pools.items():
                 args = (address, "bench/big", chunk, client, str(tmp / "streamed"))
                 cells[client] = pool.apply(stream_rate, args)
+            cells["plain TCP"] = pools["ours"].apply(
+                raw_tcp_rate, (tcp_port, chunk, str(tmp / "raw"))
+            )
             rounds.append(cells)
         median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
         print(f"chunk {chunk >> 20} MiB, {runs} rounds (medians): local copy "
               f"{median['copy']:.0f} MB/s, page cache read {median['read']:.0f} MB/s, "
               f"disk read {median['disk']:.0f} MB/s")  # fmt: skip
-        for client in pools:
+        for client in [*pools, "plain TCP"]:
             ratios = sorted(r[client] / r["copy"] for r in rounds)
             read = statistics.median(r[client] / r["read"] for r in rounds)
             disk = [r[client] / r["disk"] for r in rounds if r["disk"]]
             against_disk = f", {statistics.median(disk):.2f}x disk read" if disk else ""
-            print(f"  StreamModelFiles ({client} client): {median[client]:.0f} MB/s = "
+            label = f"StreamModelFiles ({client} client)" if client in pools else client
+            print(f"  {label}: {median[client]:.0f} MB/s = "
                   f"{statistics.median(ratios):.2f}x local copy (rounds {ratios[0]:.2f}-"
                   f"{ratios[-1]:.2f}), {read:.2f}x page cache read{against_disk}")  # fmt: skip
+        ceiling = statistics.median(r["ours"] / r["plain TCP"] for r in rounds)
+        print(f"  ours / plain TCP: {ceiling:.2f}x (median of rounds)")
 
 
 def main() -> None:
@@ -289,7 +342,8 @@ def main() -> None:
             # it ~30 s later, in the middle of a round, and slow whichever cell it hits.
             os.sync()
             pools = {"modelexpress": pool, "ours": spawn.Pool(1)}
-            streaming(pools, address, cached, root, args.runs)
+            with sendfile_server(cached) as tcp_port:
+                streaming(pools, address, cached, root, args.runs, tcp_port)
             for each in pools.values():
                 each.close()
                 each.join()
