@@ -42,8 +42,15 @@ class Chunk:
 
     def header(self) -> ChunkHeader:
         """The fields, with the data's size."""
-        return ChunkHeader(self.relative_path, len(self.data), self.offset, self.total_size,
-                           self.is_last_chunk, self.is_last_file, self.commit_hash)  # fmt: skip
+        return ChunkHeader(
+            self.relative_path,
+            len(self.data),
+            self.offset,
+            self.total_size,
+            self.is_last_chunk,
+            self.is_last_file,
+            self.commit_hash,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +132,12 @@ class ModelFiles:
                 flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
                 fd = await asyncio.to_thread(os.open, path, flags)
                 try:
+                    # max(size, 1): an empty file still gets its one (empty) chunk.
                     for offset in range(0, max(item.size, 1), chunk_size):
                         size = min(chunk_size, item.size - offset)
                         end = offset + size >= item.size
-                        header = ChunkHeader(item.path, size, offset, item.size, end,
-                                             end and last_file, commit)  # fmt: skip
+                        last = end and last_file
+                        header = ChunkHeader(item.path, size, offset, item.size, end, last, commit)
                         commit = None
                         self.metrics.bytes_streamed.inc(size)
                         yield PendingChunk(header, fd)
