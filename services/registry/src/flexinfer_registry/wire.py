@@ -95,13 +95,14 @@ def new_file_chunk(header: ChunkHeader) -> tuple[bytes, memoryview]:
 
 @functools.cache
 def _bytes_api() -> tuple[Any, Any]:
-    """CPython's PyBytes_FromStringAndSize and PyBytes_AsString, bound once."""
-    new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
-    new_bytes.argtypes = (ctypes.c_char_p, ctypes.c_ssize_t)
-    new_bytes.restype = ctypes.py_object
-    address_of = ctypes.pythonapi.PyBytes_AsString
-    address_of.argtypes = (ctypes.py_object,)
-    address_of.restype = ctypes.c_void_p
+    """CPython's PyBytes_FromStringAndSize and PyBytes_AsString, as private prototypes
+    (setting argtypes on ``ctypes.pythonapi``'s shared function objects would change them
+    for every other user in the process)."""
+    api = ctypes.pythonapi
+    new_bytes = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_char_p, ctypes.c_ssize_t)(
+        ("PyBytes_FromStringAndSize", api)
+    )
+    address_of = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object)(("PyBytes_AsString", api))
     return new_bytes, address_of
 
 
