@@ -53,13 +53,13 @@ class Peer:
 
     def read_frame(self) -> tuple[int, int, int, bytes]:
         """(type, flags, stream, payload) of the client's next frame."""
-        header = self._exactly(9)
-        payload = self._exactly(int.from_bytes(header[:3]))
+        header = self.exactly(9)
+        payload = self.exactly(int.from_bytes(header[:3]))
         return header[3], header[4], int.from_bytes(header[5:9]), payload
 
     def accept_request(self, settings: bytes = b"", grant: bool = True) -> None:
         """Read the preface and the whole request; answer SETTINGS first."""
-        assert self._exactly(len(PREFACE)) == PREFACE
+        assert self.exactly(len(PREFACE)) == PREFACE
         self.send(SETTINGS, 0, 0, settings)
         block, decoder = b"", hpack.Decoder()
         while True:
@@ -92,7 +92,8 @@ class Peer:
             fields.append(("grpc-message", message))
         self.headers(fields, end_stream=True)
 
-    def _exactly(self, size: int) -> bytes:
+    def exactly(self, size: int) -> bytes:
+        """The client's next ``size`` bytes."""
         out = b""
         while len(out) < size:
             piece = self.sock.recv(size - len(out))
@@ -330,7 +331,7 @@ def test_a_large_request_waits_for_window_updates_and_fits_the_frame_size() -> N
     request = bytes(range(256)) * 800  # 204,800 bytes: three times the initial window
 
     def script(peer: Peer) -> None:
-        assert peer._exactly(len(PREFACE)) == PREFACE
+        assert peer.exactly(len(PREFACE)) == PREFACE
         peer.send(SETTINGS, 0, 0)
         sent = 0
         while sent < len(request) + 5:
