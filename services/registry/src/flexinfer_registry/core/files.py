@@ -150,34 +150,24 @@ async def _read(fd: int, view: memoryview, offset: int) -> int:
     event loop (a memory copy, ~70 µs per MiB), the rest in a worker thread, so a disk read
     never blocks the loop. A thread hop per read cost a fifth of the stream's throughput
     when the file was cached, as served models usually are."""
-    got = _pread_cached(fd, view, offset)
+    nowait = getattr(os, "RWF_NOWAIT", 0)
+    got = _pread_into(fd, view, offset, nowait) if nowait else 0
     if got < len(view):
         got += await asyncio.to_thread(_pread_into, fd, view[got:], offset + got)
     return got
 
 
-def _pread_cached(fd: int, view: memoryview, offset: int) -> int:
-    """Bytes read into ``view`` without waiting for the disk (RWF_NOWAIT); 0 where unsupported."""
-    flags = getattr(os, "RWF_NOWAIT", 0)
-    if not flags:
-        return 0
-    done = 0
-    try:
-        while done < len(view):
-            got = os.preadv(fd, [view[done:]], offset + done, flags)
-            if got == 0:
-                break
-            done += got
-    except OSError:  # EAGAIN: the rest is on disk; EOPNOTSUPP: not on this filesystem
-        pass
-    return done
-
-
-def _pread_into(fd: int, view: memoryview, offset: int) -> int:
-    """Fill ``view`` from ``fd`` at ``offset``; fewer bytes only at end of file."""
+def _pread_into(fd: int, view: memoryview, offset: int, flags: int = 0) -> int:
+    """Fill ``view`` from ``fd`` at ``offset``; fewer bytes only at end of file, or, with
+    RWF_NOWAIT in ``flags``, where the page cache stops (or the filesystem refuses it)."""
     done = 0
     while done < len(view):
-        got = os.preadv(fd, [view[done:]], offset + done)
+        try:
+            got = os.preadv(fd, [view[done:]], offset + done, flags)
+        except OSError:  # EAGAIN: the rest is on disk; EOPNOTSUPP: not on this filesystem
+            if not flags:
+                raise
+            break
         if got == 0:
             break
         done += got
