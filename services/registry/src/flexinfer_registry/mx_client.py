@@ -81,29 +81,24 @@ class MxClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, fn: Callable[[], Any]) -> Any:
+    def _unary(self, method: Callable[..., Any], request: Any) -> Any:
+        """One unary call with the deadline and the token; gRPC errors become the CLI's."""
         try:
-            return fn()
+            return method(request, timeout=self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise _translate(exc, self.address) from exc
 
     def health(self) -> dict[str, Any]:
         """HealthService.GetHealth."""
         stub = health_pb2_grpc.HealthServiceStub(self._channel)  # type: ignore[no-untyped-call]
-        reply = self._call(
-            lambda: stub.GetHealth(
-                health_pb2.HealthRequest(), timeout=self.timeout_s, metadata=self._metadata
-            )
-        )
+        reply = self._unary(stub.GetHealth, health_pb2.HealthRequest())
         return {"version": reply.version, "status": reply.status, "uptime": int(reply.uptime)}
 
     def ping(self) -> str:
         """ApiService.SendRequest(action="ping"); the reply data ("pong")."""
         stub = api_pb2_grpc.ApiServiceStub(self._channel)  # type: ignore[no-untyped-call]
         request = api_pb2.ApiRequest(id="flexinfer-mx", action="ping")
-        reply = self._call(
-            lambda: stub.SendRequest(request, timeout=self.timeout_s, metadata=self._metadata)
-        )
+        reply = self._unary(stub.SendRequest, request)
         if not reply.success:
             raise OperationFailedError(reply.error or "ping failed")
         return bytes(reply.data).decode(errors="replace")
@@ -132,22 +127,14 @@ class MxClient:
         request = model_pb2.ModelFilesRequest(model_name=name, provider=_enum(provider))
         if revision:
             request.revision = revision
-        reply = self._call(
-            lambda: self._model.ListModelFiles(
-                request, timeout=self.timeout_s, metadata=self._metadata
-            )
-        )
+        reply = self._unary(self._model.ListModelFiles, request)
         files = [{"path": f.relative_path, "size": int(f.size)} for f in reply.files]
         return {"model_name": reply.model_name, "files": files, "total_size": int(reply.total_size)}
 
     def delete(self, name: str, provider: int) -> dict[str, Any]:
         """DeleteModel."""
         request = model_pb2.DeleteModelRequest(model_name=name, provider=_enum(provider))
-        reply = self._call(
-            lambda: self._model.DeleteModel(
-                request, timeout=self.timeout_s, metadata=self._metadata
-            )
-        )
+        reply = self._unary(self._model.DeleteModel, request)
         return {"success": bool(reply.success), "message": reply.message}
 
     def stream(
