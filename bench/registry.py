@@ -161,12 +161,19 @@ def stream_rate(address: str, name: str, chunk: int, client: str, dest: str) -> 
     with grpc.insecure_channel(address, options=options) as channel:
         stub = pb2_grpc.ModelServiceStub(channel)
         request = pb2.ModelFilesRequest(model_name=name, chunk_size=chunk)
-        total = 0
+        # As ModelCacheClient's sink: write each chunk's data.
+        return written_rate((m.data for m in stub.StreamModelFiles(request)), dest)
+
+
+def written_rate(blocks: Iterator[bytes | memoryview], dest: str) -> float:
+    """MB/s of taking each of ``blocks`` and writing it to ``dest`` (then removed); the
+    clock starts before the first block is asked for."""
+    total = 0
+    with open(dest, "wb") as sink:
         started = time.perf_counter()
-        with open(dest, "wb") as sink:  # as ModelCacheClient's sink: write each chunk's data
-            for message in stub.StreamModelFiles(request):
-                sink.write(message.data)
-                total += len(message.data)
+        for block in blocks:
+            sink.write(block)
+            total += len(block)
         rate = total / (time.perf_counter() - started) / 1e6
     os.unlink(dest)
     return rate
@@ -177,15 +184,9 @@ def _ours_rate(address: str, name: str, chunk: int, dest: str) -> float:
     from flexinfer_registry.mx_client import MxClient
 
     keep_large_buffers()  # as `flexinfer mx` does at startup
-    total = 0
-    with MxClient(address) as client, open(dest, "wb") as sink:
-        started = time.perf_counter()
-        for view in client.stream(name, 0, None, chunk_size=chunk):
-            sink.write(view.data)
-            total += len(view.data)
-        rate = total / (time.perf_counter() - started) / 1e6
-    os.unlink(dest)
-    return rate
+    with MxClient(address) as client:
+        views = client.stream(name, 0, None, chunk_size=chunk)
+        return written_rate((view.data for view in views), dest)
 
 
 @contextmanager
@@ -218,16 +219,14 @@ def raw_tcp_rate(port: int, chunk: int, dest: str) -> float:
     """MB/s receiving the file over plain TCP into one reused ``chunk``-byte buffer, each
     block written to ``dest``: a stream with no protocol at all."""
     keep_large_buffers()
-    view = memoryview(bytearray(chunk))
-    total = 0
-    with socket.create_connection(("127.0.0.1", port)) as sock, open(dest, "wb") as sink:
-        started = time.perf_counter()
-        while received := sock.recv_into(view):
-            sink.write(view[:received])
-            total += received
-        rate = total / (time.perf_counter() - started) / 1e6
-    os.unlink(dest)
-    return rate
+
+    def blocks() -> Iterator[memoryview]:
+        view = memoryview(bytearray(chunk))
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            while received := sock.recv_into(view):
+                yield view[:received]
+
+    return written_rate(blocks(), dest)
 
 
 def local_rate(path: Path, chunk: int, dest: Path | None) -> float:
