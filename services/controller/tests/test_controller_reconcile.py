@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from flexinfer_common.api.status import blocked_reason
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.settings import StoreSettings
@@ -221,11 +222,15 @@ async def test_source_not_ready_is_pending(tmp_path: Path) -> None:
     async with run_controller(tmp_path) as h:
         await h.put_model(model_doc("remote", "HF://org/model", minReplicas=1))
         await h.put_model(model_doc("missing", (tmp_path / "nowhere").as_uri(), minReplicas=1))
-        for name in ("remote", "missing"):
+        for name, reason in (("remote", "CacheNotReady"), ("missing", "SourceNotFound")):
             pending = await h.wait_phase(name, "Pending")
             cached = {c.type: c for c in pending.status.conditions}["Cached"]
-            assert cached.reason == "CacheNotReady"
+            assert cached.reason == reason
             assert pending.status.desired_replicas == 0
+        # A missing directory blocks the model: proxies are told why, at once.
+        assert (
+            blocked_reason(pending.status) == f"model directory {tmp_path}/nowhere does not exist"
+        )
         # The directory appears later: the next reconcile (here: a demand) starts it.
         fake_model_dir(tmp_path / "nowhere")
         await h.publish(topics.DEMAND, demand("default/missing"))

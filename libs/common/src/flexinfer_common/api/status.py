@@ -91,3 +91,19 @@ class ModelStatus(ApiModel):
     shared_group: SharedGroupStatus | None = None
     cache: CacheStatus | None = None
     message: str | None = None
+
+
+BLOCKING_REASONS = frozenset({"SourceNotFound"})
+"""Condition reasons of a Pending model that will not change by waiting: the model stays
+without a replica until its spec or its environment (a missing directory) changes."""
+
+
+def blocked_reason(status: ModelStatus) -> str | None:
+    """Why a model cannot get a ready replica until something changes, or None."""
+    if status.phase is ModelPhase.FAILED:
+        return status.message or "the controller marked the model Failed"
+    if status.phase is ModelPhase.PENDING:
+        for condition in status.conditions:
+            if condition.status == "False" and condition.reason in BLOCKING_REASONS:
+                return condition.message or condition.reason
+    return None

@@ -74,6 +74,12 @@ class EndpointsEvent(Event):
     endpoints: list[EndpointInfo]
     phase: str
     revision: int = Field(ge=0, description="monotonic per model, to drop stale events")
+    blocked: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="why the model cannot get a ready endpoint until something changes "
+        "(Failed, or a source that does not exist): proxies answer its requests at once",
+    )
 
 
 class ModelChangedEvent(Event):

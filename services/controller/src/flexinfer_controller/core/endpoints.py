@@ -23,7 +23,7 @@ class EndpointPublisher:
     def __init__(self, bus: EventBus, store: ModelStore) -> None:
         self._bus = bus
         self._store = store
-        self._published: dict[str, frozenset[tuple[str, str]]] = {}
+        self._published: dict[str, tuple[frozenset[tuple[str, str]], str, str | None]] = {}
         self._last_revision = 0
 
     def known(self, key: str) -> bool:
@@ -36,14 +36,26 @@ class EndpointPublisher:
         self._last_revision = max(time.time_ns(), self._last_revision + 1)
         return self._last_revision
 
-    async def sync(self, key: str, ready: list[Replica], phase: str) -> bool:
-        """Publish ``ready`` as ``key``'s endpoints if it changed; True if it published."""
-        return await self.sync_urls(key, [(r.id, r.url) for r in ready if r.url], phase)
+    async def sync(
+        self, key: str, ready: list[Replica], phase: str, blocked: str | None = None
+    ) -> bool:
+        """Publish ``ready`` as ``key``'s endpoints if they (or the phase, or why the model
+        is blocked) changed; True if it published."""
+        urls = [(r.id, r.url) for r in ready if r.url]
+        return await self.sync_urls(key, urls, phase, blocked)
 
-    async def sync_urls(self, key: str, endpoints: list[tuple[str, str]], phase: str) -> bool:
-        """Publish (replica id, url) pairs as ``key``'s endpoints if they changed."""
+    async def sync_urls(
+        self, key: str, endpoints: list[tuple[str, str]], phase: str, blocked: str | None = None
+    ) -> bool:
+        """Publish (replica id, url) pairs as ``key``'s endpoints if anything changed.
+
+        The phase and the blocking reason travel with the set: a proxy holding requests
+        for a model that cannot start answers them at once with the reason.
+        """
         current = frozenset(endpoints)
-        if self._published.get(key) == current:
+        blocked = blocked[:4096] if blocked else None
+        published = (current, phase, blocked)
+        if self._published.get(key) == published:
             return False
         event = topics.EndpointsEvent(
             model=key,
@@ -53,11 +65,12 @@ class EndpointPublisher:
             ],
             phase=phase,
             revision=self._revision(),
+            blocked=blocked,
         )
         # Bus first: proxies must stop routing to a replica before it is stopped.
         await self._bus.publish(topics.ENDPOINTS, event.model_dump(mode="json"))
         await self._write_store(key, current)
-        self._published[key] = current
+        self._published[key] = published
         log.info("endpoints of %s: %s", key, [url for _, url in sorted(current)] or "none")
         return True
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from flexinfer_common.api import Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import utcnow
+from flexinfer_common.api.status import blocked_reason
 from flexinfer_common.errors import ConflictError, FlexInferError, NotFoundError, TemporaryError
 from flexinfer_common.store import ModelStore
 from flexinfer_controller.backends import (
@@ -140,7 +141,7 @@ class Reconciler:
             model, verdict, desired=desired, replicas=running, last_active=last_active
         )
         ready = [r for r in running if r.state is ReplicaState.READY]
-        await self._publisher.sync(key, ready, status.phase.value)
+        await self._publisher.sync(key, ready, status.phase.value, blocked_reason(status))
         self._report_progress(model, status, ready, active_at)
         for replica in to_stop:
             await self._runtime.stop(replica.id)

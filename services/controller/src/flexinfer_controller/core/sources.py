@@ -50,10 +50,11 @@ def resolve_source(source: str) -> SourceResolution:
         )
     path = Path(raw)
     if not path.is_dir():
+        # Nothing will create it for us: requests are refused at once until it appears.
         return SourceResolution(
             SourceState.PENDING,
-            reason="CacheNotReady",
-            message=f"model directory {raw} does not exist (yet)",
+            reason="SourceNotFound",
+            message=f"model directory {raw} does not exist",
         )
     if not (path / "config.json").is_file():
         return SourceResolution(
