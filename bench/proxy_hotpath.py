@@ -2,9 +2,9 @@
 
 The real proxy app (``flexinfer proxy --static`` wiring) serves requests whose bytes are fed
 straight into its HTTP protocol, and whose answers are fed into a pooled upstream
-connection, both over fake transports: no syscalls, no event-loop turns, no other process.
-What remains is the Python work of one request, which the wrk benchmark (bench/proxy.py)
-cannot separate from the kernel's.
+connection, both over fake transports: no syscalls, no other process, only the event-loop
+turns the request's task needs. What remains is the Python work of one request, which the
+wrk benchmark (bench/proxy.py) cannot separate from the kernel's.
 
     python bench/proxy_hotpath.py [--requests 20000] [--profile tottime|ncalls] [--cycles]
 """
@@ -12,6 +12,7 @@ cannot separate from the kernel's.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import gc
 import pstats
@@ -24,11 +25,12 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from flexinfer_common.bus.memory import MemoryBus
-from flexinfer_proxy import upstream
 from flexinfer_proxy.app import create_app
 from flexinfer_proxy.server import HttpProtocol
 from flexinfer_proxy.settings import ProxySettings
 from flexinfer_proxy.static import StaticEndpoint, StaticStore
+from flexinfer_proxy.transport.h1 import H1Transport, HostPool
+from flexinfer_proxy.transport.h1_connection import H1Connection
 
 ENGINE = "http://127.0.0.1:9"
 BODY = b'{"model": "fake", "messages": [{"role": "user", "content": "Say hello."}]}'
@@ -80,60 +82,76 @@ class FakeTransport:
         )
 
 
+async def settle(done: Any) -> None:
+    """Run loop turns until ``done()``: what the request's task needs to go on."""
+    for _ in range(100):
+        if done():
+            return
+        await asyncio.sleep(0)
+    raise SystemExit("the request did not progress")
+
+
 async def run(args: argparse.Namespace) -> None:
     """Build the app, wire the fake connections, measure."""
     settings = ProxySettings()
     store = StaticStore.from_declarations([StaticEndpoint("fake", ENGINE)], settings.namespace)
     app: Any = create_app(settings, bus=MemoryBus(), store=store)
     async with app.router.lifespan_context(app):
-        if not app.proxy.core.catalog.loaded:  # the lifespan's first store read fills it
+        core = app.pipeline.core
+        if not core.catalog.loaded:  # the lifespan's first store read fills it
             raise SystemExit("the proxy did not load its models")
+        core.table.set_health("default/fake", ENGINE, True)  # nothing listens on port 9
         config = Config(app, http=HttpProtocol)
         config.load()
         client = FakeTransport()
         protocol = HttpProtocol(config, ServerState(), {})
         protocol.connection_made(client)  # type: ignore[arg-type]
-        host = app.proxy.client._host(ENGINE)
+        transport: H1Transport = app.pipeline.transport
+        pool = transport._hosts[ENGINE] = HostPool(transport, ENGINE)
         engine = FakeTransport()
-        conn = upstream.UpstreamConnection(host)
+        conn = H1Connection(pool, settings.read_timeout_s)
         conn.connection_made(engine)  # type: ignore[arg-type]
         conn.idle_since = time.monotonic()
-        host.idle.append(conn)
-        app.proxy.client.open_connections += 1
+        pool.idle.append(conn)
+        transport.open.add(conn)
 
-        def one() -> None:
+        async def one() -> None:
+            sent, answered = len(engine.written), len(client.written)
             protocol.data_received(REQUEST)
+            await settle(lambda: len(engine.written) > sent)
             conn.data_received(ANSWER)
+            await settle(lambda: len(client.written) > answered and protocol.running is None)
 
         for _ in range(1000):
-            one()
+            await one()
         if not client.written[-1].startswith(b"HTTP/1.1 200"):
             raise SystemExit(f"unexpected answer: {client.written[-1][:80]!r}")
         if args.cycles:
-            cycles(one)
+            await cycles(one)
         if args.profile:
             profiler = cProfile.Profile()
             profiler.enable()
             for _ in range(args.requests):
-                one()
+                await one()
             profiler.disable()
             pstats.Stats(profiler).sort_stats(args.profile).print_stats(30)
         client.written.clear()
+        engine.written.clear()
         started = time.process_time()
         for _ in range(args.requests):
-            one()
+            await one()
         spent = time.process_time() - started
         print(f"{spent / args.requests * 1e6:.1f} µs of CPU per request ({args.requests} requests)")
 
 
-def cycles(one: Any) -> None:
+async def cycles(one: Any) -> None:
     """Objects per request that only the cycle collector frees (goal: 0)."""
     gc.collect()
     gc.disable()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         for _ in range(1000):
-            one()
+            await one()
         found = gc.collect()
         kinds = Counter(type(o).__name__ for o in gc.garbage).most_common(8)
         print(f"garbage in cycles: {found / 1000:.1f} objects per request {kinds}")

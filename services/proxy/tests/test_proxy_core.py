@@ -54,9 +54,7 @@ def test_settings_reject_bad_durations() -> None:
 def test_body_is_rewritten_only_when_the_name_changes() -> None:
     raw = b'{"model":"a",  "x": 1}'
     scanned = parse_json_body(raw)
-    request = IncomingRequest(
-        name="a", forward_path=None, body=raw, length=None, fields=scanned.data, json_model="a"
-    )
+    request = IncomingRequest(name="a", body=raw, length=None, fields=scanned.data, json_model="a")
     request.rewrite("a")
     assert request.body is raw
     request.rewrite("b")

@@ -16,8 +16,8 @@ from flexinfer_proxy.core.extract import (
     multipart_model,
     scan_json_prefix,
     splice_model,
-    split_model_path,
 )
+from flexinfer_proxy.core.target import parse_target
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_stack import proxy_stack, upstreams
 
@@ -58,9 +58,11 @@ def test_multipart_model_field() -> None:
 
 
 def test_model_names_and_paths() -> None:
-    assert split_model_path("/model/tiny/v1/chat/completions") == ("tiny", "/v1/chat/completions")
-    assert split_model_path("/v1/chat/completions") is None
-    for bad in ("", "../etc", "a/../b", "/abs", "a\x00b", "a\nb", "x" * 300, "a\\b"):
+    prefixed = parse_target(b"/model/tiny/v1/chat/completions?x=1")
+    assert (prefixed.model, prefixed.route) == ("tiny", "/v1/chat/completions")
+    assert prefixed.forward == b"/v1/chat/completions?x=1"
+    assert parse_target(b"/v1/chat/completions").model is None
+    for bad in ("", "../etc", "a/../b", "/abs", "a\x00b", "a\nb", "x" * 300, "a\\b", "\ud800"):
         with pytest.raises(BadRequestError):
             check_model_name(bad, "t")
 
@@ -70,7 +72,10 @@ async def test_cascade_over_http(tmp_path: Path) -> None:
         upstreams(1) as ups,
         proxy_stack(
             tmp_path,
-            [make_model("tiny", served_name="backend-tiny", aliases=["tiny"]), make_model("other")],
+            [
+                make_model("tiny", served_name="backend-tiny", aliases=["tiny"], backend="vllm"),
+                make_model("other"),
+            ],
             parse_cap_bytes=4096,
         ) as stack,
     ):

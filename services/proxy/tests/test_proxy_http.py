@@ -55,9 +55,9 @@ async def test_body_bytes_untouched_when_no_rewrite(
     await stack.set_endpoints("default/tiny", [url])
     raw = b'{"model":   "tiny", "input": "x",  "extra": [1, 2]}'
     async with httpx.AsyncClient() as client:
-        response = await client.post(f"{stack.url}/v1/embeddings?x=1", content=raw)
+        response = await client.post(f"{stack.url}/v1/completions?x=1", content=raw)
     assert response.status_code == 200
-    assert response.json()["data"][0]["embedding"] == [0.1, 0.2]
+    assert response.json()["choices"][0]["message"]["content"] == "hello from upstream"
     assert fake.seen[-1].body == raw
 
 

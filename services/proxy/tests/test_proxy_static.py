@@ -50,12 +50,27 @@ def test_object_names_are_valid_and_distinct() -> None:
         assert len(name) <= 63
 
 
+def test_parse_static_takes_the_served_name_after_a_hash() -> None:
+    declared = parse_static("gpt=http://h:8000/v1#Qwen/Qwen2.5-0.5B")
+    assert (declared.name, declared.url, declared.served) == (
+        "gpt",
+        "http://h:8000",
+        "Qwen/Qwen2.5-0.5B",
+    )
+    assert parse_static("gpt=http://h:8000").served is None
+    with pytest.raises(InvalidSpecError):
+        parse_static("gpt=http://h#bad\x01name")
+
+
 async def test_static_store_serves_declarations_and_refuses_writes() -> None:
-    declared = [parse_static(v) for v in ("a=http://h1", "a=http://h2", "b=http://h3")]
+    declared = [parse_static(v) for v in ("a=http://h1", "a=http://h2#served-a", "b=http://h3")]
     store = StaticStore.from_declarations(declared, "default")
     models = await store.list_models("default")
     assert [m.served_names for m in models] == [["a"], ["b"]]
-    assert [r.url for r in await store.list_endpoints("default/a")] == ["http://h1", "http://h2"]
+    # External models: the proxy routes to their URLs, with no runtime and no records.
+    assert [m.spec.endpoints for m in models] == [["http://h1", "http://h2"], ["http://h3"]]
+    assert models[0].metadata.annotations == {"flexinfer.ai/upstream-model": "served-a"}
+    assert await store.list_endpoints() == []
     assert await store.list_models("other") == []
     with pytest.raises(ConflictError):
         await store.create_model(models[0])
@@ -103,6 +118,23 @@ async def test_static_proxy_serves_openai_clients(tmp_path: Path) -> None:
     # The model name reached the upstream unchanged, on the path the client used.
     assert [s.path for s in upstream.seen] == ["/v1/chat/completions"] * 2
     assert [s.json()["model"] for s in upstream.seen] == ["fake", "Other/Model"]
+
+
+async def test_static_models_are_sent_as_what_the_upstream_serves(tmp_path: Path) -> None:
+    named = FakeUpstream(name="named")
+    single = FakeUpstream(name="single", serves=["Qwen/Qwen2.5-0.5B"])
+    async with (
+        serve_in_background(named) as named_url,
+        serve_in_background(single) as single_url,
+        static_proxy(tmp_path, f"a={named_url}#served-a", f"b={single_url}") as proxy,
+    ):
+        client = openai.AsyncOpenAI(base_url=f"{proxy}/v1", api_key="unused", max_retries=0)
+        async with client:
+            await client.chat.completions.create(model="a", messages=MESSAGES)
+            # Its /v1/models lists one model: asked before the proxy serves anything.
+            await client.chat.completions.create(model="b", messages=MESSAGES)
+    assert named.seen[-1].json()["model"] == "served-a"
+    assert single.seen[-1].json()["model"] == "Qwen/Qwen2.5-0.5B"
 
 
 def test_static_flag_errors_exit_2(tmp_path: Path) -> None:

@@ -1,16 +1,17 @@
-"""Which HTTP status and OpenAI-shaped answer each proxy error gets."""
+"""Which HTTP status and OpenAI-shaped answer each proxy error gets, in one table."""
 
 from __future__ import annotations
+
+import json
 
 from starlette.responses import Response
 
 from flexinfer_common.errors import FlexInferError, TemporaryError, http_status
-from flexinfer_common.web import openai_error
+from flexinfer_common.web import openai_error_body
 from flexinfer_proxy.body_stream import BodyTimeoutError, BodyTooLargeError
 from flexinfer_proxy.core.auth import AuthError, ForbiddenError
-from flexinfer_proxy.core.errors import BadRequestError, ModelNotFoundError
+from flexinfer_proxy.core.errors import BadRequestError, ModelNotFoundError, UpstreamError
 from flexinfer_proxy.core.ratelimit import RateLimitedError
-from flexinfer_proxy.forward import UpstreamError
 
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (BadRequestError, 400),
@@ -22,27 +23,47 @@ _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (UpstreamError, 502),
 )
 
+Headers = list[tuple[bytes, bytes]]
+
 
 def http_status_of(exc: FlexInferError) -> int:
-    """The status ``error_response`` answers ``exc`` with."""
+    """The status an error is answered with."""
     for kind, status in _STATUS:
         if isinstance(exc, kind):
             return status
     return http_status(exc)
 
 
-def error_response(exc: FlexInferError) -> Response:
-    """The OpenAI-shaped answer for ``exc``."""
-    status = http_status_of(exc)
+def error_code(exc: FlexInferError) -> str:
+    """The OpenAI ``code`` of an error answer."""
     if isinstance(exc, BadRequestError):
-        return openai_error(400, str(exc), code="invalid_request", param=exc.field)
-    code = getattr(exc, "code", None) or type(exc).__name__
-    headers = None
+        return "invalid_request"
+    return getattr(exc, "code", None) or type(exc).__name__
+
+
+def error_body(exc: FlexInferError) -> bytes:
+    """The OpenAI error object for ``exc`` as JSON (ASCII: any client text stays escaped)."""
+    param = exc.field if isinstance(exc, BadRequestError) else None
+    if isinstance(exc, ModelNotFoundError):
+        param = "model"
+    body = openai_error_body(http_status_of(exc), str(exc), code=error_code(exc), param=param)
+    return json.dumps(body).encode()
+
+
+def error_answer(exc: FlexInferError) -> tuple[int, Headers, bytes]:
+    """Status, headers and body of the answer for ``exc``."""
+    headers: Headers = [(b"content-type", b"application/json")]
     if isinstance(exc, TemporaryError):
-        headers = {"Retry-After": str(max(1, round(exc.delay)))}
+        headers.append((b"retry-after", b"%d" % max(1, round(exc.delay))))
     elif isinstance(exc, RateLimitedError):
-        headers = {"Retry-After": str(max(1, round(exc.retry_after)))}
+        headers.append((b"retry-after", b"%d" % max(1, round(exc.retry_after))))
     elif isinstance(exc, AuthError):
-        headers = {"WWW-Authenticate": "Bearer"}
-    param = "model" if isinstance(exc, ModelNotFoundError) else None
-    return openai_error(status, str(exc), code=code, param=param, headers=headers)
+        headers.append((b"www-authenticate", b"Bearer"))
+    return http_status_of(exc), headers, error_body(exc)
+
+
+def error_response(exc: FlexInferError) -> Response:
+    """``error_answer`` as a Starlette response (for the app's own routes)."""
+    status, headers, body = error_answer(exc)
+    named = {name.decode("latin-1"): value.decode("latin-1") for name, value in headers}
+    return Response(body, status_code=status, headers=named)

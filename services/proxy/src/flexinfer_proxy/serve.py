@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from contextlib import AbstractAsyncContextManager
 
 from starlette.types import ASGIApp
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from flexinfer_common.serving import ServerGroup, bind_socket, serve_in_background
 from flexinfer_proxy.server import HttpProtocol
@@ -29,13 +31,19 @@ async def serve_proxy(app: ASGIApp, host: str, port: int, server: str = "flexinf
     await group.run(on_ready=ready)
 
 
-def protocol_for(server: str) -> type[HttpProtocol] | None:
-    """The HTTP protocol class for ProxySettings.server (None: uvicorn's own)."""
-    return HttpProtocol if server == "flexinfer" else None
+PROTOCOLS: dict[str, type[asyncio.Protocol]] = {"flexinfer": HttpProtocol, "uvicorn": H11Protocol}
+"""ProxySettings.server -> the HTTP protocol class: our own, or uvicorn's stock h11 one (which
+bounds an incomplete head, as ours does; its httptools one does not)."""
+
+
+def protocol_for(server: str) -> type[asyncio.Protocol]:
+    """The HTTP protocol class for ProxySettings.server."""
+    return PROTOCOLS[server]
 
 
 def serve_proxy_in_background(
-    app: ASGIApp, host: str = "127.0.0.1", *, keepalive_s: float = 5.0
+    app: ASGIApp, host: str = "127.0.0.1", *, server: str = "flexinfer", keepalive_s: float = 5.0
 ) -> AbstractAsyncContextManager[str]:
-    """Serve ``app`` (lifespan included) with ``HttpProtocol`` on a free port; yields its URL."""
-    return serve_in_background(app, host, http=HttpProtocol, keepalive_s=keepalive_s)
+    """Serve ``app`` (lifespan included) on a free port with the ``server`` protocol; yields
+    its URL."""
+    return serve_in_background(app, host, http=protocol_for(server), keepalive_s=keepalive_s)

@@ -3,12 +3,14 @@
 uvicorn's per-request objects (its cycle, scope handling, events, header regexes) were
 about a quarter of the proxy's CPU. This protocol plugs into uvicorn as its ``http``
 class, so uvicorn still owns the socket, lifespan, signals and graceful shutdown, while
-each request costs one lean ``Exchange`` and one task. Every route (proxied, health,
-metrics, admin) is served by the same ASGI app on the same port.
+each request costs one ``Exchange`` and one task. Proxied requests go to the pipeline as a
+``Downstream``; every other route (health, metrics, /v1/models) to the ASGI app.
 
 Keep-alive and pipelining (a request parsed while another runs waits in order, with
 reading paused), chunked and Content-Length bodies, ``Expect: 100-continue``, flow control
-both ways, and a client disconnect that reaches the running request.
+both ways, and a client disconnect that reaches the running request. Malformed requests
+get a 400 (431 for an oversized head, counted on the raw bytes as they arrive) before
+anything of them runs.
 """
 
 from __future__ import annotations
@@ -17,22 +19,36 @@ import asyncio
 import logging
 import urllib.parse
 from collections import deque
-from collections.abc import Coroutine
-from typing import Any, cast
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, cast
 
 import httptools
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from flexinfer_proxy.server_exchange import WATCH_DISCONNECT, Exchange, error_bytes
+from flexinfer_proxy.downstream import Downstream
+from flexinfer_proxy.exchange import Exchange, error_bytes
 
 log = logging.getLogger(__name__)
 
 _HIGH_WATER = 64 * 1024
-"""Request body bytes buffered for the app beyond which reading from the client pauses."""
+"""Request body bytes buffered beyond which reading from the client pauses."""
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
-_MAX_HEAD = 64 * 1024
+MAX_HEAD = 64 * 1024
 """Request line + headers beyond this are refused (431): httptools itself sets no limit."""
+
+
+Serve = Callable[[Exchange], Coroutine[Any, Any, None]]
+
+
+class Pipeline(Protocol):
+    """What the server hands proxied requests to (``flexinfer_proxy.pipeline.Proxy``)."""
+
+    def handles(self, method: str, target: bytes) -> bool:
+        """Whether the request goes to the pipeline rather than the app."""
+
+    def serve(self, downstream: Downstream) -> Coroutine[Any, Any, None]:
+        """The work of serving one request."""
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -48,9 +64,7 @@ class HttpProtocol(asyncio.Protocol):
         if not config.loaded:
             config.load()
         self.app = config.loaded_app
-        # The proxied routes go straight to the proxy handler, past uvicorn's proxy-headers
-        # middleware (the handler never reads the client address) and ProxyApp's dispatch.
-        self.fast: Any = getattr(config.app, "proxy", None)
+        self.pipeline: Pipeline | None = getattr(config.app, "pipeline", None)
         self.loop = _loop or asyncio.get_event_loop()
         self.server_state = server_state
         self.app_state = app_state
@@ -63,10 +77,10 @@ class HttpProtocol(asyncio.Protocol):
         self.client: tuple[str, int] | None = None
         self.scheme = "http"
         self.running: Exchange | None = None
-        """The exchange the app is serving now."""
+        """The exchange being served now."""
         self.parsing: Exchange | None = None
         """The exchange whose request is being parsed (the running one, or a pipelined one)."""
-        self.pipeline: deque[Exchange] = deque()
+        self.pipeline_queue: deque[Exchange] = deque()
         self.write_paused = False
         self.reading_paused = False
         self._drain: asyncio.Future[None] | None = None
@@ -76,11 +90,11 @@ class HttpProtocol(asyncio.Protocol):
         self._headers: list[tuple[bytes, bytes]] = []
         self._continue = False
         self._defaults: tuple[object, bytes] = (None, b"")
-        self._head_size = 0
+        self._in_head = False
+        self._head_left = MAX_HEAD
         self._discard = False
-        self._deferred: Exchange | None = None
-        """A proxied request whose body is still arriving in this ``data_received``."""
-        self._feeding = False
+        self._last = False
+        """The request just parsed asked to close the connection: ignore what follows."""
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -100,12 +114,10 @@ class HttpProtocol(asyncio.Protocol):
         self._cancel_timer()
         if self._timer is not None:
             self._timer.cancel()
-        for exchange in (self.running, *self.pipeline):
+        for exchange in (self.running, self.parsing, *self.pipeline_queue):
             if exchange is not None:
                 exchange.lost()
-        if self.parsing is not None and self.parsing is not self.running:
-            self.parsing.lost()
-        self.pipeline.clear()
+        self.pipeline_queue.clear()
         self.write_paused = False
         drain, self._drain = self._drain, None
         if drain is not None and not drain.done():
@@ -116,29 +128,49 @@ class HttpProtocol(asyncio.Protocol):
         return None
 
     def data_received(self, data: bytes) -> None:
-        """Feed the parser; malformed HTTP gets a 400 and the connection closes."""
+        """Feed the parser; malformed HTTP gets a 4xx and the connection closes."""
         if self._discard:
             return
-        self._feeding = True
         try:
-            self.parser.feed_data(data)
+            self._feed(data)
         except httptools.HttpParserUpgrade:
             pass  # no upgrades (websockets) here: the request is served as plain HTTP
         except httptools.HttpParserError as exc:
             # httptools wraps what a callback raised; the original is the context.
             cause = exc.__context__
-            if isinstance(cause, _RejectedError):
+            if self._last:
+                self._discard = True  # bytes after a Connection: close request are ignored
+            elif isinstance(cause, _RejectedError):
                 self._reject(cause.status, str(cause))
             else:
                 self._reject(400, f"invalid HTTP request: {exc}")
-        finally:
-            self._feeding = False
-        deferred, self._deferred = self._deferred, None
-        if deferred is not None and not self._discard:
-            self._spawn(self.fast, deferred)  # its body did not arrive whole: the app reads it
+        except _RejectedError as exc:
+            self._reject(exc.status, str(exc))
+
+    def _feed(self, data: bytes) -> None:
+        # The head limit counts raw bytes as they arrive: httptools would otherwise
+        # assemble one header of any size before a callback could see it.
+        if self._head_budget_applies():
+            while len(data) >= self._head_left:
+                part, data = data[: self._head_left], data[self._head_left :]
+                self._head_left = 0
+                self.parser.feed_data(part)
+                if self._discard:
+                    return
+                if self._head_budget_applies() and self._head_left <= 0:
+                    raise _RejectedError(431, f"the request head exceeds {MAX_HEAD} bytes")
+                if not self._head_budget_applies():
+                    break
+            else:
+                self._head_left -= len(data)
+        self.parser.feed_data(data)
+
+    def _head_budget_applies(self) -> bool:
+        """Between requests and inside a head, bytes count against the head limit."""
+        return self._in_head or self.parsing is None or not self.parsing.more_body
 
     def pause_writing(self) -> None:
-        """The client reads slower than we write: ``send`` waits in ``drain``."""
+        """The client reads slower than we write: writers wait in ``drain``."""
         self.write_paused = True
 
     def resume_writing(self) -> None:
@@ -154,44 +186,39 @@ class HttpProtocol(asyncio.Protocol):
         self._url = b""
         self._headers = []
         self._continue = False
-        self._head_size = 0
+        self._in_head = True
+        self.parsing = None
 
     def on_url(self, url: bytes) -> None:
         """Part of the request target."""
         self._url += url
-        self._grow(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        """One request header (names lowercased, as ASGI wants)."""
-        self._head_size += len(name) + len(value) + 4
-        if self._head_size > _MAX_HEAD:
-            self._grow(0)
+        """One request header (names lowercased, as ASGI wants).
+
+        llhttp has already refused control characters (HTAB aside), CR, LF and NUL in
+        values, obs-fold continuations and bad name tokens: test_proxy_server shows it.
+        """
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self._continue = True
         self._headers.append((name, value))
 
-    def _grow(self, size: int) -> None:
-        self._head_size += size
-        if self._head_size > _MAX_HEAD:
-            raise _RejectedError(431, f"the request head exceeds {_MAX_HEAD} bytes")
-
     def on_headers_complete(self) -> None:
         """The head is in: run the request now, or queue it behind the running one."""
         self._cancel_timer()
+        self._in_head = False
+        self._head_left = MAX_HEAD
         parser = self.parser
         version = parser.get_http_version()
-        exchange = Exchange(
-            self,
-            self._scope(parser.get_method().decode("ascii"), version),
-            version != "1.0" and parser.should_keep_alive(),
-            self._continue,
-        )
+        keep_alive = version != "1.0" and parser.should_keep_alive()
+        method = parser.get_method().decode("ascii")
+        exchange = Exchange(self, method, self._url, self._headers, keep_alive, self._continue)
         self.parsing = exchange
         if self.running is None:
             self._start(exchange)
         else:
-            self.pipeline.append(exchange)
+            self.pipeline_queue.append(exchange)
             self.pause_reading()
 
     def on_body(self, body: bytes) -> None:
@@ -209,15 +236,13 @@ class HttpProtocol(asyncio.Protocol):
         if exchange is None:
             return
         exchange.finish_body()
-        if exchange is self._deferred:
-            self._deferred = None
-            self._serve_now(exchange)
-        elif exchange.response_complete and exchange is not self.running:
+        self._last = not exchange.keep_alive
+        if exchange.response_complete and exchange is not self.running:
             self._next(exchange)  # the dropped rest of an early-answered request is read
 
-    def _scope(self, method: str, version: str) -> dict[str, Any]:
+    def _scope(self, exchange: Exchange) -> dict[str, Any]:
         try:
-            url = httptools.parse_url(self._url)
+            url = httptools.parse_url(exchange.target)
             raw_path: bytes = url.path
             path = raw_path.decode("ascii")
         except (httptools.HttpParserInvalidURLError, UnicodeDecodeError) as exc:
@@ -227,16 +252,16 @@ class HttpProtocol(asyncio.Protocol):
         return {
             "type": "http",
             "asgi": _ASGI,
-            "http_version": version,
+            "http_version": self.parser.get_http_version(),
             "server": self.server,
             "client": self.client,
             "scheme": self.scheme,
-            "method": method,
+            "method": exchange.method,
             "root_path": self.root_path,
             "path": self.root_path + path,
             "raw_path": self.root_path.encode("ascii") + raw_path,
             "query_string": url.query or b"",
-            "headers": self._headers,
+            "headers": exchange.headers,
             "state": self.app_state.copy(),
             "extensions": {},
         }
@@ -244,7 +269,6 @@ class HttpProtocol(asyncio.Protocol):
     # Running requests.
     def _start(self, exchange: Exchange) -> None:
         self.running = exchange
-        scope = exchange.scope
         limit = self.limit_concurrency
         if limit is not None and (
             len(self.server_state.connections) > limit or len(self.server_state.tasks) >= limit
@@ -252,60 +276,48 @@ class HttpProtocol(asyncio.Protocol):
             self.write(error_bytes(503, "the server is at its concurrency limit", close=True))
             self.close()
             return
-        scope["extensions"][WATCH_DISCONNECT] = exchange.watch_disconnect
-        if (
-            self.fast is not None
-            and scope["method"] == "POST"
-            and scope["path"].startswith(("/v1/", "/model/"))
-        ):
-            if not exchange.more_body:
-                self._serve_now(exchange)
-            elif self._feeding:
-                self._deferred = exchange  # decided once this data is parsed
-            else:
-                self._spawn(self.fast, exchange)
+        pipeline = self.pipeline
+        if pipeline is not None and pipeline.handles(exchange.method, exchange.target):
+            self._run(exchange, pipeline.serve)
             return
-        self._spawn(self.app, exchange)
-
-    def _serve_now(self, exchange: Exchange) -> None:
-        """Let the proxy answer from callbacks (``serve_now``), else run it as a task."""
         try:
-            served = self.fast.serve_now(exchange)
-        except Exception:  # a bug: it may have acted already, so nothing is retried
-            log.exception("exception in the proxy's fast path")
-            if not exchange.response_started and not exchange.disconnected:
-                self.write(error_bytes(500, "internal server error", close=True))
-            self.close()
+            exchange.scope = self._scope(exchange)
+        except _RejectedError as exc:
+            self.running = None
+            self._reject(exc.status, str(exc))
             return
-        if not served:
-            self._spawn(self.fast, exchange)
+        self._run(exchange, self._call_app)
 
-    def _spawn(self, app: Any, exchange: Exchange) -> None:
-        self.run_task(exchange, app(exchange.scope, exchange.receive, exchange.send))
+    def _call_app(self, exchange: Exchange) -> Coroutine[Any, Any, None]:
+        assert exchange.scope is not None
+        return self.app(exchange.scope, exchange.asgi_receive, exchange.asgi_send)  # type: ignore[no-any-return]
 
-    def run_task(self, exchange: Exchange, work: Coroutine[Any, Any, None]) -> None:
-        """Serve ``exchange`` by running ``work`` (the app, or the proxy's continuation)."""
-        task = self.loop.create_task(self._run(work, exchange))
+    def _run(self, exchange: Exchange, serve: Serve) -> None:
+        task = exchange.task = self.loop.create_task(self._guard(serve, exchange))
         tasks = self.server_state.tasks
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    async def _run(self, work: Coroutine[Any, Any, None], exchange: Exchange) -> None:
+    async def _guard(self, serve: Serve, exchange: Exchange) -> None:
+        # The work is made here, in the task: a task cancelled before its first step (its
+        # request was malformed) then never leaves an unawaited coroutine behind.
         try:
-            await work
-        except BaseException as exc:  # the app's bug: answer 500 or cut the connection
+            await serve(exchange)
+        except BaseException as exc:  # a bug: answer 500 or cut the connection
             if not isinstance(exc, asyncio.CancelledError):
                 log.error("exception in the ASGI app", exc_info=exc)
-            if not exchange.response_started and not exchange.disconnected:
+            if not exchange.started and not exchange.disconnected:
                 self.write(error_bytes(500, "internal server error", close=True))
             self.close()
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             return
+        finally:
+            exchange.task = None
         if exchange.disconnected or exchange.response_complete:
             return
-        log.error("the ASGI app returned without completing its response")
-        if not exchange.response_started:
+        log.error("the app returned without completing its response")
+        if not exchange.started:
             self.write(error_bytes(500, "internal server error", close=True))
         self.close()
 
@@ -313,8 +325,6 @@ class HttpProtocol(asyncio.Protocol):
         """The answer is written: go on with the next request, or close."""
         self.server_state.total_requests += 1
         self.running = None
-        # The scope holds a method of the exchange: drop it, or each request is a cycle.
-        exchange.scope["extensions"].pop(WATCH_DISCONNECT, None)
         if exchange.more_body:
             # Answered before the whole body arrived (413, 408, an early error). Closing
             # now could reset the connection and lose the answer, so the rest of the body
@@ -328,8 +338,8 @@ class HttpProtocol(asyncio.Protocol):
         if not done.keep_alive:
             self.close()
             return
-        if self.pipeline:
-            self._start(self.pipeline.popleft())
+        if self.pipeline_queue:
+            self._start(self.pipeline_queue.popleft())
         else:
             self._arm_timer()
         self.resume_reading()
@@ -356,7 +366,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def resume_reading(self) -> None:
         """Read from the client again, unless a pipelined request waits its turn."""
-        if not self.reading_paused or self.transport is None or self.pipeline:
+        if not self.reading_paused or self.transport is None or self.pipeline_queue:
             return
         if self.parsing is None or self.parsing.buffered() <= _HIGH_WATER:
             self.reading_paused = False
@@ -384,10 +394,17 @@ class HttpProtocol(asyncio.Protocol):
 
     # Internals.
     def _reject(self, status: int, message: str) -> None:
+        """Answer a malformed request and stop reading; nothing of it runs any further."""
         log.debug("rejecting a request: %s", message)
         self._discard = True
         transport = self.transport
-        if transport is None or (self.running is not None and not self.running.response_complete):
+        running = self.running
+        if running is not None and running is self.parsing and not running.started:
+            # Its body was malformed: stop its work (an upstream exchange is cut, never
+            # completed with a partial body) and answer for it.
+            running.lost()
+            running = None
+        if transport is None or running is not None:
             self.close()  # an answer is being written: cut it, as nothing else can follow
             return
         self.write(error_bytes(status, message, close=True))

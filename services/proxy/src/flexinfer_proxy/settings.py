@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BeforeValidator, Field
+from pydantic import AliasChoices, BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from flexinfer_common.api import parse_duration
@@ -29,6 +29,9 @@ def _seconds(value: object) -> object:
 
 
 Seconds = Annotated[float, BeforeValidator(_seconds)]
+
+MIN_TOKEN_LENGTH = 8
+MAX_TOKEN_LENGTH = 4096
 """A duration in seconds; strings such as "60s" or "2m" are parsed as Go durations."""
 
 
@@ -129,7 +132,11 @@ class ProxySettings(BaseSettings):
 
     server: Literal["flexinfer", "uvicorn"] = "flexinfer"
     """HTTP server protocol: the proxy's own lean HTTP/1.1 protocol (the default), or
-    uvicorn's httptools protocol (kept to compare against, and as a fallback)."""
+    uvicorn's stock h11 protocol (kept as a reference: the proxy's tests run on both)."""
+
+    upstream: Literal["h1", "httpx"] = "h1"
+    """Upstream transport: the proxy's own pooled HTTP/1.1 client (the default, measured
+    in bench/proxy.py), or httpx (the reference: the proxy's tests run on both)."""
 
     parse_cap_bytes: int = Field(default=1024 * 1024, ge=1024)
     """Bytes of a request body read before forwarding starts (1 MiB): enough for the
@@ -140,8 +147,22 @@ class ProxySettings(BaseSettings):
     pause between later chunks: a slowloris client gets 408 instead of holding a slot."""
 
     auth_tokens: list[str] = Field(default_factory=list)
-    """Bearer tokens accepted for every model (JSON list in the environment). With no
-    tokens and no token file, auth is off (a dev proxy on loopback)."""
+    """Bearer tokens accepted for every model (JSON list in the environment), at least
+    8 characters each: a shorter one is guessed in minutes. With no tokens and no token
+    file, auth is off (a dev proxy on loopback)."""
+
+    @field_validator("auth_tokens")
+    @classmethod
+    def _tokens_are_long_enough(cls, tokens: list[str]) -> list[str]:
+        for index, token in enumerate(tokens):
+            if len(token) < MIN_TOKEN_LENGTH or len(token) > MAX_TOKEN_LENGTH:
+                raise ValueError(
+                    f"token #{index + 1} has {len(token)} characters; tokens must have "
+                    f"{MIN_TOKEN_LENGTH} to {MAX_TOKEN_LENGTH}"
+                )
+            if not token.isprintable() or " " in token:
+                raise ValueError(f"token #{index + 1} must be printable text without spaces")
+        return tokens
 
     auth_token_file: Path | None = None
     """JSON file of scoped grants: [{"token", "name", "models": [...], "tenants": [...]}]."""

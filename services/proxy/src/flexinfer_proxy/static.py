@@ -18,6 +18,7 @@ from flexinfer_common.api import Model, ModelSpec, ModelStatus, ObjectMeta
 from flexinfer_common.api.model import LiteLLMSpec
 from flexinfer_common.errors import ConflictError, InvalidSpecError, NotFoundError
 from flexinfer_common.store import EndpointRecord, ModelStore
+from flexinfer_proxy.core.catalog import UPSTREAM_MODEL_ANNOTATION
 
 _NAME_CHARS = re.compile(r"[^a-z0-9-]+")
 _MAX_NAME = 1024
@@ -25,31 +26,38 @@ _MAX_NAME = 1024
 
 @dataclass(frozen=True, slots=True)
 class StaticEndpoint:
-    """One ``--static NAME=URL`` declaration: a model name and its base URL (no /v1)."""
+    """One ``--static NAME=URL[#served-name]`` declaration: a model name, its base URL (no
+    /v1), and the name that server expects in requests, when the declaration gives it."""
 
     name: str
     url: str
+    served: str | None = None
 
 
 def parse_static(value: str) -> StaticEndpoint:
-    """Parse ``NAME=URL``; InvalidSpecError with a readable message when it is malformed."""
+    """Parse ``NAME=URL[#served-name]``; InvalidSpecError with a readable message when
+    it is malformed."""
     name, sep, url = value.partition("=")
+    url, _, served = url.partition("#")
     name = name.strip()
     url = url.strip()
+    served = served.strip()
     if not sep or not name or not url:
-        raise InvalidSpecError(f"--static {value!r}: expected NAME=URL")
+        raise InvalidSpecError(f"--static {value!r}: expected NAME=URL or NAME=URL#served-name")
+    if served and (len(served) > _MAX_NAME or not served.isprintable()):
+        raise InvalidSpecError(f"--static {value!r}: the served name must be printable text")
     if len(name) > _MAX_NAME or not name.isprintable():
         raise InvalidSpecError(f"--static {value!r}: the model name must be printable text")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidSpecError(f"--static {value!r}: URL must be http(s)://host[:port][/v1]")
-    if parts.query or parts.fragment:
-        raise InvalidSpecError(f"--static {value!r}: URL must not have a query or fragment")
+    if parts.query:
+        raise InvalidSpecError(f"--static {value!r}: URL must not have a query")
     base = url.rstrip("/")
     # Clients and SDKs write the OpenAI base URL with /v1; the proxy forwards /v1/... itself.
     if base.endswith("/v1"):
         base = base[: -len("/v1")]
-    return StaticEndpoint(name=name, url=base)
+    return StaticEndpoint(name=name, url=base, served=served or None)
 
 
 def object_name(name: str) -> str:
@@ -61,51 +69,46 @@ def object_name(name: str) -> str:
     return f"{slug}-{digest}"
 
 
-def static_models(
-    declared: list[StaticEndpoint], namespace: str
-) -> tuple[list[Model], list[EndpointRecord]]:
-    """One Model per distinct name, with one ready endpoint per URL declared for it."""
+def static_models(declared: list[StaticEndpoint], namespace: str) -> list[Model]:
+    """One external Model per distinct name, served by every URL declared for it.
+
+    The proxy asks each URL's /v1/models what it serves and sends that name, unless the
+    declaration names it (``#served-name``).
+    """
     now = datetime.now(UTC)
-    models: dict[str, Model] = {}
-    records: list[EndpointRecord] = []
-    for index, item in enumerate(declared):
-        model = models.get(item.name)
-        if model is None:
-            model = Model(
-                metadata=ObjectMeta(
-                    name=object_name(item.name), namespace=namespace, creation_timestamp=now
-                ),
-                spec=ModelSpec(
-                    backend="external",
-                    source=item.url,
-                    litellm=LiteLLMSpec(served_model_name=item.name),
-                ),
-            )
-            models[item.name] = model
-        records.append(
-            EndpointRecord(
-                model=model.key,
-                replica=f"static-{index}",
-                url=item.url,
-                ready=True,
-                node=None,
-                updated_at=now,
-            )
+    by_name: dict[str, list[StaticEndpoint]] = {}
+    for item in declared:
+        by_name.setdefault(item.name, []).append(item)
+    models = []
+    for name, items in by_name.items():
+        served = next((i.served for i in items if i.served), None)
+        annotations = {UPSTREAM_MODEL_ANNOTATION: served} if served else {}
+        meta = ObjectMeta(
+            name=object_name(name),
+            namespace=namespace,
+            creation_timestamp=now,
+            annotations=annotations,
         )
-    return list(models.values()), records
+        spec = ModelSpec(
+            backend="external",
+            source=items[0].url,
+            endpoints=list(dict.fromkeys(i.url for i in items)),
+            litellm=LiteLLMSpec(served_model_name=name),
+        )
+        models.append(Model(metadata=meta, spec=spec))
+    return models
 
 
 class StaticStore(ModelStore):
     """A read-only store of declared models and endpoints: writes are refused."""
 
-    def __init__(self, models: list[Model], endpoints: list[EndpointRecord]) -> None:
+    def __init__(self, models: list[Model]) -> None:
         self._models = {m.key: m for m in models}
-        self._endpoints = list(endpoints)
 
     @classmethod
     def from_declarations(cls, declared: list[StaticEndpoint], namespace: str) -> StaticStore:
         """The store for ``--static`` declarations in ``namespace``."""
-        return cls(*static_models(declared, namespace))
+        return cls(static_models(declared, namespace))
 
     async def create_model(self, model: Model) -> Model:
         """Refused: static models come from the command line."""
@@ -146,8 +149,8 @@ class StaticStore(ModelStore):
         raise ConflictError("static endpoints are read-only")
 
     async def list_endpoints(self, model: str | None = None) -> list[EndpointRecord]:
-        """Declared endpoints, of one model or all."""
-        return [r for r in self._endpoints if model is None or r.model == model]
+        """None: static models are external, their URLs are in their spec."""
+        return []
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -30,6 +30,7 @@ class ProxySync:
     def __init__(self, core: ProxyCore) -> None:
         self.core = core
         self._tasks: list[asyncio.Task[None]] = []
+        self._health: httpx.AsyncClient | None = None
 
     async def start(self) -> None:
         """Join the broadcast groups, load the store, then start the loops."""
@@ -45,6 +46,12 @@ class ProxySync:
             await core.resync()
         except FlexInferError as exc:
             log.warning("initial store read failed (retrying in the background): %s", exc)
+        # One round of external endpoint checks before serving: what each one serves is
+        # known before the first request is sent to it (bounded by the connect timeout).
+        self._health = httpx.AsyncClient(
+            timeout=httpx.Timeout(core.settings.connect_timeout_s), trust_env=False
+        )
+        await self.check_external(self._health)
         period = min(1.0, core.settings.activity_interval_s)
         self._tasks = [
             self._consumer_task(endpoints, topics.ENDPOINTS, self._on_endpoints),
@@ -65,6 +72,9 @@ class ProxySync:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self._health is not None:
+            await self._health.aclose()
+            self._health = None
 
     def _consumer_task(
         self, consumer: Consumer, topic: str, handle: BatchHandler
@@ -130,21 +140,22 @@ class ProxySync:
 
     async def _health_loop(self) -> None:
         """Actively check external endpoints; unhealthy ones are skipped until they recover."""
-        timeout = httpx.Timeout(self.core.settings.connect_timeout_s)
-        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
-            while True:
-                await self.check_external(client)
-                await asyncio.sleep(self.core.settings.health_interval_s)
+        assert self._health is not None, "start() made the client"
+        while True:
+            await asyncio.sleep(self.core.settings.health_interval_s)
+            await self.check_external(self._health)
 
     async def check_external(self, client: httpx.AsyncClient) -> None:
         """One round of health checks over every external endpoint."""
         checks = [
             (model, url) for model, urls in self.core.table.external().items() for url in urls
         ]
-        results = await asyncio.gather(*(_healthy(client, url) for _, url in checks))
-        for (model, url), healthy in zip(checks, results, strict=True):
+        results = await asyncio.gather(*(_probe(client, url) for _, url in checks))
+        for (model, url), (healthy, served) in zip(checks, results, strict=True):
             if not healthy:
                 log.warning("external endpoint %s of %s is unhealthy", url, model)
+            else:
+                self.core.table.set_served_name(model, url, served)
             self.core.table.set_health(model, url, healthy)
 
     async def _resync_loop(self) -> None:
@@ -156,10 +167,25 @@ class ProxySync:
                 log.warning("store resync failed: %s", exc)
 
 
-async def _healthy(client: httpx.AsyncClient, base_url: str) -> bool:
-    """GET <base>/v1/models answers below 500 (401 counts: the server is up)."""
+async def _probe(client: httpx.AsyncClient, base_url: str) -> tuple[bool, str | None]:
+    """Whether GET <base>/v1/models answers below 500 (401 counts: the server is up), and
+    the model it serves when it lists exactly one (what requests are then sent as)."""
     try:
         response = await client.get(base_url.rstrip("/") + "/v1/models")
     except httpx.HTTPError:
-        return False
-    return response.status_code < 500
+        return False, None
+    return response.status_code < 500, _only_model(response)
+
+
+def _only_model(response: httpx.Response) -> str | None:
+    if response.status_code != 200:
+        return None
+    try:
+        data = response.json().get("data")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(data, list) and len(data) == 1 and isinstance(data[0], dict):
+        name = data[0].get("id")
+        if isinstance(name, str) and 0 < len(name) <= 256 and name.isprintable():
+            return name
+    return None

@@ -27,12 +27,13 @@ def make_model(
     aliases: list[str] | None = None,
     cold_start_timeout_s: float = 60.0,
     idle_timeout_s: float = 300.0,
+    backend: str = "reference",
 ) -> Model:
     """A minimal Model for tests."""
     return Model(
         metadata=ObjectMeta(name=name, namespace=namespace),
         spec=ModelSpec(
-            backend="reference",
+            backend=backend,
             source=f"file:///models/{name}",
             litellm=LiteLLMSpec(served_model_name=served_name, aliases=aliases or []),
             serverless=ServerlessSpec(
@@ -70,6 +71,8 @@ class FakeUpstream:
     finished_at: list[float] = field(default_factory=list)
     aborted: int = 0
     """Streams that stopped because the proxy closed the connection."""
+    serves: list[str] = field(default_factory=list)
+    """The model ids GET /v1/models lists."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one request."""
@@ -78,11 +81,15 @@ class FakeUpstream:
             return
         body = await _read_all(receive)
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
-        self.seen.append(Seen(scope["path"], body, headers, time.monotonic()))
         if self.status != 200:
             error = {"error": {"message": "upstream says no", "type": "x", "code": "nope"}}
             await _send_json(send, error, self.status)
             return
+        if scope["method"] == "GET" and scope["path"] == "/v1/models":
+            data = [{"id": name, "object": "model"} for name in self.serves]
+            await _send_json(send, {"object": "list", "data": data}, 200)
+            return
+        self.seen.append(Seen(scope["path"], body, headers, time.monotonic()))
         try:
             request = json.loads(body)
         except ValueError:

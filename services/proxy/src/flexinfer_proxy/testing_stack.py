@@ -78,8 +78,9 @@ async def proxy_stack(
     settings = ProxySettings(port=0, **overrides)
     app = create_app(settings, bus=bus, store=store)
     try:
-        # The proxy's own HTTP server, as in production (its fast path included).
-        async with serve_proxy_in_background(app) as url:
+        # The server protocol the settings name: the proxy's own, as in production, or
+        # uvicorn's stock one.
+        async with serve_proxy_in_background(app, server=settings.server) as url:
             yield ProxyStack(bus=bus, store=store, url=url, core=app.state.core)
     finally:
         await bus.close()

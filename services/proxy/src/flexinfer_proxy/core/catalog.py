@@ -25,6 +25,9 @@ _MAX_MISS_ENTRIES = 10_000
 
 SERVICE_LABELS_ANNOTATION = "flexinfer.ai/service-labels"
 LORA_ANNOTATION = "flexinfer.ai/lora-adapters"
+UPSTREAM_MODEL_ANNOTATION = "flexinfer.ai/upstream-model"
+"""The ``model`` an external endpoint expects, when it is not the Model's served name
+(``flexinfer proxy --static NAME=URL#served-name`` sets it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +40,14 @@ class Target:
     selects the adapter by the request's ``model`` field)."""
     key: str = field(init=False)
     """``model.key``, computed once: the hot path uses it several times per request."""
+    renamed: bool = field(init=False)
+    """``upstream_name`` is not the Model's served name (a LoRA adapter, or the Model's
+    upstream-model annotation): it is sent as it is, never replaced by what an endpoint
+    says it serves."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", self.model.key)
+        object.__setattr__(self, "renamed", self.upstream_name != self.model.served_names[0])
 
 
 class AdapterBaseMissingError(ModelNotFoundError):
@@ -65,6 +73,11 @@ def service_labels(model: Model) -> list[str]:
     return list(dict.fromkeys(labels))
 
 
+def upstream_name(model: Model) -> str:
+    """The ``model`` its engine is sent: the served name, unless the Model names another."""
+    return model.metadata.annotations.get(UPSTREAM_MODEL_ANNOTATION) or model.served_names[0]
+
+
 def lora_adapters(model: Model) -> list[str]:
     """LoRA adapter names declared on the Model (``flexinfer.ai/lora-adapters``)."""
     return _csv(model.metadata.annotations.get(LORA_ANNOTATION))
@@ -76,7 +89,7 @@ def build_target_index(
     """Names, aliases and adapters -> Targets; service labels -> the Models claiming them."""
     ordered = sorted(models, key=lambda m: m.key)
     index = {
-        name: Target(model, model.served_names[0])
+        name: Target(model, upstream_name(model))
         for name, model in build_name_index(ordered).items()
     }
     by_key = {m.key: m for m in ordered}
@@ -129,7 +142,7 @@ class ModelCatalog:
         *,
         miss_interval_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
-        on_change: Callable[[dict[str, Model]], None] | None = None,
+        on_change: Callable[[dict[str, Model], float], None] | None = None,
         is_ready: Callable[[str], bool] | None = None,
     ) -> None:
         self._store = store
@@ -171,7 +184,7 @@ class ModelCatalog:
             return None
         ready = self._is_ready
         chosen = next((m for m in claimants if ready is not None and ready(m.key)), claimants[0])
-        return Target(chosen, chosen.served_names[0])
+        return Target(chosen, upstream_name(chosen))
 
     async def resolve(self, name: str) -> Model | None:
         """The Model for ``name``; on a miss, re-read the store (throttled per name)."""
@@ -215,8 +228,17 @@ class ModelCatalog:
             self._refreshing = task
         await asyncio.shield(task)
 
-    def apply(self, models: list[Model], adapters: list[LoRAAdapter] | None = None) -> None:
-        """Replace the cached models, and the adapters unless None (keeps the last read)."""
+    def apply(
+        self,
+        models: list[Model],
+        adapters: list[LoRAAdapter] | None = None,
+        read_started: float | None = None,
+    ) -> None:
+        """Replace the cached models, and the adapters unless None (keeps the last read).
+
+        ``read_started``: when the store read began (monotonic), so that news which came
+        by event since then is not overwritten by this older view.
+        """
         ours = [m for m in models if m.metadata.namespace == self._namespace]
         if adapters is not None:
             self._adapters = sorted(
@@ -229,13 +251,15 @@ class ModelCatalog:
         self._by_key = {m.key: m for m in ours}
         self.loaded = True
         if self._on_change is not None:
-            self._on_change(self._by_key)
+            started = time.monotonic() if read_started is None else read_started
+            self._on_change(self._by_key, started)
 
     async def _load(self) -> None:
+        started = time.monotonic()
         models, adapters = await asyncio.gather(
             self._store.list_models(self._namespace), self._store.list_adapters(self._namespace)
         )
-        self.apply(models, adapters)
+        self.apply(models, adapters, started)
 
     def _prune_misses(self, now: float) -> None:
         stale = [n for n, t in self._misses.items() if now - t >= self._miss_interval_s]

@@ -25,6 +25,10 @@ class _EndpointSet:
     external: bool = False
     leaving: set[tuple[str, str]] = field(default_factory=set)
     """(replica, url) the last event marked terminating: store reads cannot tell."""
+    blocked: str | None = None
+    """Why the controller says the model cannot get an endpoint now (None: it can)."""
+    served: dict[str, str] = field(default_factory=dict)
+    """url -> the one model an external endpoint lists in its /v1/models."""
 
 
 def routable(info: EndpointInfo) -> bool:
@@ -41,11 +45,13 @@ class EndpointTable:
         cooldown_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         on_available: Callable[[str], None] | None = None,
+        on_blocked: Callable[[str, str], None] | None = None,
     ) -> None:
         self._sets: dict[str, _EndpointSet] = {}
         self._cooldown_s = cooldown_s
         self._clock = clock
         self._on_available = on_available
+        self._on_blocked = on_blocked
         self._round_robin = RoundRobin()
 
     def revision(self, model: str) -> int:
@@ -78,7 +84,43 @@ class EndpointTable:
         entry.out_until.clear()
         entry.leaving = {(e.replica, e.url) for e in event.endpoints if e.terminating}
         self._replace(event.model, entry, [e for e in event.endpoints if routable(e)])
+        self._set_blocked(event.model, entry, event.blocked)
         return True
+
+    def served_name(self, model: str, url: str) -> str | None:
+        """The model name external endpoint ``url`` serves, if it said so."""
+        entry = self._sets.get(model)
+        return entry.served.get(url) if entry is not None else None
+
+    def set_served_name(self, model: str, url: str, name: str | None) -> None:
+        """Record what an external endpoint's /v1/models listed (None: not one model)."""
+        entry = self._sets.get(model)
+        if entry is None:
+            return
+        if name is None:
+            entry.served.pop(url, None)
+        else:
+            entry.served[url] = name
+
+    def blocked(self, model: str) -> str | None:
+        """Why ``model`` cannot get an endpoint now, as the controller last said."""
+        entry = self._sets.get(model)
+        return entry.blocked if entry is not None and not entry.endpoints else None
+
+    def apply_states(self, blocked: dict[str, str | None], read_started: float) -> None:
+        """Apply the blocking reasons of a store read of Models begun at ``read_started``
+        (a proxy that started after the event still learns why a model cannot start)."""
+        for model, reason in blocked.items():
+            entry = self._sets.setdefault(model, _EndpointSet())
+            if not entry.external and entry.updated_at <= read_started:
+                self._set_blocked(model, entry, reason)
+
+    def _set_blocked(self, model: str, entry: _EndpointSet, reason: str | None) -> None:
+        newly = reason is not None and reason != entry.blocked
+        entry.blocked = reason
+        if newly and not entry.endpoints and self._on_blocked is not None:
+            assert reason is not None
+            self._on_blocked(model, reason)
 
     def apply_records(
         self, records: Iterable[EndpointRecord], read_started: float, models: Iterable[str]

@@ -45,3 +45,28 @@ class ActivationTimeoutError(TemporaryError):
         super().__init__(
             f"model {model} activation timed out after {format_seconds(waited_s)}", delay=delay
         )
+
+
+class RouteNotFoundError(NotFoundError):
+    """No backend serves this route, or the model's backend does not (HTTP 404)."""
+
+    code = "not_found"
+
+
+class ModelUnavailableError(TemporaryError):
+    """The controller reports that the model cannot start now: Failed, or blocked (503).
+
+    Answered at once, with the controller's reason, instead of queueing the request until
+    its wait budget runs out.
+    """
+
+    code = "model_unavailable"
+
+    def __init__(self, model: str, reason: str, *, delay: float) -> None:
+        super().__init__(f"model {model} cannot start: {reason}", delay=delay)
+
+
+class UpstreamError(TemporaryError):
+    """The engine failed or could not be reached (HTTP 502)."""
+
+    code = "upstream_error"

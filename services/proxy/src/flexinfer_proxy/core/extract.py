@@ -16,7 +16,6 @@ from typing import Any
 
 from flexinfer_proxy.core.errors import BadRequestError
 
-MODEL_PATH_PREFIX = "/model/"
 _DECODER = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
 _MAX_NAME = 256
@@ -31,20 +30,11 @@ def check_model_name(name: str, where: str) -> str:
         raise BadRequestError(f"{where}: model name is longer than {_MAX_NAME}", field="model")
     if _CONTROL.search(name):
         raise BadRequestError(f"{where}: model name has control characters", field="model")
+    if not name.isprintable():  # also lone surrogates ("\\ud800"), which cannot be encoded
+        raise BadRequestError(f"{where}: model name is not printable text", field="model")
     if ".." in name.split("/") or name.startswith("/") or "\\" in name:
         raise BadRequestError(f"{where}: model name is not a valid name", field="model")
     return name
-
-
-def split_model_path(path: str) -> tuple[str, str] | None:
-    """``/model/<name>/v1/x`` -> (name, ``/v1/x``); None when the path has no such prefix."""
-    if not path.startswith(MODEL_PATH_PREFIX):
-        return None
-    rest = path[len(MODEL_PATH_PREFIX) :]
-    name, slash, tail = rest.partition("/")
-    if not slash:
-        raise BadRequestError("a /model/<name>/ path must continue after the name")
-    return check_model_name(name, "path"), "/" + tail
 
 
 @dataclass(slots=True)
@@ -149,10 +139,15 @@ def _utf8(value: Any) -> Any:
     return value
 
 
+def insert_model(prefix: bytes, name: str) -> bytes:
+    """``prefix`` (the first bytes of a JSON object with members) with ``model`` first."""
+    start = prefix.index(b"{") + 1
+    return prefix[:start] + b'"model": ' + json.dumps(name).encode() + b", " + prefix[start:]
+
+
 def splice_model(prefix: bytes, span: tuple[int, int], name: str) -> bytes:
     """``prefix`` with the ``model`` value at ``span`` replaced by ``name`` (JSON-quoted)."""
-    quoted = json.dumps(name, ensure_ascii=False).encode()
-    return prefix[: span[0]] + quoted + prefix[span[1] :]
+    return prefix[: span[0]] + json.dumps(name).encode() + prefix[span[1] :]
 
 
 _BOUNDARY = re.compile(rb'boundary="?([^";]+)"?', re.IGNORECASE)

@@ -7,7 +7,8 @@ import asyncio
 from flexinfer_common.bus.topics import ProgressEvent
 
 QUEUED = "queued"
-"""Shown before the controller reported any phase: the request waits in our queue."""
+"""Shown before the controller reported a phase of this cold start: the request waits in
+our queue."""
 
 
 class ProgressBoard:
@@ -15,20 +16,26 @@ class ProgressBoard:
 
     def __init__(self) -> None:
         self._latest: dict[str, ProgressEvent] = {}
-        self._changed: dict[str, asyncio.Event] = {}
+        self._changed: dict[str, asyncio.Future[None]] = {}
 
     def latest(self, model: str) -> ProgressEvent | None:
-        """The last phase reported for ``model``."""
+        """The last phase reported for ``model`` in its current cold start."""
         return self._latest.get(model)
 
     def describe(self, model: str, waited_s: float) -> str:
         """The SSE comment text for ``model``'s progress."""
         event = self._latest.get(model)
-        phase = event.phase if event is not None else QUEUED
-        text = f"flexinfer cold-start phase={phase}"
-        if event is not None and event.eta_s is not None:
+        # "ready" with no endpoint to route to is the end of an earlier start, not this one.
+        if event is None or event.phase == "ready":
+            return f"flexinfer cold-start phase={QUEUED} waited={waited_s:.0f}s"
+        text = f"flexinfer cold-start phase={event.phase}"
+        if event.eta_s is not None:
             text += f" eta={event.eta_s:.0f}s"
         return text + f" waited={waited_s:.0f}s"
+
+    def restart(self, model: str) -> None:
+        """A new cold start of ``model`` begins: phases reported before it are history."""
+        self._latest.pop(model, None)
 
     def update(self, event: ProgressEvent) -> None:
         """Record ``event`` unless an older one (by time) than what is known."""
@@ -37,20 +44,17 @@ class ProgressBoard:
             return
         self._latest[event.model] = event
         waiter = self._changed.pop(event.model, None)
-        if waiter is not None:
-            waiter.set()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def changed(self, model: str) -> asyncio.Future[None]:
+        """A future that resolves at the next update of ``model``."""
+        waiter = self._changed.get(model)
+        if waiter is None or waiter.done():
+            waiter = self._changed[model] = asyncio.get_running_loop().create_future()
+        return waiter
 
     def forget(self, keep: set[str]) -> None:
         """Drop models no longer declared."""
         for model in [m for m in self._latest if m not in keep]:
             del self._latest[model]
-
-    async def wait_change(self, model: str, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for an update of ``model``; True if one came."""
-        waiter = self._changed.setdefault(model, asyncio.Event())
-        try:
-            async with asyncio.timeout(timeout_s):
-                await waiter.wait()
-        except TimeoutError:
-            return False
-        return True

@@ -22,6 +22,14 @@ PublishDemand = Callable[[DemandEvent], Awaitable[None]]
 RefreshEndpoints = Callable[[str], Awaitable[None]]
 
 
+@dataclass(slots=True, eq=False)
+class Ticket:
+    """One request's place in a model's queue: ``future`` resolves when it may go on."""
+
+    model: str
+    future: asyncio.Future[None]
+
+
 @dataclass
 class _ModelQueue:
     waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
@@ -83,34 +91,64 @@ class ColdStartQueue:
         queue = self._queues.get(model)
         return len(queue.waiters) if queue else 0
 
-    async def wait(self, model: str, label: str, deadline: float, waited_from: float) -> None:
-        """Wait until ``release(model)`` or raise at ``deadline`` (monotonic seconds).
-
-        ``label`` names the model in messages; ``waited_from`` is when the request began
-        waiting, for the timeout message. Raises QueueFullError when the queue is full.
-        """
+    def join(self, model: str, label: str) -> Ticket:
+        """A place in ``model``'s queue; QueueFullError when it is full (``label`` names
+        the model in messages). The caller must ``leave`` it."""
         queue = self._queues.get(model)
         if queue is None:
             queue = self._queues[model] = _ModelQueue()
         if len(queue.waiters) >= self._max_size:
             raise QueueFullError(label, len(queue.waiters), delay=self._retry_after_s)
         queue.emptied_at = None
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue.waiters.append(future)
+        ticket = Ticket(model, asyncio.get_running_loop().create_future())
+        queue.waiters.append(ticket.future)
         self._depth_changed(model, queue)
         self._ensure_demand(model, queue)
+        return ticket
+
+    def leave(self, ticket: Ticket) -> None:
+        """Give up the place (released, timed out, or the client went away)."""
+        if not ticket.future.done():
+            ticket.future.cancel()
+        elif not ticket.future.cancelled():
+            ticket.future.exception()  # retrieved: a failure nobody awaited is not logged
+        self._discard(ticket.model, ticket.future)
+
+    async def wait(self, model: str, label: str, deadline: float, waited_from: float) -> None:
+        """Wait until ``release(model)`` or raise at ``deadline`` (monotonic seconds).
+
+        ``label`` names the model in messages; ``waited_from`` is when the request began
+        waiting, for the timeout message. Raises QueueFullError when the queue is full,
+        and what ``fail`` was given when the model cannot start.
+        """
+        ticket = self.join(model, label)
         try:
             async with asyncio.timeout_at(_loop_time(deadline)):
-                await future
+                await ticket.future
         except TimeoutError:
-            raise ActivationTimeoutError(
-                label, time.monotonic() - waited_from, delay=self._retry_after_s
-            ) from None
+            raise self.timeout_error(label, waited_from) from None
         finally:
-            # Timed out or the client went away (cancelled): free the slot.
+            self.leave(ticket)
+
+    def timeout_error(self, label: str, waited_from: float) -> ActivationTimeoutError:
+        """The error for a request that waited from ``waited_from`` in vain."""
+        return ActivationTimeoutError(
+            label, time.monotonic() - waited_from, delay=self._retry_after_s
+        )
+
+    def fail(self, model: str, error: FlexInferError) -> int:
+        """Wake every waiter of ``model`` with ``error`` (it cannot start); how many."""
+        queue = self._queues.get(model)
+        if queue is None:
+            return 0
+        failed = 0
+        while queue.waiters:
+            future = queue.waiters.popleft()
             if not future.done():
-                future.cancel()
-            self._discard(model, future)
+                future.set_exception(error)
+                failed += 1
+        self._cleanup(model, queue)
+        return failed
 
     def release(self, model: str) -> int:
         """Wake every waiter of ``model`` in arrival order; returns how many."""

@@ -8,15 +8,17 @@ import time
 from prometheus_client import CollectorRegistry
 
 from flexinfer_common.api import Model
+from flexinfer_common.api.status import blocked_reason
 from flexinfer_common.bus import EventBus, topics
 from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
 from flexinfer_common.store import ModelStore
 from flexinfer_proxy.core.activity import ActivityTracker, activity_interval
 from flexinfer_proxy.core.auth import Authenticator, TokenGrant, load_token_file
 from flexinfer_proxy.core.backoff import Backoff
-from flexinfer_proxy.core.catalog import ModelCatalog
+from flexinfer_proxy.core.catalog import ModelCatalog, Target
 from flexinfer_proxy.core.dispatch import Dispatcher, wait_budget
 from flexinfer_proxy.core.endpoints import EndpointTable
+from flexinfer_proxy.core.errors import ModelUnavailableError
 from flexinfer_proxy.core.metrics import ProxyMetrics
 from flexinfer_proxy.core.progress import ProgressBoard
 from flexinfer_proxy.core.queue import ColdStartQueue
@@ -45,7 +47,9 @@ class ProxyCore:
         self.activity = ActivityTracker(self._publish_activity)
         self.metrics = ProxyMetrics.create(registry, self.activity.counts)
         self.table = EndpointTable(
-            cooldown_s=settings.endpoint_cooldown_s, on_available=self._endpoints_available
+            cooldown_s=settings.endpoint_cooldown_s,
+            on_available=self._endpoints_available,
+            on_blocked=self._model_blocked,
         )
         self.catalog = ModelCatalog(
             store,
@@ -87,19 +91,32 @@ class ProxyCore:
             publish_demand=self._publish_demand,
             refresh_endpoints=self.refresh_endpoints,
             on_depth=lambda m, n: self.metrics.queue_depth.labels(m).set(n),
-            on_cold_start=lambda m: self.metrics.cold_starts.labels(m).inc(),
+            on_cold_start=self._cold_start,
             backoff=backoff,
         )
         self.dispatcher = Dispatcher(self.table, self.queue)
+        self._timings: dict[str, tuple[Model, float, float]] = {}
 
-    def wait_budget(self, model: Model) -> float:
-        """Seconds a request for ``model`` may wait for an endpoint."""
-        return wait_budget(model, self.settings.queue_timeout, self.settings.cold_start_timeout)
+    def timings(self, model: Model) -> tuple[float, float]:
+        """``(activity interval, wait budget)`` in seconds for ``model``.
 
-    def activity_interval(self, model: Model) -> float:
-        """Seconds between activity events for ``model``."""
-        idle = model.spec.serverless_or_default.idle_timeout.total_seconds()
-        return activity_interval(self.settings.activity_interval_s, idle)
+        Kept per Model object (the catalog hands out the same one until the model changes):
+        rebuilding them from the spec's pydantic defaults cost a few µs per request.
+        """
+        cached = self._timings.get(model.key)
+        if cached is None or cached[0] is not model:
+            settings = self.settings
+            idle = model.spec.serverless_or_default.idle_timeout.total_seconds()
+            interval = activity_interval(settings.activity_interval_s, idle)
+            budget = wait_budget(model, settings.queue_timeout, settings.cold_start_timeout)
+            cached = self._timings[model.key] = (model, interval, budget)
+        return cached[1], cached[2]
+
+    def served_name(self, target: Target, url: str) -> str:
+        """The ``model`` to send endpoint ``url``: what it serves, when it told us."""
+        if target.renamed:
+            return target.upstream_name
+        return self.table.served_name(target.key, url) or target.upstream_name
 
     async def resync(self) -> None:
         """Re-read every Model and endpoint from the store."""
@@ -119,17 +136,33 @@ class ProxyCore:
         await self.queue.aclose()
         await self.activity.aclose()
 
-    def _models_changed(self, models: dict[str, Model]) -> None:
+    def _models_changed(self, models: dict[str, Model], read_started: float) -> None:
         # External models (spec.endpoints) are routed to their URLs with no runtime.
         self.table.set_external(
             {key: list(m.spec.endpoints or []) for key, m in models.items() if m.spec.is_external}
         )
+        blocked = {key: blocked_reason(m.status) for key, m in models.items()}
+        self.table.apply_states(blocked, read_started)
         keep = set(models)
         self.limiter.forget(keep)
         self.progress.forget(keep)
 
     def _endpoints_available(self, model: str) -> None:
         self.dispatcher.available(model)
+
+    def _model_blocked(self, model: str, reason: str) -> None:
+        # Waiting cannot help: every queued request for the model is answered now.
+        label = model.partition("/")[2]
+        error = ModelUnavailableError(label, reason, delay=self.settings.retry_after_s)
+        failed = self.queue.fail(model, error)
+        if failed:
+            log.warning(
+                "model %s cannot start (%s): answered %d waiting requests", model, reason, failed
+            )
+
+    def _cold_start(self, model: str) -> None:
+        self.progress.restart(model)
+        self.metrics.cold_starts.labels(model).inc()
 
     async def _publish_demand(self, event: DemandEvent) -> None:
         log.info("demand for %s (%d waiting)", event.model, event.queue_depth)

@@ -1,0 +1,117 @@
+"""The one table of what the proxy forwards: each backend's inference routes.
+
+Deny by default: an engine also serves admin routes (vLLM's ``/sleep`` and
+``/v1/load_lora_adapter``, Ollama's ``/api/pull``, llama.cpp's ``/slots``, the reference
+engine's ``/sleep?level=2``), and one client reaching them acts for every client. So only
+the routes a backend documents for inference are forwarded, always with POST; every other
+path answers 404 in OpenAI's shape. A client names the model's engine either by a route
+alone (``/v1/chat/completions``) or under the ``/model/<name>/`` prefix
+(``/model/llama/v1/chat/completions``), which is stripped before forwarding.
+"""
+
+from __future__ import annotations
+
+MODEL_PREFIX = "/model/"
+"""A path prefix naming the model: ``/model/<name>/<route>``."""
+
+_RAW_PREFIX = MODEL_PREFIX.encode()
+
+_LLM = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+_AUDIO_IN = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations"})
+_IMAGES = frozenset({"/v1/images/generations", "/v1/images/edits"})
+
+OPENAI_ROUTES = (
+    _LLM
+    | _AUDIO_IN
+    | _IMAGES
+    | {"/v1/responses", "/v1/audio/speech", "/v1/moderations", "/v1/images/variations"}
+)
+"""OpenAI's own inference routes: what an OpenAI-compatible external server may serve."""
+
+BACKEND_ROUTES: dict[str, frozenset[str]] = {
+    "reference": frozenset({"/v1/chat/completions", "/v1/completions"}),
+    "vllm": _LLM
+    | _AUDIO_IN
+    | {
+        "/v1/responses",
+        "/v1/rerank",
+        "/v2/rerank",
+        "/rerank",
+        "/v1/score",
+        "/score",
+        "/pooling",
+        "/classify",
+        "/tokenize",
+        "/detokenize",
+    },
+    "ollama": _LLM | {"/api/generate", "/api/chat", "/api/embed", "/api/embeddings"},
+    "llamacpp": _LLM
+    | {
+        "/v1/rerank",
+        "/completion",
+        "/embedding",
+        "/infill",
+        "/tokenize",
+        "/detokenize",
+        "/rerank",
+    },
+    "mlc-llm": _LLM,
+    "diffusers": _IMAGES,
+    "comfyui": frozenset({"/prompt"}),
+    "vllm-omni": _IMAGES | {"/v1/chat/completions", "/v1/audio/speech"},
+    "external": OPENAI_ROUTES,
+}
+"""Inference routes per backend, from each server's documentation (admin routes left out)."""
+
+BACKEND_ALIASES = {
+    "mlc": "mlc-llm",
+    "mlc_llm": "mlc-llm",
+    "llama.cpp": "llamacpp",
+    "llama-cpp": "llamacpp",
+    "llama_cpp": "llamacpp",
+    "comfy": "comfyui",
+    "comfy-ui": "comfyui",
+    "comfy_ui": "comfyui",
+    "vllm-diffusion": "vllm-omni",
+    "vllm_omni": "vllm-omni",
+}
+"""The operator's backend aliases (reference §5)."""
+
+
+class Surface:
+    """Which routes may reach a model's engine."""
+
+    def __init__(self, routes: dict[str, frozenset[str]], aliases: dict[str, str]) -> None:
+        self._routes = routes
+        self._aliases = aliases
+        self.all_routes = frozenset().union(*routes.values())
+        """Every route any backend serves: anything else is unknown to the proxy."""
+        self._raw_routes = frozenset(route.encode() for route in self.all_routes)
+
+    def routes(self, backend: str, external: bool) -> frozenset[str]:
+        """The routes forwarded for a model of ``backend`` (``external``: spec.endpoints)."""
+        if external:
+            return self._routes["external"]
+        routes = self._routes.get(backend)
+        if routes is None:
+            name = backend.lower()
+            routes = self._routes.get(self._aliases.get(name, name), frozenset())
+        return routes
+
+    def allows(self, backend: str, external: bool, route: str) -> bool:
+        """Whether ``route`` (a decoded, normalised path) is forwarded for such a model."""
+        return route in self.routes(backend, external)
+
+    def known(self, route: str) -> bool:
+        """Whether any backend serves ``route``."""
+        return route in self.all_routes
+
+    def handles(self, raw_path: bytes) -> bool:
+        """Whether the pipeline answers ``raw_path`` (as received): a model prefix, or a
+        route some backend serves. Anything else is the app's (health, /v1/models, 404)."""
+        return raw_path.startswith(_RAW_PREFIX) or raw_path in self._raw_routes
+
+
+def default_surface() -> Surface:
+    """The built-in table of backend routes."""
+    return Surface(BACKEND_ROUTES, BACKEND_ALIASES)

@@ -1,0 +1,278 @@
+"""The request pipeline: each proxied request is one ``ProxyRequest``, arrival to last byte.
+
+In order: check the raw target (400), authenticate (401), check the route (404), read the
+body only as far as needed to find the model (400/408/413), resolve the model (404), check
+the route against its backend's surface (404), authorize (403) and rate-limit (429). Then
+the request counts as active for its model, waits for an endpoint if the model has none
+(failing at once if the controller says it cannot start, or if its external endpoints are
+all unreachable), is forwarded through the upstream transport, and the answer is relayed.
+
+A ``ProxyRequest`` alone begins and ends the request's accounting (model activity,
+endpoint load, the answered-requests counter), each exactly once, in ``run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from flexinfer_common.bus.topics import EndpointInfo
+from flexinfer_common.errors import FlexInferError
+from flexinfer_proxy.body_stream import BodyStream, ClientGoneError
+from flexinfer_proxy.core.catalog import Target
+from flexinfer_proxy.core.errors import (
+    ModelNotFoundError,
+    ModelUnavailableError,
+    RouteNotFoundError,
+    UpstreamError,
+)
+from flexinfer_proxy.core.extract import check_model_name
+from flexinfer_proxy.core.routing.base import RouteContext, RoutingStrategy
+from flexinfer_proxy.core.service import ProxyCore
+from flexinfer_proxy.core.surface import Surface
+from flexinfer_proxy.core.target import RequestTarget, parse_target
+from flexinfer_proxy.downstream import AsgiDownstream, Downstream
+from flexinfer_proxy.error_answers import error_answer, error_code
+from flexinfer_proxy.extract_http import IncomingRequest, read_request
+from flexinfer_proxy.relay import (
+    SSE_HEADERS,
+    relay,
+    relay_as_event,
+    request_headers,
+    sse_comment,
+    sse_error,
+)
+from flexinfer_proxy.transport.base import (
+    ConnectFailedError,
+    RequestFailedError,
+    UpstreamAnswer,
+    UpstreamRequest,
+    UpstreamTransport,
+)
+
+log = logging.getLogger(__name__)
+
+PROGRESS_HEADER = b"x-flexinfer-progress"
+"""A non-streaming request that sets it to true gets progress lines while it waits."""
+_TRUE = (b"1", b"true", b"yes")
+
+
+class Proxy:
+    """The proxied routes: which requests they take, and a ``ProxyRequest`` for each."""
+
+    def __init__(self, core: ProxyCore, transport: UpstreamTransport, surface: Surface) -> None:
+        self.core = core
+        self.transport = transport
+        self.surface = surface
+
+    def handles(self, method: str, target: bytes) -> bool:
+        """POST to a model prefix or to a route some backend serves: the pipeline's."""
+        return method == "POST" and self.surface.handles(target.partition(b"?")[0])
+
+    def serve(self, downstream: Downstream) -> Coroutine[Any, Any, None]:
+        """The work of serving one request (the server runs it as the request's task)."""
+        return ProxyRequest(self, downstream).run()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The same pipeline as an ASGI app, for ASGI servers other than our own."""
+        downstream = AsgiDownstream(scope, receive, send)
+        try:
+            await self.serve(downstream)
+        finally:
+            downstream.close()
+
+
+class ProxyRequest:
+    """One proxied request; it alone starts and ends the request's accounting."""
+
+    __slots__ = ("active", "core", "ds", "key", "proxy", "started", "status", "url")
+
+    def __init__(self, proxy: Proxy, ds: Downstream) -> None:
+        self.proxy = proxy
+        self.core = proxy.core
+        self.ds = ds
+        self.started = time.monotonic()
+        self.key = ""
+        """The model's key once resolved ("" before: errors are counted under it)."""
+        self.active = False
+        self.url: str | None = None
+        """The endpoint whose load counts this request now."""
+        self.status: int | None = None
+        """What the client was answered (None: it left before an answer)."""
+
+    async def run(self) -> None:
+        """Serve the request until its answer is sent or the client leaves."""
+        try:
+            await self._serve()
+        except ClientGoneError:
+            pass
+        except asyncio.CancelledError:
+            # Swallow only the cancellation the downstream made for a client that left.
+            task = asyncio.current_task()
+            if not self.ds.gone or task is None or task.uncancel() > 0:
+                raise
+        except FlexInferError as exc:
+            await self._fail(exc)
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        core = self.core
+        if self.url is not None:
+            core.loads.end(self.url)
+            self.url = None
+        if self.active:
+            core.activity.end(self.key)
+            self.active = False
+        if self.status is not None:
+            core.metrics.requests.count(self.key, self.status)
+
+    async def _fail(self, exc: FlexInferError) -> None:
+        status, headers, body = error_answer(exc)
+        self.status = status
+        try:
+            if self.ds.started:  # a progress stream: the error is its last event
+                await self.ds.send(sse_error(status, str(exc), error_code(exc)))
+                await self.ds.end()
+            else:
+                await self.ds.respond(status, headers, body)
+        except ClientGoneError:
+            self.status = None
+
+    async def _serve(self) -> None:
+        core, ds, surface = self.core, self.ds, self.proxy.surface
+        target = parse_target(ds.target)
+        grant = core.auth.authenticate(ds.header(b"authorization"))
+        if not surface.known(target.route):
+            raise RouteNotFoundError(f"Invalid URL (POST {target.route}): no such route")
+        incoming = await read_request(ds, target, core.settings)
+        # A known name is a dict lookup; only a miss is checked and re-read from the store.
+        resolved = core.catalog.lookup_target(incoming.name)
+        if resolved is None:
+            check_model_name(incoming.name, "model")
+            resolved = await core.catalog.resolve_target(incoming.name)
+        if resolved is None:
+            raise ModelNotFoundError(incoming.name)
+        model = resolved.model
+        if not surface.allows(model.spec.backend, model.spec.is_external, target.route):
+            raise RouteNotFoundError(
+                f"Invalid URL (POST {target.route}): model '{incoming.name}' "
+                f"(backend {model.spec.backend}) does not serve this route"
+            )
+        core.auth.authorize(grant, model)
+        if core.limiter.enabled:
+            core.limiter.check(resolved.key)
+        self.key = resolved.key
+        core.activity.begin(self.key, core.timings(resolved.model)[0])
+        self.active = True
+        answer = await self._forward(resolved, incoming, target)
+        self.status = answer.status
+        try:
+            if ds.started:
+                await relay_as_event(answer, ds, incoming.stream)
+            else:
+                await relay(answer, ds)
+        finally:
+            await answer.aclose()
+
+    async def _forward(
+        self, resolved: Target, incoming: IncomingRequest, target: RequestTarget
+    ) -> UpstreamAnswer:
+        """The engine's answer, trying the model's other endpoints when one refuses."""
+        core, key = self.core, resolved.key
+        strategy = core.router.for_model(resolved.model)
+        ctx = RouteContext(self.ds.headers, incoming.fields)
+        headers = request_headers(self.ds.headers, drop_authorization=core.auth.enabled)
+        endpoint = core.dispatcher.pick_now(key, strategy, ctx)
+        while True:
+            if endpoint is None:
+                endpoint = await self._wait_endpoint(resolved, strategy, ctx, incoming)
+            incoming.rewrite(core.served_name(resolved, endpoint.url))
+            request = UpstreamRequest(
+                b"POST", target.forward, headers, incoming.body, incoming.length
+            )
+            self.url = url = endpoint.url
+            core.loads.begin(url)
+            try:
+                return await self.proxy.transport.request(url, request)
+            except ConnectFailedError as exc:
+                core.loads.end(url)
+                self.url = None
+                if isinstance(incoming.body, BodyStream) and incoming.body.started:
+                    raise UpstreamError(str(exc)) from exc
+                log.warning("%s: %s; trying another endpoint", key, exc)
+                core.metrics.upstream_errors.labels(key, "connect").inc()
+                core.dispatcher.endpoint_failed(key, url)
+                endpoint = core.dispatcher.pick_now(key, strategy, ctx)
+            except RequestFailedError as exc:
+                core.metrics.upstream_errors.labels(key, "request").inc()
+                raise UpstreamError(str(exc)) from exc
+
+    async def _wait_endpoint(
+        self,
+        resolved: Target,
+        strategy: RoutingStrategy,
+        ctx: RouteContext,
+        incoming: IncomingRequest,
+    ) -> EndpointInfo:
+        """An endpoint once the model has one; fails at once if it never will."""
+        core, key = self.core, resolved.key
+        label = resolved.model.metadata.name
+        blocked = core.table.blocked(key)
+        if blocked is not None:
+            raise ModelUnavailableError(label, blocked, delay=core.settings.retry_after_s)
+        if resolved.model.spec.is_external:
+            # Nothing will start another endpoint: the request fails within the connect
+            # timeout rather than waiting for one.
+            raise UpstreamError(f"no endpoint of model {label} is reachable now")
+        deadline = self.started + core.timings(resolved.model)[1]
+        if not self._wants_progress(incoming):
+            return await core.dispatcher.acquire(key, label, deadline, self.started, strategy, ctx)
+        while True:
+            ticket = core.queue.join(key, label)  # a full queue is a 503 before any byte
+            try:
+                if not self.ds.started:
+                    await self.ds.start(200, SSE_HEADERS)
+                await self._report_progress(key, label, deadline, ticket.future)
+            finally:
+                core.queue.leave(ticket)
+            endpoint = core.table.pick(key, strategy, ctx)
+            if endpoint is not None:
+                waited = time.monotonic() - self.started
+                await self.ds.send(
+                    sse_comment(f"flexinfer cold-start phase=ready waited={waited:.0f}s")
+                )
+                return endpoint
+
+    def _wants_progress(self, incoming: IncomingRequest) -> bool:
+        if self.ds.started:
+            return True
+        if incoming.stream:
+            return self.core.settings.progress_sse
+        value = self.ds.header(PROGRESS_HEADER)
+        return value is not None and value.strip().lower() in _TRUE
+
+    async def _report_progress(
+        self, key: str, label: str, deadline: float, released: asyncio.Future[None]
+    ) -> None:
+        """A progress comment now, on every phase change and every interval, until
+        ``released`` resolves (or fails: the model cannot start) or the deadline passes."""
+        core = self.core
+        interval = core.settings.progress_interval_s
+        while not released.done():
+            now = time.monotonic()
+            if now >= deadline:
+                raise core.queue.timeout_error(label, self.started)
+            await self.ds.send(sse_comment(core.progress.describe(key, now - self.started)))
+            changed = core.progress.changed(key)
+            await asyncio.wait(
+                (released, changed),
+                timeout=min(interval, deadline - now),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        released.result()

@@ -1,0 +1,141 @@
+"""The headers that cross the proxy, and the engine's answer relayed to the client.
+
+An answer is passed through as raw bytes, chunk by chunk (no decoding, no buffering), so
+streams reach the client as the engine produces them; a small answer that is already
+complete leaves in one write.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from flexinfer_common.web import openai_error_body
+from flexinfer_proxy.downstream import Downstream, Headers
+from flexinfer_proxy.transport.base import AnswerBrokenError, UpstreamAnswer
+
+log = logging.getLogger(__name__)
+
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+_DROP_REQUEST = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
+"""Request headers of the client's hop to us; the transport sets its own."""
+_DROP_RESPONSE = _HOP_BY_HOP | {b"date", b"server", b"content-length"}
+"""The server adds its own date and server headers and frames the body itself."""
+SSE_HEADERS: Headers = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def _connection_tokens(headers: Headers) -> set[bytes]:
+    """Header names the sender listed in Connection: hop-by-hop for this hop only."""
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens |= {t.strip().lower() for t in value.split(b",")}
+    return tokens
+
+
+def request_headers(headers: Headers, *, drop_authorization: bool) -> Headers:
+    """The client's end-to-end headers (names lowercase already), to send to the engine.
+
+    ``drop_authorization``: the proxy checked the client's token, which is ours and not
+    the engine's to see.
+    """
+    drop = _DROP_REQUEST
+    if drop_authorization:
+        drop = drop | {b"authorization"}
+    if any(name == b"connection" for name, _ in headers):
+        drop = drop | _connection_tokens(headers)
+    return [(k, v) for k, v in headers if k not in drop]
+
+
+def response_headers(headers: Headers) -> Headers:
+    """The engine's end-to-end headers, to send to the client."""
+    drop = _DROP_RESPONSE
+    if any(name.lower() == b"connection" for name, _ in headers):
+        drop = drop | _connection_tokens(headers)
+    return [(k, v) for k, v in headers if k.lower() not in drop]
+
+
+def is_event_stream(answer: UpstreamAnswer) -> bool:
+    """Whether the engine answers with server-sent events."""
+    return (answer.header(b"content-type") or b"").startswith(b"text/event-stream")
+
+
+def sse_comment(text: str) -> bytes:
+    """An SSE comment line (readers, the openai SDK included, skip them)."""
+    return b": " + text.encode() + b"\n\n"
+
+
+def sse_data(payload: bytes) -> bytes:
+    """One SSE event; a multi-line payload becomes several data: lines."""
+    lines = payload.strip().split(b"\n")
+    return b"".join(b"data: " + line.rstrip(b"\r") + b"\n" for line in lines) + b"\n"
+
+
+def sse_error(status: int, message: str, code: str) -> bytes:
+    """An SSE event carrying an OpenAI error, so stream readers stop with an error."""
+    return sse_data(json.dumps(openai_error_body(status, message, code=code)).encode())
+
+
+async def relay(answer: UpstreamAnswer, ds: Downstream) -> None:
+    """Send ``answer`` to the client (head included)."""
+    headers = response_headers(answer.headers)
+    if answer.complete():
+        await ds.respond(answer.status, headers, await answer.read())
+        return
+    await ds.start(answer.status, headers)
+    await relay_body(answer, ds, event_stream=is_event_stream(answer))
+
+
+async def relay_body(answer: UpstreamAnswer, ds: Downstream, *, event_stream: bool) -> None:
+    """Stream the body; a break ends an event stream with an error event, else cuts it."""
+    try:
+        async for chunk in answer.stream():
+            await ds.send(chunk)
+    except AnswerBrokenError as exc:
+        log.warning("%s", exc)
+        if not event_stream:
+            ds.abort()  # a cut body must not look complete to the client
+            return
+        await ds.send(
+            b"\n" + sse_error(502, f"the model server failed mid-stream: {exc}", "upstream_error")
+        )
+    await ds.end()
+
+
+async def relay_as_event(answer: UpstreamAnswer, ds: Downstream, streamed: bool) -> None:
+    """Relay inside an SSE answer already started (a client that waited with progress).
+
+    A streamed answer (``streamed``, status 200) continues the stream as it is; any other
+    answer becomes one ``data:`` event holding its JSON (an error's, made OpenAI-shaped).
+    """
+    if streamed and answer.status == 200:
+        await relay_body(answer, ds, event_stream=True)
+        return
+    try:
+        payload = await answer.read()
+    except AnswerBrokenError as exc:
+        await ds.send(sse_error(502, f"the model server failed: {exc}", "upstream_error"))
+        await ds.end()
+        return
+    if answer.status != 200 and not payload.lstrip().startswith(b"{"):
+        message = payload[:4096].decode("utf-8", "replace")
+        payload = json.dumps(openai_error_body(answer.status, message)).encode()
+    await ds.send(sse_data(payload))
+    await ds.end()

@@ -1,0 +1,1 @@
+"""Upstream transports: the proxy's HTTP client side, behind ``base.UpstreamTransport``."""
