@@ -164,7 +164,9 @@ def test_schema_keeps_types_defaults_and_free_form_fields() -> None:
     assert props["gpu"]["properties"]["priority"]["default"] == 100
     serverless = props["serverless"]["properties"]
     assert serverless["idleTimeout"]["default"] == "5m0s"
-    assert serverless["coldStartTimeout"]["default"] == "1m0s"
+    # No default: unset means "the proxy's timeout", and a value is honoured as given.
+    assert "default" not in serverless["coldStartTimeout"]
+    assert serverless["coldStartTimeout"]["type"] == "string"
     assert props["resources"]["properties"]["limits"]["additionalProperties"] == {
         "x-kubernetes-int-or-string": True
     }

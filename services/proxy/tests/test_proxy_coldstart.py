@@ -25,6 +25,7 @@ from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import EndpointRecord, ModelStore, create_store
 from flexinfer_proxy.app import create_app
 from flexinfer_proxy.core.service import ProxyCore
+from flexinfer_proxy.serve import serve_proxy_in_background
 from flexinfer_proxy.settings import ProxySettings
 from flexinfer_proxy.testing import FakeUpstream, make_model
 
@@ -83,10 +84,14 @@ async def cold_stack(
     store = create_store(StoreSettings(url=f"sqlite:///{tmp_path}/store.db"))
     await store.create_model(make_model("tiny", cold_start_timeout_s=model_timeout_s))
     options: dict[str, Any] = {"demand_resend_interval_s": 30.0, **overrides}
-    app = create_app(ProxySettings(port=0, instance_id="cold", **options), bus=bus, store=store)
+    settings = ProxySettings(port=0, instance_id="cold", **options)
+    app = create_app(settings, bus=bus, store=store)
     fake = FakeUpstream()
     try:
-        async with serve_asgi(fake) as up, serve_asgi(app) as url:
+        async with (
+            serve_asgi(fake) as up,
+            serve_proxy_in_background(app, server=settings.server) as url,
+        ):
             yield Cold(bus, store, url, app.state.core, up), fake
     finally:
         await bus.close()

@@ -16,10 +16,10 @@ import pytest
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.bus.topics import DemandEvent, EndpointInfo, EndpointsEvent
-from flexinfer_common.serving import serve_in_background as serve_asgi
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import create_store
 from flexinfer_proxy.app import create_app
+from flexinfer_proxy.serve import serve_proxy_in_background
 from flexinfer_proxy.settings import ProxySettings
 from flexinfer_proxy.testing import make_model
 
@@ -66,9 +66,10 @@ async def test_cold_request_is_served_by_the_engine_once_it_starts(tmp_path: Pat
     store = create_store(StoreSettings(url=f"sqlite:///{tmp_path}/store.db"))
     await store.create_model(make_model("tiny", served_name="tiny"))
     demands = bus.consumer(topics.DEMAND, "test", "t")
-    app = create_app(ProxySettings(port=0, instance_id="e2e"), bus=bus, store=store)
+    settings = ProxySettings(port=0, instance_id="e2e")
+    app = create_app(settings, bus=bus, store=store)
     try:
-        async with serve_asgi(app) as url:
+        async with serve_proxy_in_background(app, server=settings.server) as url:
             client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
             async with client:
                 request = asyncio.create_task(

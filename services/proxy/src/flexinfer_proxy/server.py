@@ -124,7 +124,13 @@ class HttpProtocol(asyncio.Protocol):
             drain.set_result(None)
 
     def eof_received(self) -> bool | None:
-        """A half-closed client: the transport closes itself (as under uvicorn)."""
+        """A half-closed client: a body it cut short gets a 400, else the transport closes
+        itself (as under uvicorn)."""
+        parsing = self.parsing
+        cut = parsing is not None and parsing.more_body and not parsing.response_complete
+        if not self._discard and (self._in_head or cut):
+            self._reject(400, "the request ended before its head or body was complete")
+            return True  # _reject closes once the answer is written
         return None
 
     def data_received(self, data: bytes) -> None:

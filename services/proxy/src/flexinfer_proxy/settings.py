@@ -89,8 +89,8 @@ class ProxySettings(BaseSettings):
             "cold_start_timeout", "FLEXINFER_PROXY_COLD_START_TIMEOUT", "PROXY_COLD_START_TIMEOUT"
         ),
     )
-    """Seconds to wait for a model to become ready; a request waits
-    max(queue timeout, this, the model's spec.serverless.coldStartTimeout)."""
+    """Seconds to wait for a model to become ready; a request waits the model's
+    spec.serverless.coldStartTimeout when it sets one, else max(queue timeout, this)."""
 
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     """Largest request body (16 MiB): long prompts fit, a hostile upload gets 413."""

@@ -25,11 +25,12 @@ def make_model(
     namespace: str = "default",
     served_name: str | None = None,
     aliases: list[str] | None = None,
-    cold_start_timeout_s: float = 60.0,
+    cold_start_timeout_s: float | None = None,
     idle_timeout_s: float = 300.0,
     backend: str = "reference",
 ) -> Model:
     """A minimal Model for tests."""
+    cold_start = None if cold_start_timeout_s is None else timedelta(seconds=cold_start_timeout_s)
     return Model(
         metadata=ObjectMeta(name=name, namespace=namespace),
         spec=ModelSpec(
@@ -37,7 +38,7 @@ def make_model(
             source=f"file:///models/{name}",
             litellm=LiteLLMSpec(served_model_name=served_name, aliases=aliases or []),
             serverless=ServerlessSpec(
-                cold_start_timeout=timedelta(seconds=cold_start_timeout_s),
+                cold_start_timeout=cold_start,
                 idle_timeout=timedelta(seconds=idle_timeout_s),
             ),
         ),

@@ -65,7 +65,11 @@ class ServerlessSpec(ApiModel):
     min_replicas: int = Field(default=0, ge=0, le=10)
     max_replicas: int = Field(default=1, ge=1, le=10)
     idle_timeout: Duration = Field(default=timedelta(seconds=300))
-    cold_start_timeout: Duration = Field(default=timedelta(seconds=60))
+    cold_start_timeout: Duration | None = Field(
+        default=None,
+        description="how long a request waits for the model to become ready; honoured as "
+        "given. Unset: the proxy's max(PROXY_QUEUE_TIMEOUT, PROXY_COLD_START_TIMEOUT), 60s",
+    )
     scale_to_zero: bool = Field(
         default=True, description="false keeps at least one replica even when idle"
     )

@@ -13,9 +13,12 @@ from flexinfer_proxy.core.routing.base import RouteContext, RoutingStrategy
 
 
 def wait_budget(model: Model, queue_timeout_s: float, cold_start_timeout_s: float) -> float:
-    """Seconds a request may wait for ``model``: the longest of the three timeouts."""
-    spec_s = model.spec.serverless_or_default.cold_start_timeout.total_seconds()
-    return max(queue_timeout_s, cold_start_timeout_s, spec_s)
+    """Seconds a request may wait for ``model``: its spec.serverless.coldStartTimeout as
+    given, else the longer of the proxy's two timeouts (the seed's max)."""
+    declared = model.spec.serverless_or_default.cold_start_timeout
+    if declared is not None:
+        return declared.total_seconds()
+    return max(queue_timeout_s, cold_start_timeout_s)
 
 
 class Dispatcher:
