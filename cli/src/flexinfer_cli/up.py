@@ -14,11 +14,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from flexinfer_cli import demo
 from flexinfer_cli.args import parser
 from flexinfer_cli.stack import EmbeddedStack
 from flexinfer_common.malloc import keep_large_buffers
-from flexinfer_common.service import run_async
+from flexinfer_common.service import invalid_settings, run_async
 
 log = logging.getLogger("flexinfer.up")
 
@@ -109,6 +111,9 @@ def main(argv: list[str]) -> int:
         stack.on_ready(lambda urls: demo.apply_demo(urls, model_dir, options.idle_timeout))
     try:
         run_async(stack.run())
+    except ValidationError as exc:
+        print(f"flexinfer up: {invalid_settings(exc)}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"flexinfer up: {exc}", file=sys.stderr)
         return 1

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -14,6 +16,7 @@ from flexinfer_proxy.core.auth import Authenticator, AuthError, TokenGrant, load
 from flexinfer_proxy.core.ratelimit import RateLimitedError, RateLimiter
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_stack import proxy_stack, upstreams
+from flexinfer_testing.stack import flexinfer_command
 
 
 def test_authenticator() -> None:
@@ -147,3 +150,15 @@ async def test_rate_limits_over_http(tmp_path: Path) -> None:
         assert ok.status_code == 200
         assert limited.status_code == 429
         assert limited.headers["retry-after"] == "1"
+
+
+def test_a_short_token_is_refused_with_one_readable_line(tmp_path: Path) -> None:
+    env = {**os.environ, "FLEXINFER_PROXY_AUTH_TOKENS": '["sk-a","sk-b"]'}
+    cmd = flexinfer_command("proxy", "--port", "0")
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "auth_tokens" in lines[0]
+    assert "8 to 4096" in lines[0]
+    assert "sk-a" not in done.stderr  # the token itself is never echoed

@@ -96,6 +96,14 @@ async def test_cascade_over_http(tmp_path: Path) -> None:
             )
             assert reply.status_code == 200
             assert fake.seen[-1].path == "/v1/chat/completions"
+            # The body named no model: the engine still gets its served name.
+            assert fake.seen[-1].json()["model"] == "backend-tiny"
+            reply = await client.post(
+                f"{stack.url}/v1/chat/completions",
+                json={"messages": []},
+                headers={"X-Model-ID": "tiny"},
+            )
+            assert fake.seen[-1].json() == {"messages": [], "model": "backend-tiny"}
             # 3. JSON body model.
             reply = await client.post(
                 f"{stack.url}/v1/completions", json={"model": "backend-tiny", "prompt": "x"}
@@ -154,3 +162,31 @@ async def test_model_beyond_the_parse_cap_is_a_400(tmp_path: Path) -> None:
             reply = await client.post(f"{stack.url}/v1/chat/completions", content=slowly())
         assert reply.status_code == 400
         assert "first 1024 bytes" in reply.json()["error"]["message"]
+
+
+async def test_a_large_body_without_a_model_gets_one_inserted(tmp_path: Path) -> None:
+    async with (
+        upstreams(1) as ups,
+        proxy_stack(
+            tmp_path,
+            [make_model("tiny", served_name="backend-tiny", aliases=["tiny"])],
+            parse_cap_bytes=4096,
+        ) as stack,
+    ):
+        fake, url = ups[0]
+        await stack.set_endpoints("default/tiny", [url])
+        big = "x" * 100_000
+        raw = json.dumps({"messages": [{"role": "user", "content": big}]}).encode()
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for i in range(0, len(raw), 8192):
+                yield raw[i : i + 8192]
+
+        async with httpx.AsyncClient() as client:
+            reply = await client.post(
+                f"{stack.url}/model/tiny/v1/chat/completions", content=chunks()
+            )
+        assert reply.status_code == 200, reply.text
+        sent = fake.seen[-1].json()
+        assert sent["model"] == "backend-tiny"
+        assert sent["messages"][0]["content"] == big

@@ -142,3 +142,17 @@ def test_static_flag_errors_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert done.returncode == 2
     assert "--static 'nourl': expected NAME=URL" in done.stderr
+
+
+async def test_a_dead_static_upstream_is_a_502_at_once(tmp_path: Path) -> None:
+    async with serve_in_background(FakeUpstream()) as url:
+        pass  # stopped: nothing listens there any more
+    async with static_proxy(tmp_path, f"gone={url}") as proxy:
+        client = openai.AsyncOpenAI(base_url=f"{proxy}/v1", api_key="unused", max_retries=0)
+        async with client:
+            for _ in range(2):
+                with pytest.raises(openai.APIStatusError) as failed:
+                    await asyncio.wait_for(
+                        client.chat.completions.create(model="gone", messages=MESSAGES), 30
+                    )
+                assert failed.value.status_code == 502

@@ -73,9 +73,7 @@ def run_main(
     try:
         settings = build_settings()
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        print(f"{prog}: invalid setting {where}: {first['msg']}", file=sys.stderr)
+        print(f"{prog}: {invalid_settings(exc)}", file=sys.stderr)
         return 2
     except ConfigError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
@@ -93,6 +91,13 @@ def run_main(
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def invalid_settings(exc: ValidationError) -> str:
+    """One readable line for settings that failed validation (never the values given)."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"invalid setting {where}: {first['msg']}"
 
 
 def run_async(coro: Coroutine[Any, Any, None]) -> None:
