@@ -3,8 +3,9 @@ multipart form field, in that order; and read JSON bodies only as far as needed.
 
 A JSON body that fits within the parse cap is parsed whole (its fields feed routing keys).
 A longer one is scanned: top-level members are decoded until ``model`` is found, and the
-rest of the body streams through untouched. The scanner works on latin-1 text so character
-offsets equal byte offsets, letting a rewrite splice the value without re-encoding.
+rest of the body streams through untouched. The scanner decodes the prefix as UTF-8 with
+``surrogateescape`` (a prefix may end inside a character), which maps back to exactly the
+same bytes, so a rewrite splices the value into the client's bytes at the right offsets.
 """
 
 from __future__ import annotations
@@ -70,10 +71,12 @@ def parse_json_body(raw: bytes) -> ScannedBody:
 def scan_json_prefix(prefix: bytes) -> ScannedBody:
     """Decode top-level members of a JSON object from its first bytes until ``model``.
 
-    Members cut off by the end of the prefix are simply not reported; malformed JSON
-    within the prefix is a BadRequestError.
+    The scan stops at the first member it cannot decode: the prefix may end anywhere (in
+    a literal, a number, an escape), and what cannot be told from a cut is left to the
+    engine, which reads the whole body. Members found before are reported; a body that
+    is not an object, or whose ``model`` is not a string, is a BadRequestError.
     """
-    text = prefix.decode("latin-1")
+    text = prefix.decode("utf-8", "surrogateescape")
     pos = _WS.match(text, 0).end()  # type: ignore[union-attr]
     if not text.startswith("{", pos):
         raise BadRequestError("request body must be a JSON object")
@@ -84,7 +87,7 @@ def scan_json_prefix(prefix: bytes) -> ScannedBody:
         if pos >= len(text):
             break
         if text[pos] == "}":
-            return ScannedBody(_utf8(data), _model_of(data), None, True)
+            return ScannedBody(data, _model_of(data), None, True)
         if text[pos] == ",":
             pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
         try:
@@ -97,21 +100,23 @@ def scan_json_prefix(prefix: bytes) -> ScannedBody:
             pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
             start = pos
             value, pos = _DECODER.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            if exc.pos >= len(text) - 1 or "Unterminated" in exc.msg:
-                break  # cut off by the prefix end
-            raise BadRequestError(f"request body is not valid JSON: {exc}") from None
+        except (json.JSONDecodeError, RecursionError):
+            break  # cut by the prefix end, or malformed: the engine will say which
         if pos >= len(text):
             break  # a number or literal may continue past the prefix
         if not isinstance(key, str):
             _raise_bad()
         data[key] = value
         if key == "model":
-            found = _utf8({"model": value}).get("model")
-            if not isinstance(found, str):
+            if not isinstance(value, str):
                 raise BadRequestError("model must be a string", field="model")
-            return ScannedBody(_utf8(data), found, (start, pos), False)
-    return ScannedBody(_utf8(data), None, None, False)
+            return ScannedBody(data, value, (_offset(text, start), _offset(text, pos)), False)
+    return ScannedBody(data, None, None, False)
+
+
+def _offset(text: str, index: int) -> int:
+    """The byte offset in the prefix of character ``index`` of its decoded text."""
+    return len(text[:index].encode("utf-8", "surrogateescape"))
 
 
 def _raise_bad() -> None:
@@ -123,20 +128,6 @@ def _model_of(data: dict[str, Any]) -> str | None:
     if model is not None and not isinstance(model, str):
         raise BadRequestError("model must be a string", field="model")
     return model
-
-
-def _utf8(value: Any) -> Any:
-    """Undo the latin-1 decoding of strings: they were UTF-8 bytes."""
-    if isinstance(value, str):
-        try:
-            return value.encode("latin-1").decode("utf-8")
-        except (UnicodeEncodeError, UnicodeDecodeError):
-            return value  # \\u escapes already produced real characters
-    if isinstance(value, dict):
-        return {_utf8(k): _utf8(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_utf8(v) for v in value]
-    return value
 
 
 def insert_model(prefix: bytes, name: str) -> bytes:

@@ -77,8 +77,8 @@ def parse_target(raw: bytes) -> RequestTarget:
     if b"%" not in raw_path and not raw_path.startswith(_PREFIX):
         # The usual target: nothing to decode, visible ASCII already checked.
         route = raw_path.decode("ascii")
-        if "/." in route or "//" in route or "\\" in route:
-            _check_normalised(route)
+        if "/." in route or "//" in route or "\\" in route or route.endswith("/"):
+            _check_normalised(route)  # the same verdict as the general path below
         if raw_query:
             _unquote(raw_query, "query")
         return RequestTarget(route=route, model=None, forward=raw)
@@ -90,6 +90,8 @@ def parse_target(raw: bytes) -> RequestTarget:
         if not slash:
             raise BadRequestError("a /model/<name>/ path must continue after the name")
         model = _unquote(raw_name, "path")
+        if not model:
+            raise BadRequestError("a /model/<name>/ path must name a model")
         raw_route = b"/" + rest
     route = _unquote(raw_route, "path")
     _check_normalised(route)
