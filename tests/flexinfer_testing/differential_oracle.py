@@ -61,13 +61,14 @@ def expected_targets(target: bytes) -> set[bytes]:
     """The request-targets a proxy may forward for the client's ``target``.
 
     The origin-form target h11 parsed, less a /model/<name> prefix; for an absolute-form
-    target, also its origin-form part (RFC 9112 3.2.2: a server rebuilds the target).
+    target, also its origin-form part (RFC 9112 3.2.2: a server rebuilds the target); and
+    either without an empty query's lone "?", which no engine reads differently.
     """
     out = {strip_model_prefix(target)}
     match = _ABSOLUTE.match(target)
     if match is not None:
         out.add(strip_model_prefix(target[match.end() :] or b"/"))
-    return out
+    return out | {t[:-1] for t in out if t.endswith(b"?")}
 
 
 def route_of(target: bytes) -> bytes:

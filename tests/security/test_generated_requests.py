@@ -73,7 +73,8 @@ async def _judge(proxy: ProxyUnderTest, data: bytes) -> None:
 TARGETS = (
     "issue 9: percent-encoded CR/LF/NUL/space in the target are decoded and written raw "
     "upstream (request splitting), or forwarded; routes outside the inference API are "
-    "forwarded"
+    "forwarded; a POST outside /v1/ and /model/ gets FastAPI's {'detail': ...} 404, not "
+    "OpenAI's error shape"
 )
 NOT_OPENAI_405 = (
     "another method than POST gets FastAPI's {'detail': ...} 405, not OpenAI's error shape"

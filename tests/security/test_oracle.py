@@ -47,6 +47,7 @@ def test_oracle_rules() -> None:
     assert strip_model_prefix(b"/model/tiny/v1/completions?x=1") == b"/v1/completions?x=1"
     assert strip_model_prefix(b"/model/ti%2Fny/v1/x") == b"/v1/x"  # split on raw bytes
     assert strip_model_prefix(b"/v1/completions") == b"/v1/completions"
+    assert expected_targets(b"/v1/completions?") == {b"/v1/completions?", b"/v1/completions"}
     assert expected_targets(b"http://e/model/tiny/v1/completions") == {
         b"http://e/model/tiny/v1/completions",
         b"/v1/completions",
