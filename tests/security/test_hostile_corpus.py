@@ -34,6 +34,10 @@ def expectation_problems(case: Case, run: CaseRun) -> list[str]:
         statuses = [a.status for a in seen.answers]
         if statuses != [200] * len(seen.parsed.requests) or not seen.forwarded:
             return [f"a sound request was not forwarded and answered: {statuses}"]
+        control = run.control.recorded
+        if control is None or control.conn not in {r.conn for r in seen.forwarded}:
+            # Else "the next client on that pooled connection" would be tested nowhere.
+            return ["the control request did not reuse the case's pooled engine connection"]
     if case.expect == "reject":
         if not seen.answers or seen.answers[0].status // 100 != 4:
             return ["no 4xx answer (a silent close, or an answer that is no refusal)"]
