@@ -34,14 +34,6 @@ BOUND = ProxySettings.model_fields["max_queue_size"].default
 CLIENT_TIMEOUT_S = 45.0
 """A request still unanswered after this long counts as a hang (the queue waits 60 s)."""
 
-_OVER_BOUND_STREAMS = pytest.mark.xfail(
-    strict=True,
-    reason="a streaming request over the queue bound gets a 500, not a 503 (the progress "
-    "path's serve_with_progress returns False on a full queue and the handler answers "
-    "nothing); and one admitted by its depth check before the queue filled gets 200, then "
-    "a queue_full error event",
-)
-
 
 async def _burst(stack: ProxyStack) -> Counter[tuple[str, str]]:
     """Fire the burst; once the queue is full, make the engine ready; count outcomes.
@@ -88,7 +80,7 @@ async def _burst(stack: ProxyStack) -> Counter[tuple[str, str]]:
 
 @pytest.mark.parametrize(
     "server",
-    [pytest.param(s, marks=_OVER_BOUND_STREAMS) for s in SERVERS],
+    SERVERS,
 )
 async def test_cold_burst_completes_or_gets_503(tmp_path: Path, server: Server) -> None:
     started = time.monotonic()

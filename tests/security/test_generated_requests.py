@@ -2,8 +2,8 @@
 
 Each property draws requests from ``flexinfer_testing.hostile_strategies`` (one dimension
 hostile at a time, then everything with pipelining) and judges what the proxy did with
-``flexinfer_testing.differential_oracle``. Runs are derandomized, so a strict xfail stays
-put; set FLEXINFER_HYPOTHESIS_SHRINK=1 to shrink a failure to a minimal request.
+``flexinfer_testing.differential_oracle``. Runs are derandomized, so a failure stays put;
+set FLEXINFER_HYPOTHESIS_SHRINK=1 to shrink one to a minimal request.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from flexinfer_testing.hostile_strategies import (
     targets,
 )
 from flexinfer_testing.http_reference import parse_requests
-from flexinfer_testing.proxy_servers import Server
+from flexinfer_testing.proxy_servers import SERVERS, Server
 
 _PHASES = [Phase.explicit, Phase.generate]
 if os.environ.get("FLEXINFER_HYPOTHESIS_SHRINK") == "1":
@@ -53,15 +53,6 @@ async def proxy(
         yield under_test
 
 
-def _servers(flexinfer: str | None, uvicorn: str | None) -> list[object]:
-    """Both servers, each a strict xfail with its defect when one is given."""
-    out: list[object] = []
-    for server, defect in (("flexinfer", flexinfer), ("uvicorn", uvicorn)):
-        marks = [pytest.mark.xfail(strict=True, reason=defect)] if defect else []
-        out.append(pytest.param(server, marks=marks, id=server))
-    return out
-
-
 async def _judge(proxy: ProxyUnderTest, data: bytes) -> None:
     run = await proxy.run(data)
     seen = run.observed
@@ -70,26 +61,8 @@ async def _judge(proxy: ProxyUnderTest, data: bytes) -> None:
     assert not run.problems, run.describe()
 
 
-TARGETS = (
-    "issue 9: percent-encoded CR/LF/NUL/space in the target are decoded and written raw "
-    "upstream (request splitting), or forwarded; routes outside the inference API are "
-    "forwarded; a POST outside /v1/ and /model/ gets FastAPI's {'detail': ...} 404, not "
-    "OpenAI's error shape"
-)
-NOT_OPENAI_405 = (
-    "another method than POST gets FastAPI's {'detail': ...} 405, not OpenAI's error shape"
-)
-UVICORN_400 = (
-    "uvicorn's protocol answers what its parser refuses with a plain-text 400, not OpenAI's "
-    "error shape, and the request before such bytes gets no answer"
-)
-SURROGATE = "issue 9: a lone surrogate in the model name (escaped or UTF-8-encoded) gives a 500"
-CLOSE = "issue 9: a request followed by bytes the parser refuses is closed without its answer"
-EVERYTHING = "all of the defects above: " + "; ".join([TARGETS, SURROGATE, CLOSE])
-
-
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("proxy", _servers(TARGETS, TARGETS), indirect=True)
+@pytest.mark.parametrize("proxy", SERVERS, indirect=True)
 @_settings(100)
 @given(data=requests(targets(), line=False, headers=False, framing=False, body=False))
 async def test_generated_targets(proxy: ProxyUnderTest, data: bytes) -> None:
@@ -97,7 +70,7 @@ async def test_generated_targets(proxy: ProxyUnderTest, data: bytes) -> None:
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("proxy", _servers(NOT_OPENAI_405, UVICORN_400), indirect=True)
+@pytest.mark.parametrize("proxy", SERVERS, indirect=True)
 @_settings(100)
 @given(data=requests(sound_targets(), headers=False, framing=False, body=False))
 async def test_generated_request_lines(proxy: ProxyUnderTest, data: bytes) -> None:
@@ -105,7 +78,7 @@ async def test_generated_request_lines(proxy: ProxyUnderTest, data: bytes) -> No
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("proxy", _servers(SURROGATE, SURROGATE), indirect=True)
+@pytest.mark.parametrize("proxy", SERVERS, indirect=True)
 @_settings(100)
 @given(data=requests(sound_targets(), line=False, headers=False, framing=False))
 async def test_generated_bodies(proxy: ProxyUnderTest, data: bytes) -> None:
@@ -113,7 +86,7 @@ async def test_generated_bodies(proxy: ProxyUnderTest, data: bytes) -> None:
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("proxy", _servers(None, UVICORN_400), indirect=True)
+@pytest.mark.parametrize("proxy", SERVERS, indirect=True)
 @_settings(100)
 @given(data=requests(sound_targets(), line=False, framing=False, body=False))
 async def test_generated_headers(proxy: ProxyUnderTest, data: bytes) -> None:
@@ -121,7 +94,7 @@ async def test_generated_headers(proxy: ProxyUnderTest, data: bytes) -> None:
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("proxy", _servers(CLOSE, UVICORN_400), indirect=True)
+@pytest.mark.parametrize("proxy", SERVERS, indirect=True)
 @_settings(100)
 @given(data=requests(sound_targets(), line=False, headers=False, body=False))
 async def test_generated_framing(proxy: ProxyUnderTest, data: bytes) -> None:
@@ -129,7 +102,7 @@ async def test_generated_framing(proxy: ProxyUnderTest, data: bytes) -> None:
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("proxy", _servers(EVERYTHING, EVERYTHING), indirect=True)
+@pytest.mark.parametrize("proxy", SERVERS, indirect=True)
 @_settings(200)
 @given(data=pipelines())
 async def test_generated_pipelines(proxy: ProxyUnderTest, data: bytes) -> None:

@@ -195,11 +195,6 @@ async def test_tokens_never_appear_in_logs_metrics_or_answers(
         assert not tokens.leaks(text), (record.name, record.getMessage()[:300])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the proxy forwards the client's Authorization header (its proxy token) to the "
-    "engine, an external provider included (forward.request_headers drops only hop-by-hop)",
-)
 @pytest.mark.parametrize("server", SERVERS)
 async def test_the_engine_never_sees_a_proxy_token(tmp_path: Path, server: Server) -> None:
     async with secret_stack(tmp_path, server) as s:
@@ -262,15 +257,7 @@ class _CompareSpy:
         return calls
 
 
-_DOUBLE_AUTH = pytest.mark.xfail(
-    strict=True,
-    reason="a refused token is compared twice against every grant (the fast path "
-    "authenticates, gives up on the error, and the handler authenticates again): 2N "
-    "comparisons for a bad token, N for a good one",
-)
-
-
-@pytest.mark.parametrize("server", [pytest.param("flexinfer", marks=_DOUBLE_AUTH), "uvicorn"])
+@pytest.mark.parametrize("server", SERVERS)
 async def test_token_comparisons_do_not_depend_on_the_token(
     tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:

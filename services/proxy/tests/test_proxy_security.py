@@ -96,26 +96,40 @@ async def test_an_encoded_request_line_is_refused_and_nothing_is_forwarded(
 
 
 @pytest.mark.parametrize(
-    "target",
+    ("target", "status"),
     [
-        "/model/tiny/v1/chat/completions%0d%0aX-Evil:%201",
-        "/v1/chat/completions?q=%00",
-        "/v1/chat/completions?q=a%20b",
-        "/model/ti%0Any/v1/chat/completions",
-        "/model/tiny/v1/chat/completions%",
-        "/model/tiny/v1/chat/completions%zz",
-        "/model/tiny/%2e%2e/%2e%2e/admin",
-        "/model/tiny/../../admin",
-        "/model/tiny/v1//chat/completions",
-        "/model/tiny/v1/chat/completions%5C..",
+        ("/model/tiny/v1/chat/completions%0d%0aX-Evil:%201", 400),
+        ("/v1/chat/completions%0D", 400),
+        ("/v1/chat/completions?q=%00", 400),
+        ("/v1/chat/completions?q=a%20b", 400),
+        ("/model/ti%0Any/v1/chat/completions", 400),
+        ("/model/tiny/v1/chat/completions%", 400),
+        ("/model/tiny/v1/chat/completions%zz", 400),
+        ("/model//v1/chat/completions", 400),
+        # Not a route at all, once decoded: 404, as any other path no backend serves.
+        ("/model/tiny/%2e%2e/%2e%2e/admin", 404),
+        ("/model/tiny/../../admin", 404),
+        ("/model/tiny/v1//chat/completions", 404),
+        ("/model/tiny/v1/chat/completions%5C..", 404),
+        ("/v1/chat/completions/", 404),
     ],
 )
-async def test_hostile_targets_are_400(tmp_path: Path, target: str) -> None:
+async def test_hostile_targets_are_refused(tmp_path: Path, target: str, status: int) -> None:
     async with recorded(tmp_path) as (stack, recorder):
-        status, _, body = await exchange(stack.url, post(target, CHAT))
-        assert status == 400, body
-        assert json.loads(body)["error"]["type"] == "invalid_request_error"
+        got, _, body = await exchange(stack.url, post(target, CHAT))
+        assert got == status, body
+        assert set(json.loads(body)["error"]) == {"message", "type", "param", "code"}
         assert recorder.requests == []
+
+
+async def test_an_absolute_form_target_is_served_as_its_path(tmp_path: Path) -> None:
+    async with recorded(tmp_path) as (stack, recorder):
+        status, _, body = await exchange(stack.url, post("http://engine/v1/chat/completions", CHAT))
+        assert status == 200
+        assert json.loads(body)["echo"] == "POST /v1/chat/completions HTTP/1.1"
+        status, _, _ = await exchange(stack.url, post("http://engine/model/tiny/sleep", CHAT))
+        assert status == 404
+        assert len(recorder.requests) == 1
 
 
 @pytest.mark.parametrize(
@@ -204,8 +218,22 @@ async def test_a_lone_surrogate_is_a_400_with_few_log_lines(
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-bad: a\x01b\r\n\r\n",
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-fold: a\r\n b\r\n\r\n",
         b"POST /v1/chat/completions HTTP/1.1\nhost: x\n\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\ntransfer-encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}",
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: a\r\nhost: b\r\ncontent-length: 2\r\n\r\n{}",
     ],
-    ids=["bad-chunk-size", "te-gzip", "cl-and-te", "two-lengths", "control-char", "obs-fold", "lf"],
+    ids=[
+        "bad-chunk-size",
+        "te-gzip",
+        "cl-and-te",
+        "two-lengths",
+        "control-char",
+        "obs-fold",
+        "lf",
+        "te-gzip-chunked",
+        "no-host",
+        "two-hosts",
+    ],
 )
 async def test_framing_errors_are_400_and_never_run_upstream(tmp_path: Path, raw: bytes) -> None:
     async with recorded(tmp_path, server="flexinfer") as (stack, recorder):
@@ -230,6 +258,19 @@ async def test_a_body_cut_short_by_the_client_is_400_and_not_forwarded_whole(
             status, _, _ = await conn.response()
         assert status == 400
         assert recorder.requests == []
+
+
+async def test_malformed_bytes_after_a_request_wait_for_its_answer(tmp_path: Path) -> None:
+    async with recorded(tmp_path, server="flexinfer") as (stack, recorder):
+        async with connect(stack.url) as conn:
+            await conn.send(post("/v1/chat/completions", CHAT) + b"\x00\x01\x02 garbage\r\n\r\n")
+            first, _, body = await conn.response()
+            second, headers, _ = await conn.response()
+            assert await conn.closed()
+        assert first == 200
+        assert json.loads(body)["echo"] == "POST /v1/chat/completions HTTP/1.1"
+        assert (second, headers["connection"]) == (400, "close")
+        assert len(recorder.requests) == 1
 
 
 async def test_data_after_a_connection_close_request_is_ignored(tmp_path: Path) -> None:

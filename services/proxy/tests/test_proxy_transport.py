@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
 
 from flexinfer_proxy.testing_raw import OK, raw_server, read_request
+from flexinfer_proxy.testing_stack import wait_until
 from flexinfer_proxy.transport.base import (
     AnswerBrokenError,
     ConnectFailedError,
@@ -309,3 +311,42 @@ async def test_h1_a_slow_reader_pauses_the_engine_and_resumes_it() -> None:
         assert not paused()
         await answer.aclose()
         await transport.aclose()
+
+
+async def test_h1_idle_connections_do_not_hold_the_connection_limit() -> None:
+    # Engines that never close their end (gone from every endpoint set, or just idle):
+    # their pooled connections must not keep new requests out.
+    async def forever(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(OK)
+
+    limited = TransportSettings(
+        connect_timeout_s=2.0, read_timeout_s=2.0, max_connections=3, max_idle=4, keepalive_s=60
+    )
+    transport = H1Transport(limited)
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [(await stack.enter_async_context(raw_server(forever)))[0] for _ in range(6)]
+        for url in urls:
+            assert await fetch(transport, url) == b"ok"
+        assert len(transport.open) == 3  # the longest idle ones were closed to make room
+    await transport.aclose()
+
+
+async def test_h1_closes_idle_connections_after_the_keepalive_period() -> None:
+    async def forever(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(OK)
+
+    quick_idle = TransportSettings(
+        connect_timeout_s=2.0, read_timeout_s=2.0, max_connections=10, max_idle=4, keepalive_s=0.1
+    )
+    transport = H1Transport(quick_idle)
+    async with raw_server(forever) as (url, seen):
+        assert await fetch(transport, url) == b"ok"
+        assert len(transport.open) == 1
+        await wait_until(lambda: not transport.open)
+        assert await fetch(transport, url) == b"ok"  # a fresh one, not the stale one
+        assert seen == [0, 1]
+    await transport.aclose()

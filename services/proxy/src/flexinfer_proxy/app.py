@@ -52,6 +52,7 @@ def transport_settings(settings: ProxySettings) -> TransportSettings:
         read_timeout_s=settings.read_timeout_s,
         max_connections=settings.max_connections,
         max_idle=settings.max_keepalive_connections,
+        keepalive_s=settings.upstream_keepalive_s,
     )
 
 

@@ -164,12 +164,13 @@ class Exchange(Downstream):
         return body
 
     async def receive(self) -> tuple[bytes, bool]:
-        """The next body bytes; ClientGoneError once the client left."""
+        """The next body bytes; ClientGoneError once the client left (after the whole
+        body was taken, it waits for that, as ASGI's ``receive`` does)."""
         if self.continue_100:
             self.continue_100 = False
             self.conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         while not (self._body or (not self.more_body and not self._body_delivered)):
-            if self.disconnected or self.response_complete or self._body_delivered:
+            if self.disconnected or self.response_complete:
                 raise ClientGoneError
             self.conn.resume_reading()
             waiter = self._waiter = self.conn.loop.create_future()

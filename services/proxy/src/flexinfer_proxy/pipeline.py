@@ -71,7 +71,7 @@ class Proxy:
         self.surface = surface
 
     def handles(self, method: str, target: bytes) -> bool:
-        """POST to a model prefix or to a route some backend serves: the pipeline's."""
+        """Every POST but to the app's own paths: the pipeline checks and answers it."""
         return method == "POST" and self.surface.handles(target.partition(b"?")[0])
 
     def serve(self, downstream: Downstream) -> Coroutine[Any, Any, None]:
@@ -135,6 +135,7 @@ class ProxyRequest:
     async def _fail(self, exc: FlexInferError) -> None:
         status, headers, body = error_answer(exc)
         self.status = status
+        log.debug("answering %d %s (model %s)", status, error_code(exc), self.key or "unknown")
         try:
             if self.ds.started:  # a progress stream: the error is its last event
                 await self.ds.send(sse_error(status, str(exc), error_code(exc)))

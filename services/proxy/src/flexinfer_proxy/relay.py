@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 from flexinfer_common.web import openai_error_body
+from flexinfer_proxy.core.errors import BadRequestError
 from flexinfer_proxy.downstream import Downstream, Headers
 from flexinfer_proxy.transport.base import AnswerBrokenError, UpstreamAnswer
 
@@ -30,6 +32,8 @@ _HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+"""Control characters but HTAB, which a field value may hold (RFC 9110 5.5)."""
 _DROP_REQUEST = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 """Request headers of the client's hop to us; the transport sets its own."""
 _DROP_RESPONSE = _HOP_BY_HOP | {b"date", b"server", b"content-length"}
@@ -54,8 +58,13 @@ def request_headers(headers: Headers, *, drop_authorization: bool) -> Headers:
     """The client's end-to-end headers (names lowercase already), to send to the engine.
 
     ``drop_authorization``: the proxy checked the client's token, which is ours and not
-    the engine's to see.
+    the engine's to see. A header with a control character is a BadRequestError: our
+    server's parser refuses those already, but not every ASGI server does, and nothing is
+    forwarded that the pipeline did not check itself.
     """
+    for name, value in headers:
+        if _CONTROL.search(value) or _CONTROL.search(name):
+            raise BadRequestError("a request header has a control character")
     drop = _DROP_REQUEST
     if drop_authorization:
         drop = drop | {b"authorization"}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 _HIGH_WATER = 64 * 1024
 """Request body bytes buffered beyond which reading from the client pauses."""
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
+_REQUEST_LINE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [\x21-\x7e]+ HTTP/[0-9]\.[0-9]")
+"""method SP request-target SP HTTP-version, one space each (RFC 9112 3)."""
 MAX_HEAD = 64 * 1024
 """Request line + headers beyond this are refused (431): httptools itself sets no limit."""
 
@@ -89,12 +92,20 @@ class HttpProtocol(asyncio.Protocol):
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._continue = False
+        self._hosts = 0
         self._defaults: tuple[object, bytes] = (None, b"")
         self._in_head = False
         self._head_left = MAX_HEAD
         self._discard = False
         self._last = False
         """The request just parsed asked to close the connection: ignore what follows."""
+        self._between = True
+        """No request is being parsed: the next bytes begin a request line."""
+        self._line: bytes | None = None
+        """The start of a request line being collected for ``_check_line``."""
+        self._refusal: bytes | None = None
+        """The answer to malformed bytes after a request still being answered: it is
+        written once that answer is, then the connection closes."""
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -131,6 +142,8 @@ class HttpProtocol(asyncio.Protocol):
         if not self._discard and (self._in_head or cut):
             self._reject(400, "the request ended before its head or body was complete")
             return True  # _reject closes once the answer is written
+        # Else it is a client that left (which a FIN cannot be told from): the transport
+        # closes and the running request is cancelled, freeing its queue slot or engine.
         return None
 
     def data_received(self, data: bytes) -> None:
@@ -154,6 +167,8 @@ class HttpProtocol(asyncio.Protocol):
             self._reject(exc.status, str(exc))
 
     def _feed(self, data: bytes) -> None:
+        if self._line is not None or self._between:
+            self._check_line(data)
         # The head limit counts raw bytes as they arrive: httptools would otherwise
         # assemble one header of any size before a callback could see it.
         if self._head_budget_applies():
@@ -170,6 +185,27 @@ class HttpProtocol(asyncio.Protocol):
             else:
                 self._head_left -= len(data)
         self.parser.feed_data(data)
+
+    def _check_line(self, data: bytes) -> None:
+        """Check a request line that begins this data as strictly as RFC 9112 writes it.
+
+        llhttp takes runs of spaces between its parts; h11 and most servers do not, and
+        what one reads as one request another must not read otherwise. (A request line
+        that follows another request within one read is llhttp's alone to check.)
+        """
+        line = (self._line or b"") + data
+        start = 0
+        while line.startswith(b"\r\n", start):
+            start += 2  # empty lines before a request are allowed
+        end = line.find(b"\r\n", start)
+        if end < 0:
+            self._line = line  # the rest comes later; the head limit bounds it
+            self._between = False
+            return
+        self._line = None
+        self._between = False
+        if _REQUEST_LINE.fullmatch(line, start, end) is None:
+            raise _RejectedError(400, "malformed request line")
 
     def _head_budget_applies(self) -> bool:
         """Between requests and inside a head, bytes count against the head limit."""
@@ -189,9 +225,11 @@ class HttpProtocol(asyncio.Protocol):
     # httptools callbacks
     def on_message_begin(self) -> None:
         """A new request starts: reset the head accumulators."""
+        self._between = False
         self._url = b""
         self._headers = []
         self._continue = False
+        self._hosts = 0
         self._in_head = True
         self.parsing = None
 
@@ -208,6 +246,11 @@ class HttpProtocol(asyncio.Protocol):
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self._continue = True
+        elif name == b"host":
+            self._hosts += 1
+        elif name == b"transfer-encoding" and value.strip().lower() != b"chunked":
+            # llhttp takes any coding list ending in chunked; we could not undo the others.
+            raise _RejectedError(400, "only Transfer-Encoding: chunked is supported")
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -217,6 +260,8 @@ class HttpProtocol(asyncio.Protocol):
         self._head_left = MAX_HEAD
         parser = self.parser
         version = parser.get_http_version()
+        if version == "1.1" and self._hosts != 1:
+            raise _RejectedError(400, "an HTTP/1.1 request must have exactly one Host header")
         keep_alive = version != "1.0" and parser.should_keep_alive()
         method = parser.get_method().decode("ascii")
         exchange = Exchange(self, method, self._url, self._headers, keep_alive, self._continue)
@@ -242,6 +287,7 @@ class HttpProtocol(asyncio.Protocol):
         if exchange is None:
             return
         exchange.finish_body()
+        self._between = True
         self._last = not exchange.keep_alive
         if exchange.response_complete and exchange is not self.running:
             self._next(exchange)  # the dropped rest of an early-answered request is read
@@ -341,6 +387,10 @@ class HttpProtocol(asyncio.Protocol):
         self._next(exchange)
 
     def _next(self, done: Exchange) -> None:
+        if self._refusal is not None and not self.pipeline_queue:
+            self.write(self._refusal)
+            self.close()
+            return
         if not done.keep_alive:
             self.close()
             return
@@ -405,13 +455,22 @@ class HttpProtocol(asyncio.Protocol):
         self._discard = True
         transport = self.transport
         running = self.running
-        if running is not None and running is self.parsing and not running.started:
+        if running is not None and running is self.parsing and running.more_body:
+            if running.started:
+                self.close()  # its answer is being written: cut it, nothing can follow
+                return
             # Its body was malformed: stop its work (an upstream exchange is cut, never
             # completed with a partial body) and answer for it.
             running.lost()
             running = None
-        if transport is None or running is not None:
-            self.close()  # an answer is being written: cut it, as nothing else can follow
+        if running is not None:
+            # Malformed bytes after whole requests: those are answered first, in order.
+            # A pipelined request whose own bytes were malformed never runs.
+            if self.parsing is not None and self.parsing in self.pipeline_queue:
+                self.pipeline_queue.remove(self.parsing)
+            self._refusal = error_bytes(status, message, close=True)
+            return
+        if transport is None:
             return
         self.write(error_bytes(status, message, close=True))
         if transport.can_write_eof() and not transport.is_closing():

@@ -128,7 +128,12 @@ class ProxySettings(BaseSettings):
     """Upstream connections in the pool; keep-alive ones are reused between requests."""
 
     max_keepalive_connections: int = Field(default=200, ge=0)
-    """Idle upstream connections kept open for reuse."""
+    """Idle upstream connections kept open for reuse, per engine."""
+
+    upstream_keepalive_s: Seconds = Field(default=4.0, gt=0)
+    """Seconds an idle upstream connection is kept for reuse, then closed: just under the
+    5 s keep-alive of uvicorn-based engines (vLLM's and the reference engine's), so the
+    proxy rarely writes a request into a connection the engine is closing."""
 
     server: Literal["flexinfer", "uvicorn"] = "flexinfer"
     """HTTP server protocol: the proxy's own lean HTTP/1.1 protocol (the default), or

@@ -13,12 +13,13 @@ from typing import Any
 import openai
 
 from flexinfer_common.api import Model
+from flexinfer_common.api.meta import utcnow
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.bus.topics import EndpointInfo, EndpointsEvent
 from flexinfer_common.serving import serve_in_background
 from flexinfer_common.settings import StoreSettings
-from flexinfer_common.store import ModelStore, create_store
+from flexinfer_common.store import EndpointRecord, ModelStore, create_store
 from flexinfer_proxy.app import create_app
 from flexinfer_proxy.core.service import ProxyCore
 from flexinfer_proxy.serve import serve_proxy_in_background
@@ -48,12 +49,25 @@ class ProxyStack:
     async def set_endpoints(
         self, model: str, urls: list[str], *, terminating: frozenset[str] = frozenset()
     ) -> None:
-        """Publish the model's endpoint set and wait until the proxy applied it."""
+        """Write and publish the model's endpoint set, as the controller does, and wait
+        until the proxy applied it (its periodic store resync then agrees with it)."""
         self.revision += 1
         infos = [
             EndpointInfo(url=u, replica=f"r{i}", terminating=u in terminating)
             for i, u in enumerate(urls)
         ]
+        for record in await self.store.list_endpoints(model):
+            await self.store.delete_endpoint(model, record.replica)
+        for info in infos:
+            record = EndpointRecord(
+                model=model,
+                replica=info.replica,
+                url=info.url,
+                ready=True,
+                node=None,
+                updated_at=utcnow(),
+            )
+            await self.store.put_endpoint(record)
         event = EndpointsEvent(model=model, endpoints=infos, phase="Ready", revision=self.revision)
         await self.bus.publish(topics.ENDPOINTS, event.model_dump(mode="json"))
         await wait_until(lambda: self.core.table.revision(model) == self.revision)

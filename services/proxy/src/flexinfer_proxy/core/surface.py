@@ -14,7 +14,9 @@ from __future__ import annotations
 MODEL_PREFIX = "/model/"
 """A path prefix naming the model: ``/model/<name>/<route>``."""
 
-_RAW_PREFIX = MODEL_PREFIX.encode()
+APP_PATHS = frozenset({b"/v1/models", b"/healthz", b"/readyz", b"/metrics"})
+"""Paths the proxy's app answers itself (GET), with ``/v1/models/<id>``: a POST there gets
+the app's 405."""
 
 _LLM = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 _AUDIO_IN = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations"})
@@ -86,7 +88,6 @@ class Surface:
         self._aliases = aliases
         self.all_routes = frozenset().union(*routes.values())
         """Every route any backend serves: anything else is unknown to the proxy."""
-        self._raw_routes = frozenset(route.encode() for route in self.all_routes)
 
     def routes(self, backend: str, external: bool) -> frozenset[str]:
         """The routes forwarded for a model of ``backend`` (``external``: spec.endpoints)."""
@@ -106,10 +107,12 @@ class Surface:
         """Whether any backend serves ``route``."""
         return route in self.all_routes
 
-    def handles(self, raw_path: bytes) -> bool:
-        """Whether the pipeline answers ``raw_path`` (as received): a model prefix, or a
-        route some backend serves. Anything else is the app's (health, /v1/models, 404)."""
-        return raw_path.startswith(_RAW_PREFIX) or raw_path in self._raw_routes
+    @staticmethod
+    def handles(raw_path: bytes) -> bool:
+        """Whether a POST to ``raw_path`` (as received) is the pipeline's to answer: all
+        are, but for the app's own paths. The pipeline checks the target and the route,
+        so a hostile or unknown one is answered in one place (400 or 404)."""
+        return raw_path not in APP_PATHS and not raw_path.startswith(b"/v1/models/")
 
 
 def default_surface() -> Surface:

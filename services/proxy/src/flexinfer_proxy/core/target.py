@@ -4,10 +4,10 @@ A decoded path written back onto the wire once split one request into two
 (``%0D%0A`` became a line break in the upstream request line). So the bytes sent upstream
 are always a slice of what the client sent, and the decoded form is only read: to find the
 model in a ``/model/<name>/`` prefix and to match the route against the backend's table.
-Everything is checked here, in this order: the raw bytes are visible ASCII, the percent
-escapes decode to UTF-8 with no control character, space or NUL, and the decoded path is
-normalised (no ``.``/``..`` or empty segments, no backslash), so that what was checked is
-what any engine will see.
+Everything is checked here, in this order: the raw bytes are visible ASCII (400), the
+percent escapes decode to UTF-8 with no control character, space or NUL (400), and the
+decoded path is normalised (no ``.``/``..`` or empty segments, no backslash; else it is no
+route: 404), so that what was checked is what any engine will see.
 """
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from flexinfer_proxy.core.errors import BadRequestError
+from flexinfer_proxy.core.errors import BadRequestError, RouteNotFoundError
 from flexinfer_proxy.core.surface import MODEL_PREFIX
 
 _VISIBLE = re.compile(rb"[\x21-\x7e]*")
+_ABSOLUTE = re.compile(rb"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
+"""``http://host`` before an absolute-form target: servers must accept it (RFC 9112 3.2.2)
+and use the origin-form part; the authority names no engine here."""
 """Raw target bytes allowed: visible ASCII. Spaces, controls and non-ASCII are refused."""
 _ESCAPE = re.compile(rb"%([0-9A-Fa-f]{2})")
 _BAD_ESCAPE = re.compile(rb"%(?![0-9A-Fa-f]{2})")
@@ -58,17 +61,22 @@ def _unquote(raw: bytes, where: str) -> str:
 
 
 def _check_normalised(path: str) -> None:
+    # No route has such a path: what an engine would make of it is not worth guessing.
     if "\\" in path:
-        raise BadRequestError("the request path must not contain a backslash")
+        raise RouteNotFoundError("Invalid URL: a route has no backslash")
     for segment in path.split("/")[1:]:
         if segment in ("", ".", ".."):
-            raise BadRequestError("the request path must be normalised (no //, ./ or ../)")
+            raise RouteNotFoundError("Invalid URL: a route has no //, ./ or ../")
 
 
 def parse_target(raw: bytes) -> RequestTarget:
     """Check ``raw`` (the request-target as received) and split off a model prefix."""
     if len(raw) > MAX_TARGET:
         raise BadRequestError(f"the request target is longer than {MAX_TARGET} bytes")
+    if not raw.startswith(b"/"):
+        absolute = _ABSOLUTE.match(raw)
+        if absolute is not None:
+            raw = raw[absolute.end() :] or b"/"
     if not raw.startswith(b"/") or _VISIBLE.fullmatch(raw) is None:
         raise BadRequestError("the request target must be a path of visible ASCII characters")
     raw_path, question, raw_query = raw.partition(b"?")

@@ -26,8 +26,6 @@ from flexinfer_proxy.transport.base import (
 from flexinfer_proxy.transport.h1_connection import H1Connection
 from flexinfer_proxy.transport.settings import TransportSettings
 
-_KEEPALIVE_S = 30.0
-"""Idle connections older than this are not reused: engines close theirs after a while."""
 _INLINE_BODY = 64 * 1024
 """Bodies up to this size leave in one write with the head."""
 
@@ -71,7 +69,7 @@ class HostPool:
         now = time.monotonic()
         while self.idle:
             conn = self.idle.pop()
-            if not conn.closed and now - conn.idle_since < _KEEPALIVE_S:
+            if not conn.closed and now - conn.idle_since < self.owner.settings.keepalive_s:
                 return conn
             conn.close()
         return None
@@ -83,6 +81,15 @@ class HostPool:
             return
         conn.idle_since = time.monotonic()
         self.idle.append(conn)
+        self.owner.sweep_later()
+
+    def close_stale(self, now: float) -> None:
+        """Close idle connections older than the keep-alive period."""
+        fresh = [c for c in self.idle if now - c.idle_since < self.owner.settings.keepalive_s]
+        for conn in self.idle:
+            if conn not in fresh:
+                conn.close()
+        self.idle[:] = fresh
 
     def discard(self, conn: H1Connection) -> None:
         """``conn`` closed: it is neither idle nor counted any more."""
@@ -94,8 +101,8 @@ class HostPool:
         """A new connection, within the connect timeout."""
         owner = self.owner
         settings = owner.settings
-        if len(owner.open) >= settings.max_connections:
-            raise ConnectFailedError(f"{settings.max_connections} upstream connections are open")
+        if len(owner.open) >= settings.max_connections and not owner.close_one_idle():
+            raise ConnectFailedError(f"{settings.max_connections} upstream connections are busy")
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(settings.connect_timeout_s):
@@ -120,6 +127,7 @@ class H1Transport(UpstreamTransport):
         self.open: set[H1Connection] = set()
         self._hosts: dict[str, HostPool] = {}
         self._ssl: ssl.SSLContext | None = None
+        self._sweep: asyncio.TimerHandle | None = None
 
     def ssl_context(self) -> ssl.SSLContext:
         """The default TLS context, made once."""
@@ -131,8 +139,40 @@ class H1Transport(UpstreamTransport):
         """A connection closed."""
         self.open.discard(conn)
 
+    def close_one_idle(self) -> bool:
+        """Make room at the connection limit: close the longest-idle connection, if any.
+
+        Connections idle towards engines that are gone or unused would otherwise hold the
+        limit (an engine that keeps its end open never closes them)."""
+        idle = [(c.idle_since, i, c, h) for h in self._hosts.values() for i, c in enumerate(h.idle)]
+        if not idle:
+            return False
+        _, _, conn, host = min(idle, key=lambda entry: entry[:2])
+        host.idle.remove(conn)
+        conn.close()
+        return True
+
+    def sweep_later(self) -> None:
+        """Close stale idle connections within a keep-alive period (one timer for all)."""
+        if self._sweep is None:
+            loop = asyncio.get_running_loop()
+            self._sweep = loop.call_later(self.settings.keepalive_s, self._close_stale)
+
+    def _close_stale(self) -> None:
+        self._sweep = None
+        now = time.monotonic()
+        for host in list(self._hosts.values()):
+            host.close_stale(now)
+            if not host.idle and not any(c.pool is host for c in self.open):
+                self._hosts = {u: h for u, h in self._hosts.items() if h is not host}
+        if any(host.idle for host in self._hosts.values()):
+            self.sweep_later()
+
     async def aclose(self) -> None:
         """Close every connection."""
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for conn in list(self.open):
             conn.close()
 

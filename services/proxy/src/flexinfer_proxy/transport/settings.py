@@ -17,3 +17,5 @@ class TransportSettings:
     """Upstream connections open at once, over every engine."""
     max_idle: int
     """Idle keep-alive connections kept per engine."""
+    keepalive_s: float = 4.0
+    """Seconds an idle connection is kept for reuse."""
