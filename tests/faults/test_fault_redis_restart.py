@@ -1,10 +1,13 @@
-"""A Redis server (the test's own, no persistence) killed and restarted while events flow.
+"""A Redis server (the test's own, no persistence) killed and restarted.
 
-The publisher and the consumers are RedisBus clients with their own connection pools, and
-the consumers run the services' own fetch-handle-ack loop (``flexinfer_common.bus.consume``)
-in the groups the services use: the controller's shared ``controller`` group for demand, one
-broadcast group per proxy for endpoints. The publisher does what the services' publishers
-do when publish fails: it tries again. Events are counted at both ends by their own number.
+First at the bus level, while events flow: the publisher and the consumers are RedisBus
+clients with their own connection pools, and the consumers run the services' own
+fetch-handle-ack loop (``flexinfer_common.bus.consume``) in the groups the services use:
+the controller's shared ``controller`` group for demand, one broadcast group per proxy for
+endpoints. The publisher does what the services' publishers do when publish fails: it
+tries again. Events are counted at both ends by their own number. Then under a whole
+distributed stack whose bus it is: readiness while it is down, and a cold start across a
+restart.
 """
 
 from __future__ import annotations
@@ -12,18 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
 from flexinfer_common.bus import Message, consume, topics
 from flexinfer_common.bus.redis import RedisBus
 from flexinfer_common.errors import BusError
 from flexinfer_testing import faultlog
+from flexinfer_testing.clients import Call, tally, wait_until
 from flexinfer_testing.redis_server import RedisServer, redis_server
+from flexinfer_testing.stack import Stack, stack_factory
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -204,3 +210,91 @@ async def outage(server: RedisServer, flow: Flow, consumers: list[Received]) -> 
     for consumer in consumers:
         consumer.free.set()
     return time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def own_redis_stack(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
+) -> Iterator[tuple[RedisServer, Stack]]:
+    """A redis-server of the module's own, and a distributed stack whose bus it is."""
+    root = tmp_path_factory.mktemp("redis-stack")
+    with (
+        redis_server(root / "redis") as server,
+        stack_factory("distributed", root, tiny_model_dir) as factory,
+    ):
+        stack = factory.start(FLEXINFER_BUS_URL=server.url())
+        yield server, stack
+
+
+def readyz(url: str) -> int:
+    """The status of GET <url>/readyz (0 when it does not answer)."""
+    try:
+        return httpx.get(f"{url}/readyz", timeout=5).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+@contextlib.contextmanager
+def redis_down(server: RedisServer) -> Iterator[None]:
+    """Redis killed for the block, then started again (empty)."""
+    server.stop()
+    try:
+        yield
+    finally:
+        server.start()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="/readyz of the proxy answers 200 while the bus is down; its ready() must also "
+    "await bus.healthy(), owned by services/proxy (app.py)",
+)
+def test_the_proxy_is_not_ready_while_the_bus_is_down(
+    own_redis_stack: tuple[RedisServer, Stack],
+) -> None:
+    """Injected: SIGKILL of the stack's Redis. Asserted: the proxy's /readyz answers 503
+    within a few seconds, and 200 again once Redis is back."""
+    server, stack = own_redis_stack
+    with redis_down(server):
+        wait_until(lambda: readyz(stack.urls["proxy"]) == 503, 4, "proxy /readyz to say 503")
+    wait_until(lambda: readyz(stack.urls["proxy"]) == 200, 10, "proxy /readyz to say 200")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="/readyz of the controller answers 200 while the bus is down; its ready() must "
+    "also await bus.healthy(), owned by services/controller (app.py)",
+)
+def test_the_controller_is_not_ready_while_the_bus_is_down(
+    own_redis_stack: tuple[RedisServer, Stack],
+) -> None:
+    """Injected: SIGKILL of the stack's Redis. Asserted: the controller's /readyz answers
+    503 within a few seconds, and 200 again once Redis is back."""
+    server, stack = own_redis_stack
+    url = stack.urls["controller"]
+    with redis_down(server):
+        wait_until(lambda: readyz(url) == 503, 4, "controller /readyz to say 503")
+    wait_until(lambda: readyz(url) == 200, 10, "controller /readyz to say 200")
+
+
+def test_a_cold_start_works_after_redis_restarted_empty(
+    own_redis_stack: tuple[RedisServer, Stack],
+) -> None:
+    """Injected: SIGKILL of the stack's Redis and a restart with every stream and consumer
+    group gone, before the first request for a Model declared earlier.
+
+    Asserted: the cold start still happens end to end over the new Redis (the proxy's
+    demand reaches the controller, the controller's endpoints reach the proxy): one
+    request, one 200, one engine.
+    """
+    server, stack = own_redis_stack
+    stack.apply_model("tiny")
+    restarted = time.monotonic()
+    server.restart()
+    call = Call(stack.base_url, "tiny", max_tokens=4).run()
+    faultlog.record(
+        "Redis SIGKILL + restart (empty) under an idle stack, then a cold start",
+        tally([call]), call.ended - restarted,
+    )  # fmt: skip
+    assert call.outcome == "200", repr(call.error)
+    assert len(stack.engine_processes()) == 1

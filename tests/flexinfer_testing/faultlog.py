@@ -1,9 +1,10 @@
 """What each fault test saw, as rows of a reliability table.
 
-A fault test calls ``record(...)`` with what it injected, what the clients saw and how long
-recovery took. With ``FLEXINFER_FAULT_REPORT=<file>`` set, each row is appended to that file
-as one JSON line; ``python -m flexinfer_testing.faultlog <file>`` prints them as a Markdown
-table (the one in docs/reliability.md). Without the variable, ``record`` does nothing.
+A fault test calls ``record(...)`` with what it injected, what the clients saw, and the
+seconds until they were answered or the system recovered. With
+``FLEXINFER_FAULT_REPORT=<file>`` set, each row is appended to that file as one JSON line;
+``PYTHONPATH=tests python -m flexinfer_testing.faultlog <file>`` prints them as a Markdown
+table (the one for docs/reliability.md). Without the variable, ``record`` does nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def rss_mib(pid: int) -> float:
         return 0.0
 
 
-def record(fault: str, clients: str, recovery_s: float | None, **extra: Any) -> None:
+def record(fault: str, clients: object, recovery_s: float | None, **extra: Any) -> None:
     """Append one row (JSON) to $FLEXINFER_FAULT_REPORT, if it is set."""
     target = os.environ.get(REPORT_ENV)
     if not target:
@@ -52,7 +53,8 @@ def _cell(value: Any) -> str:
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The rows as a Markdown table; keys beyond the main columns go into "details"."""
     lines = [
-        "| fault injected | what clients saw | recovery (s) | RSS MiB | details |",
+        "| fault injected | what clients saw | answered or recovered after (s) | RSS MiB "
+        "| details |",
         "|---|---|---|---|---|",
     ]
     for row in rows:

@@ -40,6 +40,8 @@ class Mode(StrEnum):
     """Accept, read and drop what the client sends, never answer, never close."""
     CUT = "cut"
     """Forward until ``after_bytes`` went to the client, then close (or reset) both ends."""
+    STALL = "stall"
+    """Forward until ``after_bytes`` went to the client, then go silent, holding it open."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,10 @@ class Fault:
     after_bytes: int = 0
     rst: bool = False
     """For CUT: end the client side with a reset instead of a FIN."""
+    marker: bytes = b""
+    """For CUT and STALL: count ``after_bytes`` from the end of the ``occurrence``-th
+    ``marker`` in what goes to the client, rather than from its first byte."""
+    occurrence: int = 1
 
 
 PASS = Fault()
@@ -63,9 +69,29 @@ def delay(seconds: float) -> Fault:
     return Fault(Mode.DELAY, delay_s=seconds)
 
 
-def cut_after(count: int, *, rst: bool = False) -> Fault:
-    """Forward ``count`` bytes to the client, then close (``rst``: reset) the connection."""
-    return Fault(Mode.CUT, after_bytes=count, rst=rst)
+def cut_after(count: int, *, marker: bytes = b"", occurrence: int = 1, rst: bool = False) -> Fault:
+    """Forward ``count`` bytes to the client (counted after the ``occurrence``-th
+    ``marker``, if one is given), then close (``rst``: reset) the connection."""
+    return Fault(Mode.CUT, after_bytes=count, rst=rst, marker=marker, occurrence=occurrence)
+
+
+def stall_after(count: int, *, marker: bytes = b"", occurrence: int = 1) -> Fault:
+    """Forward ``count`` bytes to the client (counted as in ``cut_after``), then send
+    nothing more and keep the connection open."""
+    return Fault(Mode.STALL, after_bytes=count, marker=marker, occurrence=occurrence)
+
+
+def cut_position(fault: Fault, sent: bytes) -> int | None:
+    """Where in ``sent`` (everything bound for the client so far) the fault cuts, if known."""
+    if not fault.marker:
+        return fault.after_bytes
+    end = 0
+    for _ in range(fault.occurrence):
+        found = sent.find(fault.marker, end)
+        if found < 0:
+            return None
+        end = found + len(fault.marker)
+    return end + fault.after_bytes
 
 
 @dataclass(slots=True)
@@ -79,6 +105,8 @@ class Connection:
     """Bytes from the client forwarded to (or, blackholed, read for) the target."""
     down_bytes: int = 0
     """Bytes from the target forwarded to the client."""
+    down_data: bytearray = field(default_factory=bytearray)
+    """Those bytes themselves, when the proxy keeps them (``keep_bytes``)."""
     ended_at: float | None = None
     outcome: str = "open"
     """closed, reset, cut, blackholed, target unreachable."""
@@ -89,6 +117,10 @@ class _State:
     fault: Fault = PASS
     queued: deque[Fault] = field(default_factory=deque)
     connections: list[Connection] = field(default_factory=list)
+
+
+def _snapshot(conn: Connection) -> Connection:
+    return replace(conn, down_data=bytearray(conn.down_data))
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -103,8 +135,9 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 class FaultProxy:
     """Listens on 127.0.0.1:``port`` and forwards to ``target`` under per-connection faults."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], *, keep_bytes: bool = False) -> None:
         self.target = target
+        self.keep_bytes = keep_bytes
         self.port = 0
         self._state = _State()
         self._changed = threading.Condition()
@@ -136,7 +169,7 @@ class FaultProxy:
     def connections(self) -> list[Connection]:
         """A snapshot of every connection accepted so far."""
         with self._changed:
-            return [replace(c) for c in self._state.connections]
+            return [_snapshot(c) for c in self._state.connections]
 
     def wait(self, predicate: str, count: int, timeout_s: float) -> list[Connection]:
         """Wait until ``count`` connections were ``accepted`` or have ``ended``."""
@@ -155,7 +188,7 @@ class FaultProxy:
                 if remaining <= 0:
                     raise TimeoutError(f"{count} connections not {predicate} in {timeout_s}s")
                 self._changed.wait(remaining)
-            return [replace(c) for c in self._state.connections]
+            return [_snapshot(c) for c in self._state.connections]
 
     def drop_all(self) -> None:
         """Reset every open connection now (the network dropped); the listener stays."""
@@ -271,6 +304,8 @@ class FaultProxy:
         try:
             done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
             if down not in done:
+                if conn.fault.mode is Mode.STALL:
+                    return "stalled until the client left"
                 # The client finished sending (a half close): the answer may still be coming.
                 await asyncio.wait({down})
             if down.result() != "cut":
@@ -293,32 +328,45 @@ class FaultProxy:
         upstream: bool,
     ) -> str:
         fault = conn.fault
-        with contextlib.suppress(ConnectionError):
+        limited = not upstream and fault.mode in (Mode.CUT, Mode.STALL)
+        seen = bytearray()  # what went (or is going) to the client, to find the cut in
+        with contextlib.suppress(OSError):  # a reset, or a peer gone before our half close
             while data := await reader.read(_CHUNK):
                 if fault.mode is Mode.DELAY:
                     await asyncio.sleep(fault.delay_s)
-                if not upstream and fault.mode is Mode.CUT:
-                    room = fault.after_bytes - conn.down_bytes
-                    if len(data) >= room:
-                        writer.write(data[:room])
-                        conn.down_bytes += room
+                if limited:
+                    seen += data
+                    cut = cut_position(fault, bytes(seen))
+                    if cut is not None and cut <= len(seen):
+                        data = data[: cut - conn.down_bytes]
+                        self._count(conn, data, upstream)
+                        writer.write(data)
                         await writer.drain()
+                        if fault.mode is Mode.STALL:
+                            await asyncio.Event().wait()  # silent until the client leaves
                         return "cut"
+                self._count(conn, data, upstream)
                 writer.write(data)
-                if upstream:
-                    conn.up_bytes += len(data)
-                else:
-                    conn.down_bytes += len(data)
                 await writer.drain()
             if writer.can_write_eof():
                 writer.write_eof()
         return "eof"
 
+    def _count(self, conn: Connection, data: bytes, upstream: bool) -> None:
+        if upstream:
+            conn.up_bytes += len(data)
+            return
+        conn.down_bytes += len(data)
+        if self.keep_bytes:
+            conn.down_data += data
+
 
 @contextlib.contextmanager
-def fault_proxy(target: tuple[str, int], fault: Fault = PASS) -> Iterator[FaultProxy]:
+def fault_proxy(
+    target: tuple[str, int], fault: Fault = PASS, *, keep_bytes: bool = False
+) -> Iterator[FaultProxy]:
     """A started FaultProxy in front of ``target``, stopped when the block exits."""
-    proxy = FaultProxy(target)
+    proxy = FaultProxy(target, keep_bytes=keep_bytes)
     proxy.fault = fault
     proxy.start()
     try:
