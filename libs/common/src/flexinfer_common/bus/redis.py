@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
@@ -165,20 +166,25 @@ class RedisBus(EventBus):
         self._replay.add(topic, text, epoch)
         if epoch != self._epoch:
             try:
-                await self._recover(epoch)
+                await self._recover()
             except BusError as exc:
                 # This event is in; the watcher re-publishes the rest once Redis answers.
                 _log.warning("re-publishing after a redis restart failed (will retry): %s", exc)
         self._watch()
         return msg_id
 
+    def _epoch_pipeline(self) -> Pipeline:
+        """A pipeline that starts by reading the data set's epoch (creating it if missing)."""
+        epoch_key = self.key(EPOCH_KEY)
+        pipe = self._client.pipeline(transaction=False)
+        pipe.set(epoch_key, secrets.token_hex(8), nx=True)
+        pipe.get(epoch_key)
+        return pipe
+
     async def _append(self, topic: str, text: str) -> tuple[str, str]:
         """XADD ``text``, in one round trip with the epoch of the data set that took it."""
-        epoch_key = self.key(EPOCH_KEY)
         async with self.guard("XADD"):
-            pipe = self._client.pipeline(transaction=False)
-            pipe.set(epoch_key, secrets.token_hex(8), nx=True)
-            pipe.get(epoch_key)
+            pipe = self._epoch_pipeline()
             pipe.xadd(
                 self.key(topic), {PAYLOAD_FIELD: text}, maxlen=self._retention, approximate=True
             )
@@ -186,17 +192,15 @@ class RedisBus(EventBus):
         return str(msg_id), str(epoch)
 
     async def _current_epoch(self) -> str:
-        epoch_key = self.key(EPOCH_KEY)
         async with self.guard("GET epoch"):
-            pipe = self._client.pipeline(transaction=False)
-            pipe.set(epoch_key, secrets.token_hex(8), nx=True)
-            pipe.get(epoch_key)
-            _, epoch = await pipe.execute()
+            _, epoch = await self._epoch_pipeline().execute()
         return str(epoch)
 
-    async def _recover(self, epoch: str) -> None:
-        """Publish again what data sets other than ``epoch`` accepted within the window."""
+    async def _recover(self) -> None:
+        """Publish again what other data sets than the current one accepted in the window."""
         async with self._recovering:
+            # Asked now, under the lock: a publish that raced a restart may report either.
+            epoch = await self._current_epoch()
             known, self._epoch = self._epoch, epoch
             stale = self._replay.stale(epoch)
             if not stale:
@@ -218,9 +222,8 @@ class RedisBus(EventBus):
             await self._replay.wait_nonempty()
             await asyncio.sleep(CHECK_INTERVAL_S)
             try:
-                epoch = await self._current_epoch()
-                if self._replay.stale(epoch):
-                    await self._recover(epoch)
+                if self._replay.stale(await self._current_epoch()):
+                    await self._recover()
             except BusError as exc:
                 _log.debug("bus epoch check failed (retrying): %s", exc)
 
