@@ -59,6 +59,14 @@ def delete(stack: Stack, model: str) -> None:
     wait_until(lambda: not engines_of(stack, model), 30, f"the engines of {model} to stop")
 
 
+def still_loading(url: str) -> bool:
+    """True once the engine at ``url`` reports ``loading``; an error if it is ready first."""
+    state = engine_state(url)
+    if state == "ready":
+        raise AssertionError("the engine finished loading before it could be caught loading")
+    return state == "loading"
+
+
 def replica_of(stack: Stack, pid: int) -> str:
     """The replica id of engine ``pid`` from its state file."""
     for state in stack.engine_states():
@@ -84,7 +92,7 @@ def test_an_engine_killed_while_loading_its_weights_is_restarted(
     call = Call(stack.base_url, model, max_tokens=1).start()
     (engine,) = wait_until(lambda: engines_of(stack, model), 60, "the engine to be spawned")
     url = listening_url(engine.pid, 60)
-    wait_until(lambda: engine_state(url) == "loading", 60, "the engine to report loading")
+    wait_until(lambda: still_loading(url), 60, "the engine to report loading", poll_s=0.01)
     replica = replica_of(stack, engine.pid)
     engine.kill()
     killed_at = time.monotonic()

@@ -88,6 +88,7 @@ def test_a_malformed_bus_url_fails_the_start_with_one_line(tmp_path: Path) -> No
     check_one_line_exit(outcome, "invalid bus URL", "notaport")
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
     reason="services build the bus with create_bus and never check it, so they serve with "
