@@ -100,8 +100,12 @@ def upstreams(
             FLEXINFER_PROXY_BODY_TIMEOUT_S=str(BODY_S),
             FLEXINFER_PROXY_HEALTH_INTERVAL_S="3600",
         )
-        for name, url in urls.items():
-            stack.apply(f"f-{name}", external_spec(name, url))
+        endpoints = {name: [url] for name, url in urls.items()}
+        # Two endpoints, the broken one first: round robin tries it first, then fails over.
+        endpoints["failover-from-dead"] = [urls["dead"], urls["pass"]]
+        endpoints["failover-from-syn-hang"] = [urls["syn-hang"], urls["pass"]]
+        for name, these in endpoints.items():
+            stack.apply(f"f-{name}", external_spec(name, these))
         rss_before = faultlog.rss_mib(stack.procs["proxy"].pid)
         ready = Upstreams(stack, proxies)
         warm = ready.call("pass", stream=True)  # the proxy has the models, reaches the engine
@@ -113,13 +117,14 @@ def upstreams(
         )  # fmt: skip
 
 
-def external_spec(fault: str, url: str) -> dict[str, object]:
-    """An external Model served at ``url``, asked for as ``f-<fault>``: the engine serves
-    ``tiny``, which the proxy names upstream (the served name) whatever alias came in."""
+def external_spec(fault: str, endpoints: list[str]) -> dict[str, object]:
+    """An external Model served at ``endpoints`` (in order), asked for as ``f-<fault>``:
+    the engine serves ``tiny``, which the proxy names upstream (the served name) whatever
+    alias came in."""
     return {
         "backend": "vllm",
         "source": "hf://flexinfer/tiny",
-        "endpoints": [url],
+        "endpoints": endpoints,
         "litellm": {"servedModelName": "tiny", "aliases": [f"f-{fault}"]},
     }
 
@@ -187,6 +192,25 @@ def test_an_unanswered_connect_is_502_at_the_connect_timeout(upstreams: Upstream
     call = upstreams.call("syn-hang", timeout_s=2 * CONNECT_S + 4)
     faultlog.record("upstream: SYN never answered", tally([call]), call.seconds)
     assert call.outcome == "502", repr(call.error)
+    assert within(call.seconds, CONNECT_S), call.seconds
+
+
+def test_a_refused_endpoint_fails_over_to_the_next_at_once(upstreams: Upstreams) -> None:
+    """Injected: the first of a model's two endpoints refuses connections.
+    Asserted: 200 from the second, well within the connect timeout."""
+    call = upstreams.call("failover-from-dead")
+    faultlog.record("upstream: first endpoint refuses, second fine", tally([call]), call.seconds)
+    assert call.outcome == "200", repr(call.error)
+    assert call.seconds < CONNECT_S + 2
+
+
+def test_an_unanswered_connect_fails_over_at_the_connect_timeout(upstreams: Upstreams) -> None:
+    """Injected: the first of a model's two endpoints never completes the TCP handshake.
+    Asserted: 200 from the second once the 1 s connect timeout has passed (the timeout
+    fires at its setting)."""
+    call = upstreams.call("failover-from-syn-hang")
+    faultlog.record("upstream: first endpoint SYN-hangs, second fine", tally([call]), call.seconds)
+    assert call.outcome == "200", repr(call.error)
     assert within(call.seconds, CONNECT_S), call.seconds
 
 
