@@ -46,7 +46,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.2f}"
     if isinstance(value, dict):
-        return ", ".join(f"{k} {_cell(v)}" for k, v in value.items())
+        return "; ".join(f"{k}: {_cell(v)}" for k, v in value.items())
     return str(value).replace("|", "\\|")
 
 
