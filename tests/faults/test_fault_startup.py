@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from flexinfer_testing import faultlog
-from flexinfer_testing.redis_server import free_port
+from flexinfer_testing.ports import free_port
 from flexinfer_testing.stack import flexinfer_command, stop_process
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

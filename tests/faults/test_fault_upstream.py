@@ -28,7 +28,7 @@ from flexinfer_testing import faultlog
 from flexinfer_testing import faultproxy as fp
 from flexinfer_testing.clients import Call, tally
 from flexinfer_testing.engines import reference_engine
-from flexinfer_testing.redis_server import free_port
+from flexinfer_testing.ports import free_port, unaccepting_listener
 from flexinfer_testing.stack import Stack, stack_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -92,7 +92,7 @@ def upstreams(
         }
         urls = {name: proxy.url for name, proxy in proxies.items()}
         urls["dead"] = f"http://127.0.0.1:{free_port()}"
-        urls["syn-hang"] = f"http://127.0.0.1:{stack_of.enter_context(fp.unaccepting_listener())}"
+        urls["syn-hang"] = f"http://127.0.0.1:{stack_of.enter_context(unaccepting_listener())}"
         factory = stack_of.enter_context(stack_factory("distributed", root, tiny_model_dir))
         stack = factory.start(
             FLEXINFER_PROXY_CONNECT_TIMEOUT_S=str(CONNECT_S),

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from flexinfer_testing import faultproxy as fp
+from flexinfer_testing.ports import unaccepting_listener
 
 TAIL = b"one\n\ntwo\n\nthree\n\n"
 
@@ -105,7 +106,7 @@ def test_delay_holds_every_chunk(target: tuple[str, int]) -> None:
 
 
 def test_an_unaccepting_listener_makes_connects_hang() -> None:
-    with fp.unaccepting_listener() as port, socket.socket() as client:
+    with unaccepting_listener() as port, socket.socket() as client:
         client.settimeout(0.5)
         with pytest.raises(TimeoutError):
             client.connect(("127.0.0.1", port))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,16 +16,10 @@ from pathlib import Path
 
 import redis
 
+from flexinfer_testing.ports import free_port
 from flexinfer_testing.services import unavailable
 
 START_TIMEOUT_S = 15.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 class RedisServer:

@@ -18,7 +18,7 @@ from flexinfer_common.bus.redis import RedisBus, redis_location
 from flexinfer_common.errors import BusError, ConfigError
 from flexinfer_common.settings import BusSettings
 from flexinfer_testing import faultproxy
-from flexinfer_testing.redis_server import free_port
+from flexinfer_testing.ports import free_port
 from flexinfer_testing.services import require_redis
 
 
