@@ -76,18 +76,27 @@ class Stack:
         """The proxy's OpenAI base URL (…/v1)."""
         return f"{self.urls['proxy']}/v1"
 
-    def apply_model(self, name: str, **serverless: Any) -> dict[str, Any]:
-        """Declare a reference-backend Model on this stack's tiny model."""
+    def apply_model(
+        self, name: str, *, model_dir: Path | None = None, **serverless: Any
+    ) -> dict[str, Any]:
+        """Declare a reference-backend Model on this stack's tiny model (or ``model_dir``)."""
+        return self.apply(
+            name,
+            {
+                "backend": "reference",
+                "source": (model_dir or self.model_dir).as_uri(),
+                "gpu": {"vendor": "cpu"},
+                "serverless": {"minReplicas": 0, **serverless},
+            },
+        )
+
+    def apply(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace the Model ``name`` with ``spec`` through the admin API."""
         manifest = {
             "apiVersion": "ai.flexinfer/v1alpha2",
             "kind": "Model",
             "metadata": {"name": name},
-            "spec": {
-                "backend": "reference",
-                "source": self.model_dir.as_uri(),
-                "gpu": {"vendor": "cpu"},
-                "serverless": {"minReplicas": 0, **serverless},
-            },
+            "spec": spec,
         }
         response = httpx.put(
             f"{self.urls['controller']}/v1/admin/models/{name}", json=manifest, timeout=30
@@ -107,6 +116,33 @@ class Stack:
             if "flexinfer_engine" in cmdline and "serve" in cmdline and marker in cmdline:
                 found.append(proc)
         return found
+
+    def all_engine_processes(self) -> list[psutil.Process]:
+        """Live engine processes serving any model directory under this stack's data dir."""
+        root = str(self.data_dir) + os.sep
+        found = []
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            cmdline = proc.info["cmdline"] or []
+            if proc.info["status"] == psutil.STATUS_ZOMBIE or "flexinfer_engine" not in cmdline:
+                continue
+            if "serve" in cmdline and any(arg.startswith(root) for arg in cmdline):
+                found.append(proc)
+        return found
+
+    def engine_states(self) -> list[dict[str, Any]]:
+        """The local runtime's engine state files (what a restarted controller adopts)."""
+        states = []
+        for path in sorted((self.data_dir / "controller" / "engines").glob("*.json")):
+            try:
+                states.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue  # replaced or removed while we read it
+        return states
+
+    def engine_log(self, replica: str) -> str:
+        """The log of engine ``replica`` under the controller's data dir."""
+        path = self.data_dir / "controller" / "logs" / f"{replica}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def wait_engines(self, count: int, timeout: float = 30) -> list[psutil.Process]:
         """Wait until exactly ``count`` engines run; return them."""
@@ -148,26 +184,26 @@ class StackFactory:
         full_env = {**os.environ, "FLEXINFER_LOG_LEVEL": "INFO", **env}
         stack = Stack(self.mode, data_dir, model_dir, full_env)
         if self.mode == "distributed":
-            self._distributed_env(stack)
+            self._distributed_env(stack, env)
         # Last registered, first run: processes stop before their database and streams go.
         self.exit_stack.callback(self._cleanup, stack)
         self.launch(stack)
         return stack
 
-    def _distributed_env(self, stack: Stack) -> None:
+    def _distributed_env(self, stack: Stack, overrides: dict[str, str]) -> None:
         redis_url = require_redis()
         prefix = f"e2e-{uuid.uuid4().hex[:8]}:"
         database = self.exit_stack.enter_context(postgres_database("flexinfer_e2e"))
         self.exit_stack.callback(delete_redis_keys, redis_url, prefix)
-        stack.env.update(
-            {
-                "FLEXINFER_BUS_URL": redis_url,
-                "FLEXINFER_BUS_STREAM_PREFIX": prefix,
-                "FLEXINFER_STORE_URL": database,
-                # A test stack must leave nothing behind when it is stopped gracefully.
-                "FLEXINFER_CONTROLLER_STOP_ENGINES_ON_SHUTDOWN": "true",
-            }
-        )
+        shared = {
+            "FLEXINFER_BUS_URL": redis_url,
+            "FLEXINFER_BUS_STREAM_PREFIX": prefix,
+            "FLEXINFER_STORE_URL": database,
+            # A test stack must leave nothing behind when it is stopped gracefully.
+            "FLEXINFER_CONTROLLER_STOP_ENGINES_ON_SHUTDOWN": "true",
+        }
+        # What the test passed to start() wins (a Redis of its own, say).
+        stack.env.update({k: v for k, v in shared.items() if k not in overrides})
 
     def launch(self, stack: Stack) -> None:
         """Start (or restart) every process of the stack and wait until it serves."""
@@ -221,10 +257,13 @@ class StackFactory:
     def _cleanup(stack: Stack) -> None:
         for proc in reversed(list(stack.procs.values())):
             stop_process(proc)
-        for engine in stack.engine_processes():
-            # An engine that outlives its stack is an orphan: a bug the tests must see.
+        orphans = stack.all_engine_processes()
+        for engine in orphans:
             engine.kill()
-            raise AssertionError(f"engine pid {engine.pid} outlived its stack")
+        if orphans:
+            # An engine that outlives its stack is an orphan: a bug the tests must see.
+            pids = ", ".join(str(engine.pid) for engine in orphans)
+            raise AssertionError(f"engine pids {pids} outlived their stack")
 
 
 @contextmanager

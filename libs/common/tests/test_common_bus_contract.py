@@ -255,3 +255,12 @@ async def test_payloads_are_copies(bus: EventBus) -> None:
     a.payload["nested"]["list"].append(4)
     (b,) = await drain(second, 1)
     assert b.payload == {"nested": {"list": [1, 2]}}
+
+
+async def test_a_live_bus_is_healthy_and_a_closed_one_is_not(bus: EventBus) -> None:
+    await bus.ping()
+    assert await bus.healthy()
+    await bus.close()
+    with pytest.raises(BusError, match="closed"):
+        await bus.ping()
+    assert not await bus.healthy()

@@ -120,7 +120,7 @@ async def test_malformed_entries_are_skipped_and_acked(
         finally:
             await raw.aclose()
         good = await bus.publish(TOPIC, {"ok": True})
-        with caplog.at_level(logging.WARNING, logger="flexinfer_common.bus.redis"):
+        with caplog.at_level(logging.WARNING, logger="flexinfer_common.bus.redis_consumer"):
             got = await drain(consumer, 1)
         assert [(m.id, m.payload) for m in got] == [(good, {"ok": True})]
         assert len([r for r in caplog.records if "malformed" in r.getMessage()]) == 4
@@ -243,3 +243,41 @@ async def test_an_outage_during_a_blocked_fetch_is_a_bus_error(prefix: str) -> N
         await proxy.stop()
         with pytest.raises(BusError):
             await asyncio.wait_for(waiting, 5)
+
+
+async def lose_the_data(admin: Redis, prefix: str) -> None:
+    """What a Redis restart without persistence does to a bus: every key is gone."""
+    keys = [key async for key in admin.scan_iter(match=f"{prefix}*")]
+    assert keys, "the bus wrote nothing to lose"
+    await admin.delete(*keys)
+
+
+async def test_events_redis_lost_are_published_again_by_their_publisher(
+    prefix: str, admin: Redis
+) -> None:
+    async with bus_at(REDIS_URL, prefix) as publisher, bus_at(REDIS_URL, prefix) as listener:
+        consumer = listener.consumer(TOPIC, "g", "c")
+        await consumer.fetch(timeout_s=0)
+        for n in range(3):
+            await publisher.publish(TOPIC, {"n": n})
+        # Nobody read them before Redis lost them, and the publisher publishes no more:
+        # its epoch watcher notices the new data set and publishes them again.
+        await lose_the_data(admin, prefix)
+        got = await drain(consumer, 3, timeout_s=10)
+        assert sorted(m.payload["n"] for m in got) == [0, 1, 2]
+
+
+async def test_the_next_publish_after_a_data_loss_brings_the_lost_events_back(
+    prefix: str, admin: Redis
+) -> None:
+    async with bus_at(REDIS_URL, prefix) as publisher, bus_at(REDIS_URL, prefix) as listener:
+        consumer = listener.consumer(TOPIC, "g", "c")
+        await consumer.fetch(timeout_s=0)
+        await publisher.publish(TOPIC, {"n": 0})
+        assert [m.payload for m in await drain(consumer, 1)] == [{"n": 0}]
+        await publisher.publish(TOPIC, {"n": 1})
+        await lose_the_data(admin, prefix)
+        await publisher.publish(TOPIC, {"n": 2})
+        # The lost one comes back (and, delivery being at least once, the read one too).
+        got = {m.payload["n"] for m in await drain(consumer, 3, timeout_s=5)}
+        assert got == {0, 1, 2}

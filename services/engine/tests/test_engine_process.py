@@ -137,3 +137,30 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "config.json" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["generate", "x", "--out", str(tmp_path), "--preset", "huge"])
+
+
+def test_an_engine_whose_supervisor_is_gone_exits_instead_of_serving_unannounced(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """The ready pipe's reader (the controller that spawned it) died before the engine was
+    ready: nobody will ever route to it, so it must exit rather than linger as an orphan."""
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)
+    log = tmp_path / "engine.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flexinfer_engine", "serve", "--model-dir", str(model_dir),
+             "--port", "0", "--ready-fd", str(write_fd)],
+            pass_fds=(write_fd,), stdout=out, stderr=out,
+        )  # fmt: skip
+    os.close(write_fd)
+    try:
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    errors = [line for line in log.read_text().splitlines() if "flexinfer-engine: error" in line]
+    assert code == 1
+    assert len(errors) == 1
+    assert errors[0].startswith("flexinfer-engine: error: cannot report readiness on fd")

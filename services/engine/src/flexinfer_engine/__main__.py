@@ -125,9 +125,21 @@ async def _run(
             for k in ("pid", "url", "port", "process_start_seconds", "weight_load_seconds")
         }
         log.info("%s ready at %s: %s", title, url, line)
-        if ready_fd is not None:
+        if ready_fd is None:
+            return
+        try:
             with os.fdopen(ready_fd, "w", encoding="utf-8") as stream:
                 stream.write(json.dumps(line) + "\n")
+        except OSError as exc:
+            # The reader (the controller that started us) is gone: nobody will route here,
+            # and staying up would leave an orphan holding the model's memory.
+            print(
+                f"flexinfer-engine: error: cannot report readiness on fd {ready_fd} ({exc}); "
+                "the process that started this engine is gone",
+                file=sys.stderr,
+            )
+            outcome.append(1)
+            group.stop()
 
     async def on_ready() -> None:
         task = asyncio.create_task(when_loaded())

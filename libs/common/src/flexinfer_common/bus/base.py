@@ -11,6 +11,8 @@ Semantics (both implementations pass ``tests/test_common_bus_contract.py``):
   messages idle for at least ``min_idle_s`` to another consumer of the same group, so the
   work of a consumer that died is not lost. ``Message.deliveries`` counts the hand-outs.
 - ``fetch`` waits up to ``timeout_s`` for at least one message, then returns what it has.
+- ``ping`` raises BusError unless the bus answers within its timeout; ``healthy`` is the same
+  check as a bool, cheap enough for every /readyz probe.
 
 Broadcast (every replica of a service sees every event) is a group per replica; work
 sharing (one replica handles each event) is one group shared by the replicas.
@@ -22,6 +24,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from flexinfer_common.errors import FlexInferError
+
+HEALTH_TIMEOUT_S = 1.0
+"""How long ``healthy`` waits for an answer: Kubernetes' default probe timeout is 1 s, and a
+bus slower than that to answer a ping cannot carry demand or endpoint events either."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +68,19 @@ class EventBus(ABC):
     @abstractmethod
     def consumer(self, topic: str, group: str, name: str, *, from_start: bool = False) -> Consumer:
         """A consumer named ``name`` in ``group`` (created on first use) of ``topic``."""
+
+    @abstractmethod
+    async def ping(self, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
+        """Return once the bus answered, within ``timeout_s``: BusError if it is unreachable
+        or closed, ConfigError if it refuses this client (bad credentials, unknown database)."""
+
+    async def healthy(self, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
+        """True if the bus answers a ping within ``timeout_s`` (for /readyz)."""
+        try:
+            await self.ping(timeout_s)
+        except FlexInferError:
+            return False
+        return True
 
     @abstractmethod
     async def close(self) -> None:

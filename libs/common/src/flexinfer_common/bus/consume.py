@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from flexinfer_common.bus.base import Consumer, EventBus, Message
-from flexinfer_common.errors import FlexInferError
+from flexinfer_common.errors import FlexInferError, TemporaryError
 
 log = logging.getLogger(__name__)
 
@@ -28,19 +28,32 @@ async def consume(
     cancelled.
 
     A batch is acked only after ``handle`` returns, so the bus forgets nothing whose effect
-    is not durable. A FlexInferError from the bus or from ``handle`` is logged and retried
-    after ``retry_s`` seconds; the batch it interrupted stays unacked, for redelivery or
-    reclaim. A closed bus answers every fetch at once, so the loop ends when it sees one
-    rather than spin.
+    is not durable. When ``handle`` fails with a TemporaryError (the store or another
+    dependency is briefly away) the same batch is handled again after ``retry_s`` seconds,
+    until it succeeds: fetching on would leave it pending where, in a group nobody
+    reclaims from, it is never delivered again. Any other FlexInferError from ``handle``
+    leaves the batch unacked, for reclaim, and the loop fetches on. A failing fetch or ack
+    is retried after ``retry_s`` (a batch whose ack failed is not handled again). A closed
+    bus answers every fetch at once, so the loop ends when it sees one rather than spin.
     """
+    pending: list[Message] = []  # a fetched batch not yet handled
     while True:
         try:
-            messages = await consumer.fetch(max_count=batch, timeout_s=1.0)
-            if messages:
-                await handle(messages)
-                await consumer.ack(*(m.id for m in messages))
-            elif bus.closed:
-                return
+            if not pending:
+                pending = await consumer.fetch(max_count=batch, timeout_s=1.0)
+                if not pending:
+                    if bus.closed:
+                        return
+                    continue
+            try:
+                await handle(pending)
+            except TemporaryError:
+                raise  # keep the batch: it is handled again after the pause
+            except FlexInferError:
+                pending = []  # give it up, unacked: left for reclaim
+                raise
+            handled, pending = pending, []
+            await consumer.ack(*(m.id for m in handled))
         except FlexInferError as exc:
             if bus.closed:
                 return

@@ -17,7 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flexinfer_common.bus.base import Consumer, EventBus, Message, validate_names
+from flexinfer_common.bus.base import (
+    HEALTH_TIMEOUT_S,
+    Consumer,
+    EventBus,
+    Message,
+    validate_names,
+)
 from flexinfer_common.bus.codec import encode_payload
 from flexinfer_common.errors import BusError
 
@@ -116,6 +122,11 @@ class MemoryBus(EventBus):
     def closed(self) -> bool:
         """True once ``close`` ran."""
         return self._closed
+
+    async def ping(self, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
+        """In-process: always answers, until closed."""
+        if self._closed:
+            raise BusError("the bus is closed")
 
     async def close(self) -> None:
         """Wake every pending fetch (they return []) and refuse further use."""
