@@ -244,11 +244,6 @@ def redis_down(server: RedisServer) -> Iterator[None]:
         server.start()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="/readyz of the proxy answers 200 while the bus is down; its ready() must also "
-    "await bus.healthy(), owned by services/proxy (app.py)",
-)
 def test_the_proxy_is_not_ready_while_the_bus_is_down(
     own_redis_stack: tuple[RedisServer, Stack],
 ) -> None:
@@ -260,11 +255,6 @@ def test_the_proxy_is_not_ready_while_the_bus_is_down(
     wait_until(lambda: readyz(stack.urls["proxy"]) == 200, 10, "proxy /readyz to say 200")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="/readyz of the controller answers 200 while the bus is down; its ready() must "
-    "also await bus.healthy(), owned by services/controller (app.py)",
-)
 def test_the_controller_is_not_ready_while_the_bus_is_down(
     own_redis_stack: tuple[RedisServer, Stack],
 ) -> None:

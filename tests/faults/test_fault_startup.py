@@ -89,12 +89,6 @@ def test_a_malformed_bus_url_fails_the_start_with_one_line(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="services build the bus with create_bus and never check it, so they serve with "
-    "a bus that is not there; flexinfer_common.service.bus_and_store must await "
-    "open_bus(bus_settings) instead, owned by libs/common service.py",
-)
 def test_an_unreachable_bus_fails_the_start_after_the_connect_timeout(tmp_path: Path) -> None:
     """Injected: FLEXINFER_BUS_URL names a port nothing listens on, with a 1 s connect
     timeout. Asserted: controller and proxy both exit non-zero within a few seconds, each

@@ -167,11 +167,6 @@ def test_an_upstream_answering_after_the_read_timeout_is_502(upstreams: Upstream
     assert within(call.seconds, READ_S), call.seconds
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a refused connection to the only endpoint queues the request for a cold start "
-    "(demand events every 2 s) instead of answering 502, owned by services/proxy",
-)
 def test_a_dead_upstream_is_502_within_the_connect_timeout(upstreams: Upstreams) -> None:
     """Injected: the model's only endpoint is a port nothing listens on (connection
     refused). Asserted: 502 within the connect timeout (the refusal is immediate)."""
@@ -181,11 +176,6 @@ def test_a_dead_upstream_is_502_within_the_connect_timeout(upstreams: Upstreams)
     assert call.seconds < CONNECT_S + 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a connect timeout to the only endpoint queues the request for a cold start "
-    "instead of answering 502, owned by services/proxy",
-)
 def test_an_unanswered_connect_is_502_at_the_connect_timeout(upstreams: Upstreams) -> None:
     """Injected: the endpoint's accept queue is full, so the TCP handshake never completes.
     Asserted: 502 once the 1 s connect timeout has passed."""
@@ -225,12 +215,6 @@ def test_a_stream_cut_between_two_events_ends_with_an_api_error(upstreams: Upstr
     assert call.chunks >= 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after an upstream breaks off inside an SSE event, the proxy appends its error "
-    "event to the unterminated one, so the openai SDK fails on broken JSON "
-    "(JSONDecodeError) instead of raising APIError, owned by services/proxy",
-)
 def test_a_stream_cut_inside_an_event_ends_with_an_api_error(upstreams: Upstreams) -> None:
     """Injected: the engine's connection closed 12 bytes into the 4th SSE event.
     Asserted: the openai SDK raises APIError (the client can tell the answer is broken)."""

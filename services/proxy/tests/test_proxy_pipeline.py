@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from flexinfer_proxy.core.service import ProxyCore
+from flexinfer_proxy.relay import event_end
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_raw import connect, post, raw_server, read_request
 from flexinfer_proxy.testing_stack import ProxyStack, proxy_stack, upstreams, wait_until
@@ -279,3 +280,32 @@ async def test_errors_and_streams_leave_nothing_counted(
         assert stream.status_code == 200
         assert stream.text.rstrip().endswith("data: [DONE]")
         await wait_until(lambda: settled(stack.core, url))
+
+
+def test_event_end_finds_the_last_whole_event() -> None:
+    assert event_end(b"data: a\n\ndat") == len(b"data: a\n\n")
+    assert event_end(b"dat") == 0
+    assert event_end(b"data: a\r\n\r\ndata: b\r\n") == len(b"data: a\r\n\r\n")
+    assert event_end(b"data: a\r\rdata: b\n\n") == len(b"data: a\r\rdata: b\n\n")
+
+
+async def test_a_stream_cut_inside_an_event_ends_with_a_whole_error_event(tmp_path: Path) -> None:
+    event = b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'
+
+    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await read_request(reader)
+        body = event * 2 + event[:3]  # the third event breaks off after "dat"
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+        writer.write(b"transfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(body), body))
+        await writer.drain()
+
+    async with (
+        raw_server(cut) as (url, _),
+        stack_on(tmp_path, url) as stack,
+        httpx.AsyncClient(base_url=stack.url) as client,
+    ):
+        reply = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert reply.content.startswith(event * 2 + b"data: {")  # whole events, then the error
+    last = reply.content.removeprefix(event * 2)
+    assert last.endswith(b"\n\n")
+    assert json.loads(last.removeprefix(b"data: "))["error"]["code"] == "upstream_error"

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import ValidationError
 from starlette.types import ASGIApp
 
-from flexinfer_common.bus import EventBus, create_bus
+from flexinfer_common.bus import EventBus, open_bus
 from flexinfer_common.errors import ConfigError, FlexInferError
 from flexinfer_common.serving import ServerGroup, bind_socket
 from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings
@@ -136,7 +136,7 @@ async def bus_and_store(
     bus_settings: BusSettings, store_settings: StoreSettings
 ) -> AsyncIterator[tuple[EventBus, ModelStore]]:
     """The configured bus and store, closed when the block exits."""
-    bus = create_bus(bus_settings)
+    bus = await open_bus(bus_settings)  # a bus that never answers fails the start
     try:
         store = create_store(store_settings)
         try:

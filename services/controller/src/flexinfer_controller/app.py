@@ -75,7 +75,7 @@ def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore
     app.state.metrics = metrics
 
     async def ready() -> bool:
-        return controller_.ready
+        return controller_.ready and await bus.healthy()
 
     install_error_handlers(app)
     install_admin(app)

@@ -80,7 +80,8 @@ def create_app(settings: ProxySettings, *, bus: EventBus, store: ModelStore) -> 
     app.add_exception_handler(HTTPException, _http_error)
 
     async def ready() -> bool:
-        return core.catalog.loaded
+        # Without the bus a proxy misses endpoint changes and cannot demand a cold start.
+        return core.catalog.loaded and await bus.healthy()
 
     app.include_router(health_router(ready))
     app.include_router(models_router(core))

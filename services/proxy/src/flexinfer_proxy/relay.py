@@ -114,17 +114,47 @@ async def relay(answer: UpstreamAnswer, ds: Downstream) -> None:
 
 async def relay_body(answer: UpstreamAnswer, ds: Downstream, *, event_stream: bool) -> None:
     """Stream the body; a break ends an event stream with an error event, else cuts it."""
+    if event_stream:
+        await _relay_events(answer, ds)
+        return
     try:
         async for chunk in answer.stream():
             await ds.send(chunk)
     except AnswerBrokenError as exc:
         log.warning("%s", exc)
-        if not event_stream:
-            ds.abort()  # a cut body must not look complete to the client
-            return
-        await ds.send(
-            b"\n" + sse_error(502, f"the model server failed mid-stream: {exc}", "upstream_error")
-        )
+        ds.abort()  # a cut body must not look complete to the client
+        return
+    await ds.end()
+
+
+_EVENT_ENDS = (b"\n\n", b"\r\n\r\n", b"\r\r")
+"""An SSE event ends with an empty line, in any of the three line endings."""
+
+
+def event_end(data: bytes) -> int:
+    """Where the last complete server-sent event in ``data`` ends (0: none is complete)."""
+    ends = [found + len(mark) for mark in _EVENT_ENDS if (found := data.rfind(mark)) >= 0]
+    return max(ends, default=0)
+
+
+async def _relay_events(answer: UpstreamAnswer, ds: Downstream) -> None:
+    """Relay whole events only: an event the engine broke off inside is dropped, and the
+    stream ends with an error event a reader can parse (never half an event and then it)."""
+    pending = b""
+    try:
+        async for chunk in answer.stream():
+            data = pending + chunk if pending else chunk
+            end = event_end(data)
+            pending = data[end:]
+            if end:
+                await ds.send(data[:end])
+    except AnswerBrokenError as exc:
+        log.warning("%s", exc)
+        error = sse_error(502, f"the model server failed mid-stream: {exc}", "upstream_error")
+        await ds.send(error)
+    else:
+        if pending:
+            await ds.send(pending)  # the engine's own last bytes, as it sent them
     await ds.end()
 
 
