@@ -17,6 +17,7 @@ from pathlib import Path
 from flexinfer_cli import demo
 from flexinfer_cli.args import parser
 from flexinfer_cli.stack import EmbeddedStack
+from flexinfer_common.errors import ConfigError
 from flexinfer_common.malloc import keep_large_buffers
 from flexinfer_common.service import run_async
 
@@ -106,10 +107,12 @@ def main(argv: list[str]) -> int:
     stack = EmbeddedStack(options.data_dir, options.host, options.ports)
     if options.demo:
         model_dir = demo.ensure_demo_model(options.data_dir)
-        stack.on_ready(lambda urls: demo.apply_demo(urls, model_dir, options.idle_timeout))
+        stack.on_ready(
+            lambda urls: demo.apply_demo(urls, model_dir, options.idle_timeout, stack.admin_token)
+        )
     try:
         run_async(stack.run())
-    except OSError as exc:
+    except (OSError, ConfigError) as exc:
         print(f"flexinfer up: {exc}", file=sys.stderr)
         return 1
     return 0
