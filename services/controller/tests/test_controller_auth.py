@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +14,6 @@ import httpx
 import pytest
 
 from flexinfer_common.errors import ConfigError, NotFoundError
-from flexinfer_controller.__main__ import main
 from flexinfer_controller.testing import (
     Harness,
     engine_pids,
@@ -156,24 +158,29 @@ async def _error_requests(h: Harness, good: dict[str, str]) -> list[httpx.Respon
     ]
 
 
-def test_main_refuses_an_open_admin_api_beyond_loopback(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.delenv("FLEXINFER_CONTROLLER_AUTH_TOKEN", raising=False)
-    assert main(["--host", "0.0.0.0", "--port", "0", "--data-dir", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip()
+def _controller_main(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``flexinfer-controller ARGS`` as its own process, which must exit by itself."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FLEXINFER_CONTROLLER_")}
+    command = [sys.executable, "-m", "flexinfer_controller", "--data-dir", str(tmp_path), *args]
+    return subprocess.run(
+        command, env={**environ, **env}, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_main_refuses_an_open_admin_api_beyond_loopback(tmp_path: Path) -> None:
+    result = _controller_main(tmp_path, "--host", "0.0.0.0", "--port", "0")
+    assert result.returncode == 2, result.stderr
+    err = result.stderr.strip()
     assert err.count("\n") == 0, err
     assert err.startswith("flexinfer-controller: refusing to serve an unauthenticated API")
     assert "FLEXINFER_CONTROLLER_AUTH_TOKEN" in err
     assert "FLEXINFER_CONTROLLER_ALLOW_UNAUTHENTICATED=true" in err
 
 
-def test_main_reports_a_weak_token_in_one_line(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("FLEXINFER_CONTROLLER_AUTH_TOKEN", "hunter2")
-    assert main(["--port", "0"]) == 2
-    err = capsys.readouterr().err.strip()
+def test_main_reports_a_weak_token_in_one_line(tmp_path: Path) -> None:
+    result = _controller_main(tmp_path, "--port", "0", FLEXINFER_CONTROLLER_AUTH_TOKEN="hunter2")
+    assert result.returncode == 2, result.stderr
+    err = result.stderr.strip()
     assert err.count("\n") == 0, err
     assert "hunter2" not in err
     assert "16-4096 printable ASCII" in err
