@@ -101,6 +101,10 @@ def test_up_with_proxy_auth_guards_the_admin_api(tmp_path: Path) -> None:
         listed = httpx.get(admin, headers={"Authorization": f"Bearer {token}"}, timeout=10)
         assert [m["metadata"]["name"] for m in listed.json()["items"]] == ["tiny"], "the demo"
         assert httpx.get(f"{urls['controller']}/healthz", timeout=10).status_code == 200
+        registry = f"{urls['registry_http']}/v1/registry/models"
+        assert httpx.get(registry, timeout=10).status_code == 401
+        guarded = httpx.get(registry, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        assert guarded.status_code == 200
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=60)

@@ -1,8 +1,8 @@
 """The embedded stack's admin token: when the admin API must be guarded, and where its token is.
 
 ``flexinfer up`` keeps the admin API open only where nothing else is guarded and nothing
-leaves the machine: loopback and no proxy auth. Otherwise the controller (and scheduler)
-take the operator's own token (``FLEXINFER_CONTROLLER_AUTH_TOKEN[_FILE]``) or one generated
+leaves the machine: loopback and no proxy auth. Otherwise the controller, scheduler and
+registry take the operator's own token (``FLEXINFER_CONTROLLER_AUTH_TOKEN[_FILE]``) or one generated
 once into ``DATA_DIR/admin-token`` (mode 0600), which later runs reuse, so scripts keep
 working across restarts.
 """

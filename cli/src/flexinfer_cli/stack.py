@@ -125,17 +125,21 @@ class EmbeddedStack:
             host=host,
             proxy_auth=bool(proxy.auth_tokens or proxy.auth_token_file),
         )
-        # One admin token guards the embedded stack: the controller's, and the scheduler's.
+        # One admin token guards the embedded stack: controller, scheduler and registry.
         guard = self._guard()
         controller = ControllerSettings(**controller_values, **guard)
         scheduler = SchedulerSettings(host=host, port=ports["scheduler"], **guard)
-        registry = RegistrySettings(
-            host=host,
-            port=ports["registry_http"],
-            grpc_host=host,
-            grpc_port=ports["registry_grpc"],
-            cache_dir=self.data_dir / "registry",
-        )
+        registry_values: dict[str, Any] = {
+            "host": host,
+            "port": ports["registry_http"],
+            "grpc_host": host,
+            "grpc_port": ports["registry_grpc"],
+            "cache_dir": self.data_dir / "registry",
+        }
+        registry = RegistrySettings(**registry_values)
+        if registry.auth_token is None:
+            # Its own FLEXINFER_REGISTRY_AUTH_TOKEN wins; else the stack's admin token.
+            registry = RegistrySettings(**registry_values, **guard)
         return {
             # The proxy serves with its own HTTP protocol, as it does on its own.
             "proxy": _App(proxy_app(proxy, **deps), protocol_for(proxy.server)),
