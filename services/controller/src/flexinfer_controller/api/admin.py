@@ -185,9 +185,14 @@ class CrudKind(Generic[Doc]):
 
 def _crud_routes(router: APIRouter, spec: CrudKind[Doc]) -> None:
     """Create (POST), apply (PUT), list, get and delete for one kind."""
+    _write_routes(router, spec)
+    _read_routes(router, spec)
+
+
+def _write_routes(router: APIRouter, spec: CrudKind[Doc]) -> None:
+    """POST /<plural> (create) and PUT /<plural>/{name} (create or replace)."""
     collection, item = f"/{spec.plural}", f"/{spec.plural}/{{name}}"
     kind, body = spec.kind, request_body(spec.type_)
-    listing = list_model(spec.kind, spec.type_)
 
     async def document(
         request: Request, settings: ControllerSettings, namespace: str | None, name: str | None
@@ -221,6 +226,12 @@ def _crud_routes(router: APIRouter, spec: CrudKind[Doc]) -> None:
         doc = await document(request, settings, namespace, name)
         stored, created = await spec.service(request).apply(doc)
         return JSONResponse(dump(stored), status_code=201 if created else 200)
+
+
+def _read_routes(router: APIRouter, spec: CrudKind[Doc]) -> None:
+    """GET /<plural> (list), GET and DELETE /<plural>/{name}."""
+    collection, item = f"/{spec.plural}", f"/{spec.plural}/{{name}}"
+    kind, listing = spec.kind, list_model(spec.kind, spec.type_)
 
     @router.get(
         collection,
