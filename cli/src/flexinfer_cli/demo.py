@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from flexinfer_cli.admin_token import AdminToken
 from flexinfer_common.errors import ConfigError
 
 log = logging.getLogger("flexinfer.up")
@@ -48,14 +49,31 @@ def demo_manifest(model_dir: Path, idle_timeout: str) -> dict[str, Any]:
     }
 
 
-async def apply_demo(urls: dict[str, str], model_dir: Path, idle_timeout: str) -> None:
+async def apply_demo(
+    urls: dict[str, str], model_dir: Path, idle_timeout: str, admin_token: AdminToken | None
+) -> None:
     """Apply the demo Model through the controller's admin API and print how to call it."""
     manifest = demo_manifest(model_dir, idle_timeout)
+    headers = {"Authorization": f"Bearer {admin_token.value}"} if admin_token else {}
     async with httpx.AsyncClient(base_url=urls["controller"], timeout=30) as client:
-        response = await client.put(f"/v1/admin/models/{DEMO_NAME}", json=manifest)
+        response = await client.put(f"/v1/admin/models/{DEMO_NAME}", json=manifest, headers=headers)
     if response.status_code >= 400:
         raise ConfigError(f"applying the demo model failed: {response.status_code} {response.text}")
-    print(banner(urls["proxy"]), flush=True)
+    print(banner(urls["proxy"]) + admin_help(urls["controller"], admin_token), flush=True)
+
+
+def admin_help(controller: str, admin_token: AdminToken | None) -> str:
+    """How to call the admin API: with the token's file when it is guarded."""
+    if admin_token is None:
+        auth = ""
+    elif admin_token.file is None:
+        auth = ' -H "Authorization: Bearer $FLEXINFER_CONTROLLER_AUTH_TOKEN"'
+    else:
+        auth = f' -H "Authorization: Bearer $(cat {admin_token.file})"'
+    return f"""Admin API (models, adapters, endpoints):
+
+  curl{auth} {controller}/v1/admin/models
+"""
 
 
 def banner(proxy: str) -> str:
@@ -75,4 +93,5 @@ FlexInfer is up. The demo model '{DEMO_NAME}' is scaled to zero; the first reque
   PY
 
 Press Ctrl-C to stop (engines stop too).
+
 """

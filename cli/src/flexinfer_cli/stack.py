@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
+from flexinfer_cli.admin_token import AdminToken, embedded_admin_token
 from flexinfer_common.bus import create_bus
 from flexinfer_common.serving import ServerGroup, bind_socket, write_json_atomic
 from flexinfer_common.settings import BusSettings, StoreSettings
@@ -42,6 +45,8 @@ class EmbeddedStack:
         self.host = host
         self.ports = ports
         self._hooks: list[ReadyHook] = []
+        self.admin_token: AdminToken | None = None
+        """The token guarding the admin API (set when the apps are built; None: open)."""
 
     def on_ready(self, hook: ReadyHook) -> None:
         """Run ``hook(urls)`` once every service is serving."""
@@ -79,6 +84,21 @@ class EmbeddedStack:
             with contextlib.suppress(Exception):
                 await bus.close()
 
+    def _guard(self) -> dict[str, Any]:
+        """Settings overrides that guard an admin API with ``admin_token`` (none if open)."""
+        token = self.admin_token
+        if token is None:
+            return {}
+        if token.file is None:
+            log.info("admin API guarded by FLEXINFER_CONTROLLER_AUTH_TOKEN")
+        else:
+            made = "generated" if token.generated else "reused"
+            log.info(
+                "admin API guarded: token %s in %s (send: Authorization: Bearer $(cat %s))",
+                made, token.file, token.file,
+            )  # fmt: skip
+        return {"auth_token": SecretStr(token.value)}
+
     def _build_apps(self, **deps: Any) -> dict[str, _App]:
         from flexinfer_controller.app import create_app as controller_app
         from flexinfer_controller.settings import ControllerSettings
@@ -91,25 +111,39 @@ class EmbeddedStack:
         from flexinfer_scheduler.settings import SchedulerSettings
 
         host, ports = self.host, self.ports
-        controller = ControllerSettings(
-            host=host,
-            port=ports["controller"],
-            data_dir=self.data_dir / "controller",
-            # Embedded means one process owns everything: its engines go when it goes.
-            stop_engines_on_shutdown=True,
-        )
-        registry = RegistrySettings(
-            host=host,
-            port=ports["registry_http"],
-            grpc_host=host,
-            grpc_port=ports["registry_grpc"],
-            cache_dir=self.data_dir / "registry",
-        )
         proxy = ProxySettings(host=host, port=ports["proxy"])
+        controller_values: dict[str, Any] = {
+            "host": host,
+            "port": ports["controller"],
+            "data_dir": self.data_dir / "controller",
+            # Embedded means one process owns everything: its engines go when it goes.
+            "stop_engines_on_shutdown": True,
+        }
+        self.admin_token = embedded_admin_token(
+            self.data_dir,
+            ControllerSettings(**controller_values),
+            host=host,
+            proxy_auth=bool(proxy.auth_tokens or proxy.auth_token_file),
+        )
+        # One admin token guards the embedded stack: controller, scheduler and registry.
+        guard = self._guard()
+        controller = ControllerSettings(**controller_values, **guard)
+        scheduler = SchedulerSettings(host=host, port=ports["scheduler"], **guard)
+        registry_values: dict[str, Any] = {
+            "host": host,
+            "port": ports["registry_http"],
+            "grpc_host": host,
+            "grpc_port": ports["registry_grpc"],
+            "cache_dir": self.data_dir / "registry",
+        }
+        registry = RegistrySettings(**registry_values)
+        if registry.auth_token is None:
+            # Its own FLEXINFER_REGISTRY_AUTH_TOKEN wins; else the stack's admin token.
+            registry = RegistrySettings(**registry_values, **guard)
         return {
             # The proxy serves with its own HTTP protocol, as it does on its own.
             "proxy": _App(proxy_app(proxy, **deps), protocol_for(proxy.server)),
             "controller": _App(controller_app(controller, **deps)),
-            "scheduler": _App(scheduler_app(SchedulerSettings(host=host, port=ports["scheduler"]))),
+            "scheduler": _App(scheduler_app(scheduler)),
             "registry_http": _App(registry_app(registry)),
         }

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from flexinfer_cli import demo
 from flexinfer_cli.args import parser
 from flexinfer_cli.stack import EmbeddedStack
+from flexinfer_common.errors import ConfigError
 from flexinfer_common.malloc import keep_large_buffers
 from flexinfer_common.service import invalid_settings, run_async
 
@@ -108,13 +109,15 @@ def main(argv: list[str]) -> int:
     stack = EmbeddedStack(options.data_dir, options.host, options.ports)
     if options.demo:
         model_dir = demo.ensure_demo_model(options.data_dir)
-        stack.on_ready(lambda urls: demo.apply_demo(urls, model_dir, options.idle_timeout))
+        stack.on_ready(
+            lambda urls: demo.apply_demo(urls, model_dir, options.idle_timeout, stack.admin_token)
+        )
     try:
         run_async(stack.run())
     except ValidationError as exc:
         print(f"flexinfer up: {invalid_settings(exc)}", file=sys.stderr)
         return 2
-    except OSError as exc:
+    except (OSError, ConfigError) as exc:
         print(f"flexinfer up: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
+import subprocess
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -345,3 +347,131 @@ def test_taskfile_mirrors_dev() -> None:
     for command in commands:
         assert command in taskfile["tasks"], f"Taskfile lacks `{command}`"
         assert any(f"./dev {command}" in c for c in taskfile["tasks"][command]["cmds"])
+
+
+# ---------------------------------------------------------------------------- network policy
+
+ENGINE_POD_LABELS = {"flexinfer.ai/model": "tiny", "flexinfer.ai/backend": "vllm"}
+"""What the controller labels engine pods with (reference: workload labels)."""
+
+
+def _rendered_base() -> list[dict[str, Any]]:
+    """``kubectl kustomize k8s/base``, as kubectl apply -k would send it.
+
+    The CRDs sit outside the base (../crds), which kustomize's default load restrictor
+    refuses; LoadRestrictionsNone renders the same objects without moving them.
+    """
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: the kustomize rendering cannot be checked")
+    result = subprocess.run(
+        [kubectl, "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(ROOT / "k8s/base")],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d is not None]
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a metav1.LabelSelector matches ``labels`` (an empty selector matches all)."""
+    if not all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expr in selector.get("matchExpressions", []):
+        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+        present = key in labels
+        ok = {
+            "Exists": present,
+            "DoesNotExist": not present,
+            "In": present and labels[key] in values,
+            "NotIn": not present or labels[key] not in values,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+def _pod_labels(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Pod template labels of every workload, by component (proxy, controller, ...)."""
+    return {
+        o["metadata"]["name"].removeprefix("flexinfer-"): o["spec"]["template"]["metadata"][
+            "labels"
+        ]
+        for o in objects
+        if o["kind"] in ("Deployment", "DaemonSet")
+    }
+
+
+def _peer_admits(peer: dict[str, Any], namespace: str, labels: dict[str, str]) -> bool:
+    """Whether one NetworkPolicyPeer admits a pod (``namespace``'s automatic name label)."""
+    assert "ipBlock" not in peer, "engines admit no address ranges"
+    ns_labels = {"kubernetes.io/metadata.name": namespace}
+    if "namespaceSelector" in peer and not _selects(peer["namespaceSelector"], ns_labels):
+        return False
+    if "namespaceSelector" not in peer and namespace != "flexinfer":
+        return False  # a bare podSelector means the policy's own namespace
+    return _selects(peer.get("podSelector", {}), labels)
+
+
+def test_kustomize_renders_a_valid_base() -> None:
+    objects = _rendered_base()
+    kinds = {o["kind"] for o in objects}
+    assert {"Deployment", "DaemonSet", "NetworkPolicy", "CustomResourceDefinition"} <= kinds
+    for obj in objects:
+        assert obj["metadata"].get("namespace", "flexinfer") == "flexinfer" or obj["kind"] in (
+            "Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+        ), obj["metadata"]  # fmt: skip
+        if obj["kind"] != "CustomResourceDefinition":
+            kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_engines_admit_only_the_proxy_the_controller_and_prometheus() -> None:
+    objects = _rendered_base()
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    pods = _pod_labels(objects)
+    assert _selects(spec["podSelector"], ENGINE_POD_LABELS), "the policy covers engine pods"
+    for component, labels in pods.items():
+        assert not _selects(spec["podSelector"], labels), f"{component} is not an engine"
+    peers = [peer for rule in spec["ingress"] for peer in rule["from"]]
+    assert all(rule.get("from") for rule in spec["ingress"]), "an empty `from` admits everyone"
+
+    def admitted(namespace: str, labels: dict[str, str]) -> bool:
+        return any(_peer_admits(peer, namespace, labels) for peer in peers)
+
+    assert admitted("flexinfer", pods["proxy"])
+    assert admitted("flexinfer", pods["controller"])
+    assert admitted("monitoring", {"app.kubernetes.io/name": "prometheus"})
+    for component in ("scheduler", "registry", "agent"):
+        assert not admitted("flexinfer", pods[component]), component
+    assert not admitted("flexinfer", ENGINE_POD_LABELS), "engines do not call each other"
+    assert not admitted("team-a", pods["proxy"]), "a look-alike proxy elsewhere is refused"
+    assert not admitted("team-a", {"app": "anything"})
+    # The policy must also work copied into a Model's namespace: it names flexinfer itself.
+    for peer in peers:
+        assert "namespaceSelector" in peer
+
+
+def test_admin_token_secret_is_mounted_where_the_settings_read_it() -> None:
+    objects = _rendered_base()
+    for obj in objects:
+        if obj["kind"] not in ("Deployment", "DaemonSet"):
+            continue
+        svc = obj["metadata"]["name"].removeprefix("flexinfer-")
+        if svc not in ("controller", "scheduler", "agent"):
+            continue
+        pod = obj["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        token_file = Path(env[f"FLEXINFER_{svc.upper()}_AUTH_TOKEN_FILE"])
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        (name,) = [n for n, m in mounts.items() if token_file.parent == Path(m["mountPath"])]
+        assert mounts[name]["readOnly"] is True
+        secret = volumes[name]["secret"]
+        assert secret["secretName"] == "flexinfer-admin-token"
+        assert secret.get("optional", False) is False, "no Secret, no start: never an open API"
+        assert {"key": "token", "path": token_file.name} in secret["items"]
+        assert secret["defaultMode"] & 0o007 == 0, "not world-readable"
+        assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+        assert f"FLEXINFER_{svc.upper()}_ALLOW_UNAUTHENTICATED" not in env

@@ -56,6 +56,12 @@ class TelemetrySettings(BaseSettings):
     metrics_enabled: bool = True
     """Serve Prometheus metrics on /metrics: cheap, and what Grafana dashboards read."""
 
+    metrics_auth: bool = False
+    """Require the service's admin token on /metrics (Prometheus sends it with
+    ``authorization`` in its scrape config). Off by default: metrics carry no secrets and a
+    cluster usually restricts who can scrape; turn it on where untrusted clients reach the
+    port. A service with this on and no admin token refuses to start."""
+
     otel_enabled: bool = False
     """Export OpenTelemetry traces. Off by default, as in the operator
     (FLEXINFER_OTEL_ENABLED=false): exporting needs a collector to send to."""

@@ -11,17 +11,21 @@ import logging
 import os
 from dataclasses import dataclass
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import PlainTextResponse, Response
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 from prometheus_fastapi_instrumentator import Instrumentator
 
 from flexinfer_common.settings import TelemetrySettings
 
 log = logging.getLogger(__name__)
 
-_UNTRACKED = ["/metrics", "/healthz", "/readyz"]
+METRICS_PATH = "/metrics"
+_UNTRACKED = [METRICS_PATH, "/healthz", "/readyz"]
+_EXPOSITION = {"schema": {"type": "string"}}
 
 
 @dataclass(frozen=True)
@@ -59,11 +63,33 @@ def setup_telemetry(
         )
         if instrument_requests:
             instrumentator.instrument(app)
-        instrumentator.expose(app, endpoint="/metrics", include_in_schema=False)
+        app.include_router(metrics_router(registry))
     provider = None
     if settings.otel_enabled:
         provider = _setup_tracing(app, service, settings, span_exporter)
     return Telemetry(service=service, registry=registry, tracer_provider=provider)
+
+
+def metrics_router(registry: CollectorRegistry) -> APIRouter:
+    """GET /metrics: ``registry`` in the Prometheus text format (OpenMetrics when asked)."""
+    router = APIRouter(tags=["telemetry"])
+
+    @router.get(
+        METRICS_PATH,
+        response_class=PlainTextResponse,
+        responses={
+            200: {
+                "description": "the metrics, in the format the Accept header asks for",
+                "content": {"text/plain": _EXPOSITION, "application/openmetrics-text": _EXPOSITION},
+            }
+        },
+    )
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics of this process (scraped by Prometheus)."""
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(registry), media_type=content_type)
+
+    return router
 
 
 def _setup_tracing(

@@ -7,6 +7,7 @@ import sys
 
 from flexinfer_agent.app import create_app
 from flexinfer_agent.settings import AgentSettings
+from flexinfer_common.auth import resolve_admin_tokens
 from flexinfer_common.service import flag_overrides, run_main, serve_app
 
 PROG = "flexinfer-agent"
@@ -26,10 +27,16 @@ async def _serve(settings: AgentSettings) -> None:
     await serve_app("agent", create_app(settings), settings.host, settings.port)
 
 
+def _checked(settings: AgentSettings) -> AgentSettings:
+    # An open API beyond loopback is a settings error (exit 2), found before serving.
+    resolve_admin_tokens(settings, host=settings.host, telemetry=settings.telemetry)
+    return settings
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, build settings from FLEXINFER_AGENT_*, serve until SIGTERM."""
     args = _parser().parse_args(argv)
-    return run_main(PROG, lambda: AgentSettings(**flag_overrides(args)), _serve)
+    return run_main(PROG, lambda: _checked(AgentSettings(**flag_overrides(args))), _serve)
 
 
 if __name__ == "__main__":

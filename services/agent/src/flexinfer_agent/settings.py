@@ -5,12 +5,13 @@ from __future__ import annotations
 import socket
 
 from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from flexinfer_common.auth import AdminAuthSettings
 from flexinfer_common.settings import LogSettings, TelemetrySettings
 
 
-class AgentSettings(BaseSettings):
+class AgentSettings(AdminAuthSettings):
     """The per-node agent (``FLEXINFER_AGENT_*``)."""
 
     model_config = SettingsConfigDict(

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from flexinfer_common.auth import resolve_admin_tokens
 from flexinfer_common.service import bus_and_store, flag_overrides, run_main, serve_app
 from flexinfer_controller.app import create_app
 from flexinfer_controller.settings import ControllerSettings
@@ -26,7 +27,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def build_settings(argv: list[str] | None) -> ControllerSettings:
     """Settings from the environment, overridden by command-line flags."""
-    return ControllerSettings(**flag_overrides(_parser().parse_args(argv)))
+    return _checked(ControllerSettings(**flag_overrides(_parser().parse_args(argv))))
+
+
+def _checked(settings: ControllerSettings) -> ControllerSettings:
+    # An open admin API beyond loopback is a settings error (exit 2), found before serving.
+    resolve_admin_tokens(settings, host=settings.host, telemetry=settings.telemetry)
+    return settings
 
 
 async def _serve(settings: ControllerSettings) -> None:
@@ -38,7 +45,7 @@ async def _serve(settings: ControllerSettings) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = _parser().parse_args(argv)
-    return run_main(PROG, lambda: ControllerSettings(**flag_overrides(args)), _serve)
+    return run_main(PROG, lambda: _checked(ControllerSettings(**flag_overrides(args))), _serve)
 
 
 if __name__ == "__main__":

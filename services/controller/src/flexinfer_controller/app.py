@@ -9,6 +9,7 @@ from functools import partial
 
 from fastapi import FastAPI
 
+from flexinfer_common.auth import install_admin_auth
 from flexinfer_common.bus import EventBus
 from flexinfer_common.store import ModelStore
 from flexinfer_common.telemetry import setup_telemetry
@@ -43,7 +44,10 @@ def controller_config(settings: ControllerSettings) -> ControllerConfig:
 
 
 def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore) -> FastAPI:
-    """The controller app; its lifespan adopts engines and runs the reconciler."""
+    """The controller app; its lifespan adopts engines and runs the reconciler.
+
+    ConfigError when the admin API would be open beyond loopback (see ``AdminAuthSettings``).
+    """
     controller: Controller | None = None
 
     @asynccontextmanager
@@ -56,6 +60,7 @@ def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore
             await controller_.stop(stop_engines=settings.stop_engines_on_shutdown)
 
     app = FastAPI(title="FlexInfer controller", lifespan=lifespan)
+    install_admin_auth(app, settings, host=settings.host, telemetry=settings.telemetry)
     telemetry = setup_telemetry(app, "controller", settings.telemetry)
     metrics = ControllerMetrics(telemetry.registry)
     controller = Controller(

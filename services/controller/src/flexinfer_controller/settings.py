@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from flexinfer_common.auth import AdminAuthSettings
 from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings, TelemetrySettings
 
 
@@ -20,13 +21,18 @@ def default_instance_id() -> str:
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-class ControllerSettings(BaseSettings):
-    """The controller service (``FLEXINFER_CONTROLLER_*``)."""
+class ControllerSettings(AdminAuthSettings):
+    """The controller service (``FLEXINFER_CONTROLLER_*``).
+
+    The admin token fields (``AUTH_TOKEN``, ``AUTH_TOKEN_FILE``, ``ALLOW_UNAUTHENTICATED``)
+    come from ``AdminAuthSettings``.
+    """
 
     model_config = SettingsConfigDict(env_prefix="FLEXINFER_CONTROLLER_", extra="ignore")
 
     host: str = "127.0.0.1"
-    """Admin API listen address: loopback, because the admin API has no auth of its own."""
+    """Admin API listen address: loopback by default. Any other address needs an admin token
+    (``AUTH_TOKEN``) or an explicit ``ALLOW_UNAUTHENTICATED``."""
 
     port: int = Field(default=8090, ge=0, le=65535)
     """Admin API port (0 picks a free one); 8090 keeps clear of the proxy's 8080."""

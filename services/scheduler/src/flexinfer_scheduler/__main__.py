@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from flexinfer_common.auth import resolve_admin_tokens
 from flexinfer_common.service import flag_overrides, run_main, serve_app
 from flexinfer_scheduler.app import create_app
 from flexinfer_scheduler.settings import SchedulerSettings
@@ -23,10 +24,16 @@ async def _serve(settings: SchedulerSettings) -> None:
     await serve_app("scheduler", create_app(settings), settings.host, settings.port)
 
 
+def _checked(settings: SchedulerSettings) -> SchedulerSettings:
+    # An open API beyond loopback is a settings error (exit 2), found before serving.
+    resolve_admin_tokens(settings, host=settings.host, telemetry=settings.telemetry)
+    return settings
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, build settings from FLEXINFER_SCHEDULER_*, serve until SIGTERM."""
     args = _parser().parse_args(argv)
-    return run_main(PROG, lambda: SchedulerSettings(**flag_overrides(args)), _serve)
+    return run_main(PROG, lambda: _checked(SchedulerSettings(**flag_overrides(args))), _serve)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from flexinfer_common.auth import AdminAuthSettings
 from flexinfer_common.settings import LogSettings, TelemetrySettings
 
 
-class SchedulerSettings(BaseSettings):
+class SchedulerSettings(AdminAuthSettings):
     """The scheduler extender service (``FLEXINFER_SCHEDULER_*``)."""
 
     model_config = SettingsConfigDict(env_prefix="FLEXINFER_SCHEDULER_", extra="ignore")

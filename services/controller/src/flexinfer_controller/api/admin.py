@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Protocol, TypeVar
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from flexinfer_common.api import API_VERSION
+from flexinfer_common.api import API_VERSION, LoRAAdapter, Model
 from flexinfer_common.api.meta import ApiModel
 from flexinfer_common.errors import InvalidSpecError
 from flexinfer_common.web import openai_error
+from flexinfer_controller.api.schema import (
+    EndpointList,
+    EndpointView,
+    document_responses,
+    list_model,
+    request_body,
+)
 from flexinfer_controller.core.adapters import AdapterService
-from flexinfer_controller.core.documents import Format, decode, parse_adapter, parse_model
+from flexinfer_controller.core.documents import (
+    Format,
+    MalformedDocumentError,
+    decode,
+    parse_adapter,
+    parse_model,
+)
 from flexinfer_controller.core.models import ModelService
 from flexinfer_controller.settings import ControllerSettings
 
@@ -54,7 +68,23 @@ def get_adapter_service(request: Request) -> AdapterService:
 
 Service = Annotated[ModelService, Depends(get_service)]
 Settings = Annotated[ControllerSettings, Depends(get_settings)]
-NamespaceQuery = Annotated[str | None, Query(min_length=1, max_length=63)]
+NamespaceQuery = Annotated[
+    str | None,
+    Query(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+]
+NamePath = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        description="metadata.name: a lowercase RFC 1123 subdomain",
+        examples=["qwen"],
+    ),
+]
+ModelQuery = Annotated[
+    str | None, Query(min_length=1, max_length=317, description="namespace/name of a Model")
+]
 
 
 def _media_format(content_type: str | None) -> Format | None:
@@ -98,8 +128,10 @@ async def _document_from(
     body = await read_body(request, settings.max_body_bytes)
     if not body.strip():
         raise BodyError(400, f"request body is empty: send a {kind} document", "empty_body")
+    # Parsing a hostile 1 MiB YAML body takes a few hundred ms of CPU: off the event loop.
+    decoded = await asyncio.to_thread(decode, body, fmt, kind)
     return parse(
-        decode(body, fmt, kind),
+        decoded,
         namespace=namespace,
         default_namespace=settings.namespace,
         path_name=name,
@@ -141,6 +173,8 @@ class CrudKind(Generic[Doc]):
 
     kind: str
     """The document's ``kind`` ("Model"); its list is ``<kind>List``."""
+    type_: type[ApiModel]
+    """The document's API type, for the OpenAPI schema."""
     plural: str
     """The path segment ("models")."""
     parse: Parser[Doc]
@@ -151,45 +185,86 @@ class CrudKind(Generic[Doc]):
 
 def _crud_routes(router: APIRouter, spec: CrudKind[Doc]) -> None:
     """Create (POST), apply (PUT), list, get and delete for one kind."""
+    _write_routes(router, spec)
+    _read_routes(router, spec)
+
+
+def _write_routes(router: APIRouter, spec: CrudKind[Doc]) -> None:
+    """POST /<plural> (create) and PUT /<plural>/{name} (create or replace)."""
     collection, item = f"/{spec.plural}", f"/{spec.plural}/{{name}}"
+    kind, body = spec.kind, request_body(spec.type_)
 
     async def document(
         request: Request, settings: ControllerSettings, namespace: str | None, name: str | None
     ) -> Doc:
         return await _document_from(request, settings, namespace, name, spec.parse, spec.kind)
 
-    @router.post(collection, status_code=201)
+    @router.post(
+        collection,
+        status_code=201,
+        summary=f"Create a {kind}",
+        responses=document_responses(spec.type_, {201: "created"}, 400, 409, 413, 415, 422, 503),
+        openapi_extra=body,
+    )
     async def create(
         request: Request, settings: Settings, namespace: NamespaceQuery = None
     ) -> JSONResponse:
         doc = await document(request, settings, namespace, None)
         return JSONResponse(dump(await spec.service(request).create(doc)), status_code=201)
 
-    @router.put(item)
+    @router.put(
+        item,
+        summary=f"Create or replace a {kind} (kubectl apply)",
+        responses=document_responses(
+            spec.type_, {200: "replaced", 201: "created"}, 400, 409, 413, 415, 422, 503
+        ),
+        openapi_extra=body,
+    )
     async def apply(
-        name: str, request: Request, settings: Settings, namespace: NamespaceQuery = None
+        name: NamePath, request: Request, settings: Settings, namespace: NamespaceQuery = None
     ) -> JSONResponse:
         doc = await document(request, settings, namespace, name)
         stored, created = await spec.service(request).apply(doc)
         return JSONResponse(dump(stored), status_code=201 if created else 200)
 
-    @router.get(collection)
+
+def _read_routes(router: APIRouter, spec: CrudKind[Doc]) -> None:
+    """GET /<plural> (list), GET and DELETE /<plural>/{name}."""
+    collection, item = f"/{spec.plural}", f"/{spec.plural}/{{name}}"
+    kind, listing = spec.kind, list_model(spec.kind, spec.type_)
+
+    @router.get(
+        collection,
+        summary=f"List the {kind}s of a namespace",
+        responses=document_responses(listing, {200: f"the {kind}List"}, 400, 503),
+    )
     async def list_all(
         request: Request, settings: Settings, namespace: NamespaceQuery = None
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         items = await spec.service(request).list_namespace(namespace or settings.namespace)
-        kind = f"{spec.kind}List"
-        return {"apiVersion": API_VERSION, "kind": kind, "items": [dump(i) for i in items]}
+        dumped = [dump(i) for i in items]
+        return JSONResponse({"apiVersion": API_VERSION, "kind": f"{kind}List", "items": dumped})
 
-    @router.get(item)
+    @router.get(
+        item,
+        summary=f"Read a {kind}",
+        responses=document_responses(spec.type_, {200: f"the {kind}"}, 400, 404, 503),
+    )
     async def get(
-        name: str, request: Request, settings: Settings, namespace: NamespaceQuery = None
-    ) -> dict[str, Any]:
-        return dump(await spec.service(request).get(namespace or settings.namespace, name))
+        name: NamePath, request: Request, settings: Settings, namespace: NamespaceQuery = None
+    ) -> JSONResponse:
+        return JSONResponse(
+            dump(await spec.service(request).get(namespace or settings.namespace, name))
+        )
 
-    @router.delete(item, status_code=204)
+    @router.delete(
+        item,
+        status_code=204,
+        summary=f"Delete a {kind}",
+        responses=document_responses(None, {204: "deleted"}, 400, 404, 503),
+    )
     async def delete(
-        name: str, request: Request, settings: Settings, namespace: NamespaceQuery = None
+        name: NamePath, request: Request, settings: Settings, namespace: NamespaceQuery = None
     ) -> Response:
         await spec.service(request).delete(namespace or settings.namespace, name)
         return Response(status_code=204)
@@ -197,28 +272,33 @@ def _crud_routes(router: APIRouter, spec: CrudKind[Doc]) -> None:
 
 def admin_router() -> APIRouter:
     """Routes under /v1/admin."""
-    router = APIRouter(prefix="/v1/admin")
-    _crud_routes(router, CrudKind("Model", "models", parse_model, get_service))
+    router = APIRouter(prefix="/v1/admin", tags=["admin"])
+    _crud_routes(router, CrudKind("Model", Model, "models", parse_model, get_service))
     _crud_routes(
-        router, CrudKind("LoRAAdapter", "loraadapters", parse_adapter, get_adapter_service)
+        router,
+        CrudKind("LoRAAdapter", LoRAAdapter, "loraadapters", parse_adapter, get_adapter_service),
     )
 
-    @router.get("/endpoints")
-    async def list_endpoints(service: Service, model: str | None = None) -> dict[str, Any]:
+    @router.get(
+        "/endpoints",
+        summary="The engine endpoints the runtime published",
+        responses=document_responses(None, {}, 400, 503),
+    )
+    async def list_endpoints(service: Service, model: ModelQuery = None) -> EndpointList:
         records = await service.endpoints(model)
-        return {
-            "items": [
-                {
-                    "model": r.model,
-                    "replica": r.replica,
-                    "url": r.url,
-                    "ready": r.ready,
-                    "node": r.node,
-                    "updatedAt": r.updated_at.isoformat(),
-                }
+        return EndpointList(
+            items=[
+                EndpointView(
+                    model=r.model,
+                    replica=r.replica,
+                    url=r.url,
+                    ready=r.ready,
+                    node=r.node,
+                    updated_at=r.updated_at,
+                )
                 for r in records
             ]
-        }
+        )
 
     return router
 
@@ -234,6 +314,11 @@ def install_admin(app: FastAPI) -> None:
         assert isinstance(exc, InvalidSpecError)
         return openai_error(422, str(exc), code="invalid_model", param=exc.field)
 
+    async def on_malformed(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, MalformedDocumentError)
+        return openai_error(400, str(exc), code=type(exc).__name__, param=exc.path)
+
     app.add_exception_handler(BodyError, on_body_error)
+    app.add_exception_handler(MalformedDocumentError, on_malformed)
     app.add_exception_handler(InvalidSpecError, on_invalid_spec)
     app.include_router(admin_router())
