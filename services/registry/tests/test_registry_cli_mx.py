@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from flexinfer_registry.mx_cli import main, run
-from flexinfer_registry.mx_client import server_address
-from flexinfer_registry.mx_output import Output
+from flexinfer_registry.client.mx_cli import main, run
+from flexinfer_registry.client.mx_client import server_address
+from flexinfer_registry.client.mx_output import Output
 from flexinfer_registry.testing.provider_fixtures import (
     FixtureState,
     ProviderFixture,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from flexinfer_registry.adapters.stores.memory import MemoryModelStore, MemorySourceStore
 from flexinfer_registry.core.cache import ModelCache
 from flexinfer_registry.core.context import CacheContext
 from flexinfer_registry.core.downloads import (
@@ -19,7 +20,6 @@ from flexinfer_registry.core.downloads import (
 )
 from flexinfer_registry.core.records import ModelStatus, Provider
 from flexinfer_registry.core.store import ModelRegistryStore, Stores
-from flexinfer_registry.stores.memory import MemoryModelStore, MemorySourceStore
 from flexinfer_registry.testing.fakes import COMMIT, OneProvider, ScriptedProvider
 from flexinfer_registry.testing.replicas import check_exactly_once
 

@@ -19,8 +19,8 @@ import grpc
 import hpack
 import pytest
 
-from flexinfer_registry.grpc_stream import unary_stream
-from flexinfer_registry.h2_connection import (
+from flexinfer_registry.client.grpc_stream import unary_stream
+from flexinfer_registry.client.h2_connection import (
     CONTINUATION,
     DATA,
     END_HEADERS,

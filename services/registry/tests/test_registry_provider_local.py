@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from flexinfer_common.errors import InvalidSpecError, NotFoundError, PermanentError
+from flexinfer_registry.adapters.providers import builtin_providers
+from flexinfer_registry.adapters.providers.local import LocalProvider
 from flexinfer_registry.core.providers.base import (
     DownloadResult,
     ModelProvider,
@@ -16,7 +18,6 @@ from flexinfer_registry.core.providers.base import (
     UnsafePathError,
 )
 from flexinfer_registry.core.providers.files import is_weight_file, safe_relative_path
-from flexinfer_registry.core.providers.local import LocalProvider
 from flexinfer_registry.core.providers.registry import ProviderRegistry
 
 
@@ -120,7 +121,7 @@ def test_registry_picks_by_scheme_then_enum() -> None:
 
 
 def test_registry_builds_once_and_accepts_new_factories() -> None:
-    registry = ProviderRegistry(ProviderConfig(timeout_s=1.0))
+    registry = builtin_providers(ProviderConfig(timeout_s=1.0))
     assert registry.provider_for("file:///x") is registry.provider_for("file:///y")
     registry.register("huggingface", lambda config: _Fake())
     assert registry.provider_for("org/model").name == "fake"

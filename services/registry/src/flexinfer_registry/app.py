@@ -14,16 +14,17 @@ from fastapi import Depends, FastAPI
 
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
-from flexinfer_registry.api import admin_router, bearer_guard, install_admin_errors
+from flexinfer_registry.adapters.providers import builtin_providers
+from flexinfer_registry.adapters.stores import create_stores
 from flexinfer_registry.core.downloads import ProviderResolver, TrackerTiming
 from flexinfer_registry.core.eviction import EvictionPolicy
 from flexinfer_registry.core.info import ServerInfo
 from flexinfer_registry.core.metrics import RegistryMetrics
 from flexinfer_registry.core.service import CoreConfig, RegistryCore, build_core
 from flexinfer_registry.core.store import Stores
-from flexinfer_registry.grpc_server import GrpcOptions, start_grpc_server
+from flexinfer_registry.server.admin_api import admin_router, bearer_guard, install_admin_errors
+from flexinfer_registry.server.grpc_server import GrpcOptions, start_grpc_server
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores import create_stores
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,7 @@ def core_config(settings: RegistrySettings) -> CoreConfig:
 
 def default_providers() -> ProviderResolver:
     """The built-in provider registry (file, Hugging Face, S3, GCS, NGC)."""
-    from flexinfer_registry.core.providers.registry import ProviderRegistry
-
-    return ProviderRegistry()
+    return builtin_providers()
 
 
 @dataclass(frozen=True)

@@ -22,15 +22,15 @@ from typing import Any
 
 from flexinfer_common.errors import FlexInferError
 from flexinfer_common.malloc import keep_large_buffers
-from flexinfer_registry.mx_client import (
+from flexinfer_registry.client.mx_client import (
     PROVIDERS,
     MxClient,
     OperationFailedError,
     ServerUnreachableError,
     server_address,
 )
-from flexinfer_registry.mx_direct import cache_dir, download_direct
-from flexinfer_registry.mx_output import Output
+from flexinfer_registry.client.mx_direct import cache_dir, download_direct
+from flexinfer_registry.client.mx_output import Output
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 TOKEN_ENV = "FLEXINFER_REGISTRY_AUTH_TOKEN"

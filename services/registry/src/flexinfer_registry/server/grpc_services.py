@@ -33,7 +33,7 @@ from flexinfer_registry.core.records import (
 )
 from flexinfer_registry.core.service import RegistryCore
 from flexinfer_registry.core.sources import ListFilter, Publication
-from flexinfer_registry.wire import new_file_chunk, passthrough
+from flexinfer_registry.server.chunks import new_file_chunk, passthrough
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class ModelService(model_pb2_grpc.ModelServiceServicer):
         """Stream the cached model's files in chunks (1 MiB unless asked otherwise).
 
         Yields FileChunk messages already encoded, each chunk read from its file straight
-        into its message (see :mod:`.wire`); the server registers this method with a
+        into its message (see :mod:`.chunks`); the server registers this method with a
         pass-through serializer (:func:`add_model_service`).
         """
         files = self._core.files

@@ -23,6 +23,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from flexinfer_common.errors import InvalidSpecError, StoreError
+from flexinfer_registry.adapters.stores import redis_scripts as lua
+from flexinfer_registry.adapters.stores.rfc3339 import format_ts, parse_ts
 from flexinfer_registry.core.records import (
     ModelRecord,
     ModelStatus,
@@ -40,8 +42,6 @@ from flexinfer_registry.core.store import (
     Stores,
 )
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores import redis_scripts as lua
-from flexinfer_registry.stores.rfc3339 import format_ts, parse_ts
 
 log = logging.getLogger(__name__)
 

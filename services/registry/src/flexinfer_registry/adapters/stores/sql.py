@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from flexinfer_common.errors import FlexInferError, StoreError
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store.sql_engine import build_engine, create_tables, ensure_schema, upsert
+from flexinfer_registry.adapters.stores import sql_schema as schema
 from flexinfer_registry.core.records import (
     ModelRecord,
     ModelStatus,
@@ -38,7 +39,6 @@ from flexinfer_registry.core.store import (
     Stores,
 )
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores import sql_schema as schema
 
 T = TypeVar("T")
 _M = schema.MODELS.c

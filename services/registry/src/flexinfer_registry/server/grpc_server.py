@@ -1,6 +1,6 @@
 """The registry's gRPC server: ModelExpress health/api/model/p2p services and grpc.health.v1.
 
-Servicers are thin: they translate protobuf messages to and from :mod:`.core` calls.
+Servicers are thin: they translate protobuf messages to and from :mod:`flexinfer_registry.core` calls.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from flexinfer_registry._generated.model_express import (
 )
 from flexinfer_registry.core.info import ServerInfo
 from flexinfer_registry.core.service import RegistryCore
-from flexinfer_registry.grpc_services import ModelService, P2pService, add_model_service
+from flexinfer_registry.server.grpc_services import ModelService, P2pService, add_model_service
 
 log = logging.getLogger(__name__)
 
