@@ -1,18 +1,22 @@
-"""FileChunk encoded by hand: the data is copied once.
+"""FileChunk encoded by hand: the file is read straight into the message grpcio sends.
 
 Building a ``model_pb2.FileChunk`` and serialising it copies each chunk's data twice
 (into the message, then into the serialised bytes); StreamModelFiles is all data, so it
 encodes the message itself, producing exactly the bytes ``FileChunk.SerializeToString``
-would (fields in number order, proto3 defaults omitted). :func:`new_file_chunk` goes one
-step further: it allocates the message with its data left to fill, so the file is read
-straight into the bytes that grpcio sends.
+would (fields in number order, proto3 defaults omitted).
+
+:class:`FileChunkBuilder` lays the message out in an ``io.BytesIO`` and hands out a
+writable view of its data field, which the file is read into; ``build()`` then takes the
+buffer's value. CPython's BytesIO hands its buffer over without copying when nothing
+still views it, and copies it when something does, so the data is copied once (file ->
+message) and no reader can ever write into bytes already handed out. A read left running
+in a worker thread by a cancelled call holds its own view, which keeps the buffer alive
+(the buffer protocol's export count), so nothing is ever written into freed memory.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
-from typing import Any
+import io
 
 from flexinfer_registry.core.files import Chunk, ChunkHeader
 
@@ -43,26 +47,11 @@ def _text(tag: bytes, value: str) -> bytes:
     return tag + varint(len(raw)) + raw
 
 
-def encode_file_chunk(chunk: Chunk) -> bytes:
-    """The wire bytes of ``chunk`` as a model_express.model.FileChunk."""
-    message, data = new_file_chunk(chunk.header())
-    with data:
-        data[:] = chunk.data
-    return message
-
-
-def new_file_chunk(header: ChunkHeader) -> tuple[bytes, memoryview]:
-    """A FileChunk message for ``header`` with its data field left to fill, and a writable
-    view of that field.
-
-    Fill the view, then release it, before the message is used or shared: the bytes object
-    is new and unshared until then, which is when the C API lets its contents be written
-    (``PyBytes_FromStringAndSize(NULL, n)``). The view must not outlive the message.
-    """
+def _fields(header: ChunkHeader) -> tuple[bytes, bytes]:
+    """The encoded fields before the data (path, data tag and length) and after it."""
     head = _text(_PATH, header.relative_path) if header.relative_path else b""
-    size = header.size
-    if size:
-        head += _DATA + varint(size)
+    if header.size:
+        head += _DATA + varint(header.size)
     tail = b""
     if header.offset:
         tail += _OFFSET + varint(header.offset)
@@ -74,29 +63,37 @@ def new_file_chunk(header: ChunkHeader) -> tuple[bytes, memoryview]:
         tail += _LAST_FILE
     if header.commit_hash is not None:
         tail += _text(_COMMIT, header.commit_hash)
-    if not size:
-        return head + tail, memoryview(bytearray())
-    new_bytes, address_of = _bytes_api()
-    # size > 0 makes the message at least 3 bytes: never one of CPython's shared 0/1-byte objects.
-    message = new_bytes(None, len(head) + size + len(tail))
-    start = address_of(message)
-    ctypes.memmove(start, head, len(head))
-    ctypes.memmove(start + len(head) + size, tail, len(tail))
-    data = (ctypes.c_char * size).from_address(start + len(head))
-    return message, memoryview(data).cast("B")
+    return head, tail
 
 
-@functools.cache
-def _bytes_api() -> tuple[Any, Any]:
-    """CPython's PyBytes_FromStringAndSize and PyBytes_AsString, as private prototypes
-    (setting argtypes on ``ctypes.pythonapi``'s shared function objects would change them
-    for every other user in the process)."""
-    api = ctypes.pythonapi
-    new_bytes = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_char_p, ctypes.c_ssize_t)(
-        ("PyBytes_FromStringAndSize", api)
-    )
-    address_of = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object)(("PyBytes_AsString", api))
-    return new_bytes, address_of
+class FileChunkBuilder:
+    """One FileChunk message for ``header``: fill :attr:`data`, then :meth:`build` it.
+
+    ``data`` is a writable view of the message's data field (``header.size`` bytes, zeroed
+    until filled). A builder builds one message; one whose fill failed is dropped.
+    """
+
+    def __init__(self, header: ChunkHeader) -> None:
+        head, tail = _fields(header)
+        self._buffer = io.BytesIO()
+        self._buffer.write(head)
+        self._buffer.seek(len(head) + header.size)
+        self._buffer.write(tail)
+        self._whole = self._buffer.getbuffer()
+        self.data = self._whole[len(head) : len(head) + header.size]
+
+    def build(self) -> bytes:
+        """The message's bytes; ``data`` may not be used after this."""
+        self.data.release()
+        self._whole.release()
+        return self._buffer.getvalue()
+
+
+def encode_file_chunk(chunk: Chunk) -> bytes:
+    """The wire bytes of ``chunk`` as a model_express.model.FileChunk."""
+    builder = FileChunkBuilder(chunk.header())
+    builder.data[:] = chunk.data
+    return builder.build()
 
 
 def passthrough(message: bytes) -> bytes:

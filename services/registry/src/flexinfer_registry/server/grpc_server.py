@@ -1,6 +1,7 @@
 """The registry's gRPC server: ModelExpress health/api/model/p2p services and grpc.health.v1.
 
-Servicers are thin: they translate protobuf messages to and from :mod:`flexinfer_registry.core` calls.
+Servicers are thin: they translate protobuf messages to and from
+:mod:`flexinfer_registry.core` calls.
 """
 
 from __future__ import annotations

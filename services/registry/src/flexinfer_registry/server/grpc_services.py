@@ -33,7 +33,7 @@ from flexinfer_registry.core.records import (
 )
 from flexinfer_registry.core.service import RegistryCore
 from flexinfer_registry.core.sources import ListFilter, Publication
-from flexinfer_registry.server.chunks import new_file_chunk, passthrough
+from flexinfer_registry.server.chunks import FileChunkBuilder, passthrough
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +128,9 @@ class ModelService(model_pb2_grpc.ModelServiceServicer):
                 raise NotFoundError(f"model {request.model_name[:200]!r} has no files to stream")
             size = self._core.chunk_size(request.chunk_size)
             async for chunk in files.stream(model, chosen, size):
-                message, data = new_file_chunk(chunk.header)
-                with data:
-                    await chunk.read_into(data)
-                yield message
+                builder = FileChunkBuilder(chunk.header)
+                await chunk.read_into(builder.data)
+                yield builder.build()
         except FlexInferError as exc:
             await abort(context, exc)
 
