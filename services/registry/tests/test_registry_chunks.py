@@ -19,13 +19,15 @@ def _c_api_uses(path: Path) -> list[str]:
     """Where ``path`` imports ctypes or names ``pythonapi``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-        if any(name.split(".")[0] == "ctypes" for name in names):
-            found.append(f"{path.name}:{node.lineno}: import ctypes")
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ctypes":
-            found.append(f"{path.name}:{node.lineno}: from ctypes import")
-        if isinstance(node, ast.Attribute | ast.Name) and "pythonapi" in ast.dump(node):
-            found.append(f"{path.name}:{node.lineno}: pythonapi")
+        if isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules = [node.module or ""]
+        elif isinstance(node, ast.Attribute) and node.attr == "pythonapi":
+            modules = ["ctypes.pythonapi"]
+        else:
+            continue
+        found += [f"{path.name}:{node.lineno}: {m}" for m in modules if m.split(".")[0] == "ctypes"]
     return found
 
 

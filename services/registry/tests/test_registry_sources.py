@@ -16,7 +16,7 @@ from flexinfer_registry.core.sources import (
     SourceRegistry,
     compute_mx_source_id,
 )
-from flexinfer_registry.server.grpc_services import identity_from_proto
+from flexinfer_registry.server.p2p_convert import identity_from_proto
 
 IDENTITIES = [
     mx_p2p.SourceIdentity(),

@@ -20,6 +20,7 @@ from flexinfer_registry.core.downloads import ProviderResolver, TrackerTiming
 from flexinfer_registry.core.eviction import EvictionPolicy
 from flexinfer_registry.core.info import ServerInfo
 from flexinfer_registry.core.metrics import RegistryMetrics
+from flexinfer_registry.core.providers.base import ProviderConfig
 from flexinfer_registry.core.service import CoreConfig, RegistryCore, build_core
 from flexinfer_registry.core.store import Stores
 from flexinfer_registry.server.admin_api import admin_router, bearer_guard, install_admin_errors
@@ -49,12 +50,13 @@ def core_config(settings: RegistrySettings) -> CoreConfig:
             min_free_space_bytes=settings.eviction_min_free_space_bytes,
         ),
         evict_on_download=settings.eviction_enabled,
+        limits=settings.limits.to_core(),
     )
 
 
-def default_providers() -> ProviderResolver:
+def default_providers(settings: RegistrySettings) -> ProviderResolver:
     """The built-in provider registry (file, Hugging Face, S3, GCS, NGC)."""
-    return builtin_providers()
+    return builtin_providers(ProviderConfig(file_roots=tuple(settings.file_roots)))
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ async def _running(app: FastAPI, wiring: _Wiring) -> AsyncIterator[None]:
     core = build_core(
         core_config(settings),
         stores,
-        wiring.providers or default_providers(),
+        wiring.providers or default_providers(settings),
         metrics=app.state.metrics,
         info=wiring.info,
         clock=wiring.clock,

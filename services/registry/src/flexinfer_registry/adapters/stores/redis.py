@@ -276,6 +276,15 @@ class RedisSourceStore(_RedisStore, SourceStore):
             return None
         return _source_record(mx_source_id, worker_id, _identity(attributes), fields)
 
+    async def worker_ids(self, mx_source_id: str) -> builtins.set[str]:
+        """The index hash's worker fields (HKEYS), without reading any worker's metadata."""
+        if ":" in mx_source_id:
+            return set()
+        with _redis_errors("worker_ids"):
+            keys = await self._client.hkeys(self.index_key(mx_source_id))
+        names = {k.decode() if isinstance(k, bytes) else str(k) for k in keys}
+        return names - {ATTRIBUTES}
+
     async def list(self, query: SourceQuery) -> list[SourceRecord]:
         """Index hashes first (identity, workers), then the workers' hashes, pipelined."""
         if query.mx_source_id is not None:

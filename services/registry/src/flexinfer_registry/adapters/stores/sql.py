@@ -239,6 +239,15 @@ class SqlSourceStore(_SqlStore, SourceStore):
         with self._engine.begin() as conn:
             conn.execute(stmt)
 
+    async def worker_ids(self, mx_source_id: str) -> builtins.set[str]:
+        """SELECT worker_id WHERE mx_source_id = ..., without the metadata column."""
+        return await self._call(self._worker_ids, mx_source_id)
+
+    def _worker_ids(self, mx_source_id: str) -> builtins.set[str]:
+        stmt = select(_W.worker_id).where(_W.mx_source_id == mx_source_id)
+        with self._engine.connect() as conn:
+            return {str(row[0]) for row in conn.execute(stmt).all()}
+
     async def list(self, query: SourceQuery) -> list[SourceRecord]:
         """Filtered in SQL, ordered and cut here (collation-independent)."""
         found = await self._call(self._select, query)
