@@ -74,6 +74,23 @@ async def run(t: DownloadTracker, name: str = "org/m", **kw: object) -> list[Sta
     return [u async for u in t.ensure(DownloadRequest(name, **kw))]  # type: ignore[arg-type]
 
 
+class Watched:
+    """One ensure running in a task; ``waiting`` is set by its first DOWNLOADING update,
+    i.e. once the tracker has seen another's claim and decided to wait on it."""
+
+    def __init__(self, t: DownloadTracker, name: str = "org/m") -> None:
+        self.updates: list[StatusUpdate] = []
+        self.waiting = asyncio.Event()
+        self.task = asyncio.create_task(self._run(t, name))
+
+    async def _run(self, t: DownloadTracker, name: str) -> list[StatusUpdate]:
+        async for update in t.ensure(DownloadRequest(name)):
+            self.updates.append(update)
+            if update.status == ModelStatus.DOWNLOADING:
+                self.waiting.set()
+        return self.updates
+
+
 async def test_missing_files_are_downloaded_again(
     store: ModelRegistryStore, tmp_path: Path
 ) -> None:
@@ -122,12 +139,12 @@ async def test_crashed_download_is_reclaimed_after_timeout(
     assert await store.try_claim("org/m", Provider.HUGGING_FACE, now=clock.now - 30)
     staging = t.cache.staging("org/m")
     (staging / "files" / "model.safetensors").write_bytes(b"w" * 10)
-    waiting = asyncio.create_task(run(t))
-    await asyncio.sleep(0.05)
+    waiting = Watched(t)
+    await asyncio.wait_for(waiting.waiting.wait(), 10)
     assert provider.downloads == 0  # the claim is still fresh: wait, never download twice
     assert t.cache.load("org/m") is None  # partial files are never served
     clock.now += 31  # now older than stale_s = 60
-    updates = await asyncio.wait_for(waiting, 5)
+    updates = await asyncio.wait_for(waiting.task, 10)
     assert updates[-1].status == ModelStatus.DOWNLOADED
     assert provider.downloads == 1
     record = await store.get("org/m")
@@ -162,10 +179,10 @@ async def test_waiters_on_another_replica_see_the_error(
     first, second = tracker(store, tmp_path, provider), tracker(store, tmp_path, provider)
     a = asyncio.create_task(run(first))
     await provider.started.wait()
-    b = asyncio.create_task(run(second))
-    await asyncio.sleep(0.05)
+    b = Watched(second)
+    await asyncio.wait_for(b.waiting.wait(), 10)  # b follows a's claim, it has not claimed
     gate.set()
-    for result in await asyncio.gather(a, b):
+    for result in await asyncio.gather(a, b.task):
         assert result[-1].status == ModelStatus.ERROR
         assert result[-1].message == "bucket not found"
     assert provider.downloads == 1

@@ -54,6 +54,36 @@ class CallError(Exception):
         self.details = details
 
 
+class TlsNotSupportedError(CallError):
+    """An ``https://`` (or ``grpcs://``) address: this client speaks only cleartext HTTP/2,
+    and refuses rather than send the call, its token and the model in the clear."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"refusing {address[:200]!r}: TLS is not supported by this client, and it would "
+            "send the call in cleartext; use http://host:port (or host:port) for a cleartext "
+            "registry, or reach a TLS one through a local TLS proxy",
+        )
+
+
+CLEARTEXT_SCHEMES = ("http://", "grpc://")
+TLS_SCHEMES = ("https://", "grpcs://")
+
+
+def cleartext_address(address: str) -> str:
+    """``host:port`` (or ``unix:path``) of ``address``, an ``http://``/``grpc://`` prefix
+    dropped; TlsNotSupportedError for ``https://`` or ``grpcs://``."""
+    lowered = address.strip().lower()
+    if lowered.startswith(TLS_SCHEMES):
+        raise TlsNotSupportedError(address)
+    plain = address.strip()
+    for scheme in CLEARTEXT_SCHEMES:
+        if lowered.startswith(scheme):
+            plain = plain[len(scheme) :]
+    return plain.rstrip("/")
+
+
 @dataclass(frozen=True, slots=True)
 class Headers:
     """A complete header block of our stream (response headers or trailers)."""
@@ -110,7 +140,9 @@ class H2Connection:
 
     @classmethod
     def open(cls, address: str, deadline: float) -> H2Connection:
-        """Connect to ``host:port`` (or ``unix:path``) and send the preface and SETTINGS."""
+        """Connect to ``host:port`` (or ``unix:path``) and send the preface and SETTINGS;
+        TlsNotSupportedError for an ``https://`` address (never a cleartext fallback)."""
+        address = cleartext_address(address)
         try:
             if address.startswith("unix:"):
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -22,6 +22,7 @@ from typing import Any
 
 from flexinfer_common.errors import FlexInferError
 from flexinfer_common.malloc import keep_large_buffers
+from flexinfer_registry.client.h2_connection import TlsNotSupportedError
 from flexinfer_registry.client.mx_client import (
     PROVIDERS,
     MxClient,
@@ -211,6 +212,9 @@ def run(argv: list[str] | None, out: Output) -> int:
         address = server_address(args.server)
         with MxClient(address, timeout_s=args.timeout, token=args.token) as client:
             return handler(args, client, out)
+    except TlsNotSupportedError as exc:
+        out.error(exc.details)
+        return EXIT_USAGE
     except ServerUnreachableError as exc:
         out.error(str(exc))
         return EXIT_UNREACHABLE

@@ -23,7 +23,7 @@ from flexinfer_registry.client.chunk_decoder import (
     decode_file_chunk,
 )
 from flexinfer_registry.client.grpc_stream import unary_stream
-from flexinfer_registry.client.h2_connection import CallError
+from flexinfer_registry.client.h2_connection import CallError, cleartext_address
 
 DEFAULT_ADDRESS = "localhost:8001"
 STATUS_NAMES = {0: "DOWNLOADING", 1: "DOWNLOADED", 2: "ERROR"}
@@ -42,12 +42,11 @@ class OperationFailedError(Exception):
 
 
 def server_address(flag: str | None, env: Mapping[str, str] | None = None) -> str:
-    """--server, else MODEL_EXPRESS_URL (it wins, as in ModelExpress), else MX_SERVER_ADDRESS."""
+    """--server, else MODEL_EXPRESS_URL (it wins, as in ModelExpress), else MX_SERVER_ADDRESS;
+    TlsNotSupportedError for an ``https://`` address (it used to be dialled in cleartext)."""
     env = os.environ if env is None else env
     raw = flag or env.get("MODEL_EXPRESS_URL") or env.get("MX_SERVER_ADDRESS") or DEFAULT_ADDRESS
-    for scheme in ("http://", "https://", "grpc://"):
-        raw = raw.removeprefix(scheme)
-    return raw.rstrip("/")
+    return cleartext_address(raw)
 
 
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024
@@ -71,6 +70,7 @@ class MxClient:
     token: str | None = None
 
     def __post_init__(self) -> None:
+        self.address = cleartext_address(self.address)
         self._metadata = (("authorization", f"Bearer {self.token}"),) if self.token else ()
         self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         self._model = model_pb2_grpc.ModelServiceStub(self._channel)  # type: ignore[no-untyped-call]
