@@ -12,6 +12,7 @@ from functools import partial
 
 from fastapi import Depends, FastAPI
 
+from flexinfer_common.errors import UnavailableError
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
 from flexinfer_registry.adapters.providers import builtin_providers
@@ -23,7 +24,12 @@ from flexinfer_registry.core.metrics import RegistryMetrics
 from flexinfer_registry.core.providers.base import ProviderConfig
 from flexinfer_registry.core.service import CoreConfig, RegistryCore, build_core
 from flexinfer_registry.core.store import Stores
-from flexinfer_registry.server.admin_api import admin_router, bearer_guard, install_admin_errors
+from flexinfer_registry.server.admin_api import (
+    admin_router,
+    bearer_guard,
+    document_errors_as_answered,
+    install_admin_errors,
+)
 from flexinfer_registry.server.grpc_server import GrpcOptions, start_grpc_server
 from flexinfer_registry.settings import RegistrySettings
 
@@ -136,7 +142,7 @@ def create_app(
     def running_core() -> RegistryCore:
         core: RegistryCore | None = app.state.core
         if core is None:
-            raise RuntimeError("registry is not started")
+            raise UnavailableError("the registry is starting or stopping", delay=1.0)
         return core
 
     install_error_handlers(app)
@@ -145,6 +151,7 @@ def create_app(
     eviction = core_config(settings).eviction
     guard = [Depends(bearer_guard(token))]
     app.include_router(admin_router(running_core, eviction), dependencies=guard)
+    document_errors_as_answered(app)
     app.state.telemetry = setup_telemetry(app, "registry", settings.telemetry)
     app.state.metrics = RegistryMetrics(app.state.telemetry.registry)
     return app

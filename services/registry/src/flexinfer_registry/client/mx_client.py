@@ -123,6 +123,8 @@ class MxClient:
                 request, timeout=self.download_timeout_s, metadata=self._metadata
             ):
                 yield _update(update)
+                if update.status != model_pb2.DOWNLOADING:
+                    return  # the final update says it all, as ModelCacheClient reads it
         except grpc.RpcError as exc:
             raise _translate(exc, self.address) from exc
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from flexinfer_common.errors import FlexInferError
+from flexinfer_common.errors import FlexInferError, PermanentError
 from flexinfer_registry.core.cache import CachedModel
 from flexinfer_registry.core.context import CacheContext
 from flexinfer_registry.core.paths import cache_key
@@ -29,6 +30,15 @@ log = logging.getLogger(__name__)
 
 MAX_MISSING_RETRIES = 3
 """Times a DOWNLOADED-but-missing model is re-claimed in one request before giving up."""
+
+
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+"""No space, quota exceeded, file too large (RLIMIT_FSIZE): the cache cannot take it."""
+
+
+class CacheFullError(PermanentError):
+    """The cache's filesystem refused the download's writes (full disk, quota, file size
+    limit); the partial download is removed. RESOURCE_EXHAUSTED on the wire."""
 
 
 RoomCheck = Callable[[], Awaitable[str | None]]
@@ -72,6 +82,9 @@ class StatusUpdate:
     provider: Provider
     message: str | None = None
     resolved_revision: str | None = None
+    error: FlexInferError | None = field(default=None, compare=False)
+    """Why an ERROR happened, when this process saw it happen (a waiter on another replica
+    sees only the message): the transport ends the call with its status."""
 
     @property
     def final(self) -> bool:
@@ -191,7 +204,7 @@ class DownloadTracker:
             raise
         except Exception as exc:
             log.exception("ensure %s failed", key)
-            flight.emit(self._update(request, ModelStatus.ERROR, _readable(exc)))
+            flight.emit(self._update(request, ModelStatus.ERROR, _readable(exc), _typed(exc)))
         finally:
             self._flights.pop(key, None)
 
@@ -274,16 +287,17 @@ class DownloadTracker:
                 raise
             except Exception as exc:
                 failure: str | None = _readable(exc)
+                error = _typed(exc)
                 log.warning("download of %s failed: %s", key, failure)
             else:
-                failure = None
+                failure, error = None, None
             finally:
                 heartbeat.cancel()
                 await asyncio.gather(heartbeat, return_exceptions=True)
                 await asyncio.to_thread(self.cache.remove_staging, staging)
         if failure is not None:
             # Files are cleaned up before anyone hears of the failure.
-            await self._report_failure(key, request, flight, failure)
+            await self._report_failure(key, request, flight, failure, error)
             return
         summary = f"downloaded {len(model.files)} files, {model.total_size} bytes"
         await self.store.set_status(
@@ -315,12 +329,17 @@ class DownloadTracker:
             log.exception("%s: enforcing the cache size after the download failed", key)
 
     async def _report_failure(
-        self, key: str, request: DownloadRequest, flight: _Flight, failure: str
+        self,
+        key: str,
+        request: DownloadRequest,
+        flight: _Flight,
+        failure: str,
+        error: FlexInferError | None = None,
     ) -> None:
         """Release the claim as ERROR, count it, and tell every subscriber."""
         await self._fail(key, request, failure)
         self.metrics.downloads_failed.inc()
-        flight.emit(self._update(request, ModelStatus.ERROR, failure))
+        flight.emit(self._update(request, ModelStatus.ERROR, failure, error))
 
     async def _fail(self, key: str, request: DownloadRequest, message: str) -> None:
         """Record ERROR so the claim is released at once (shielded: runs during cancel)."""
@@ -345,9 +364,13 @@ class DownloadTracker:
             flight.emit(self._update(request, ModelStatus.DOWNLOADING, message))
 
     def _update(
-        self, request: DownloadRequest, status: ModelStatus, message: str | None
+        self,
+        request: DownloadRequest,
+        status: ModelStatus,
+        message: str | None,
+        error: FlexInferError | None = None,
     ) -> StatusUpdate:
-        return StatusUpdate(request.name, status, request.provider, message)
+        return StatusUpdate(request.name, status, request.provider, message, error=error)
 
     def _done(
         self, request: DownloadRequest, model: CachedModel, message: str | None = None
@@ -376,6 +399,16 @@ class _Progress:
             percent = 100.0 * self.done / self.total
             return f"downloading: {self.done} of {self.total} bytes ({percent:.0f}%)"
         return f"downloading: {self.done} bytes"
+
+
+def _typed(exc: BaseException) -> FlexInferError | None:
+    """The failure as one of our errors, when it says something a client can act on."""
+    if isinstance(exc, FlexInferError):
+        return exc
+    if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return CacheFullError(f"the model cache has no room: {exc.strerror}{where}")
+    return None
 
 
 def _readable(exc: BaseException) -> str:

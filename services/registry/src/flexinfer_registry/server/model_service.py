@@ -54,7 +54,12 @@ class ModelService(model_pb2_grpc.ModelServiceServicer):
     async def EnsureModelDownloaded(  # noqa: N802 (RPC names are fixed by the proto)
         self, request: model_pb2.ModelDownloadRequest, context: Any
     ) -> AsyncIterator[model_pb2.ModelStatusUpdate]:
-        """Stream status updates until the model is DOWNLOADED or ERROR."""
+        """Stream status updates until the model is DOWNLOADED or ERROR.
+
+        A download that failed in this process ends, after its ERROR update, with the
+        failure's status (RESOURCE_EXHAUSTED for a full cache disk, UNAVAILABLE for an
+        unreachable source...) and details; one that failed on another replica is known
+        here only by its message, and ends OK after the ERROR update."""
         try:
             await self._admit(request)
             download = DownloadRequest(
@@ -74,6 +79,10 @@ class ModelService(model_pb2_grpc.ModelServiceServicer):
                 if update.resolved_revision is not None:
                     message.resolved_revision = update.resolved_revision
                 yield message
+                if update.error is not None:
+                    # ModelExpress clients stop at the ERROR update; the status after it
+                    # tells the others why, with details.
+                    raise update.error
         except FlexInferError as exc:
             await abort(context, exc)
 

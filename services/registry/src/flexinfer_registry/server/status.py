@@ -26,6 +26,7 @@ from flexinfer_common.errors import (
     PermanentError,
     TemporaryError,
 )
+from flexinfer_registry.core.downloads import CacheFullError
 from flexinfer_registry.core.identity import InvalidFieldsError
 from flexinfer_registry.core.providers.base import SourceNotAllowedError
 
@@ -35,6 +36,7 @@ MAX_MESSAGE = 1000
 
 _CODES: tuple[tuple[type[FlexInferError], grpc.StatusCode], ...] = (
     (SourceNotAllowedError, grpc.StatusCode.PERMISSION_DENIED),
+    (CacheFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (InvalidSpecError, grpc.StatusCode.INVALID_ARGUMENT),
     (ConfigError, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
