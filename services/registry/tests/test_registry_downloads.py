@@ -214,3 +214,62 @@ async def test_hit_reports_the_snapshot(store: ModelRegistryStore, tmp_path: Pat
     assert first.resolved_revision is not None
     assert len(first.resolved_revision) == 40
     assert first.resolved_revision != COMMIT
+
+
+class SlowHeartbeats(MemoryModelStore):
+    """A store whose DOWNLOADING writes take 50 ms in a worker thread, as a SQL store's
+    round trip does: a caller cancelled meanwhile does not stop the write from landing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight: set[asyncio.Future[None]] = set()
+        self.sending = asyncio.Event()
+
+    async def set_status(
+        self,
+        name: str,
+        provider: Provider,
+        status: ModelStatus,
+        message: str | None,
+        *,
+        now: float,
+    ) -> None:
+        if status != ModelStatus.DOWNLOADING:
+            return await super().set_status(name, provider, status, message, now=now)
+        loop = asyncio.get_running_loop()
+
+        def slow_write() -> None:
+            time.sleep(0.05)  # the store's latency (this stands for the network, not a wait)
+            done = asyncio.run_coroutine_threadsafe(
+                MemoryModelStore.set_status(self, name, provider, status, message, now=now), loop
+            )
+            done.result(5)
+
+        write = asyncio.ensure_future(asyncio.to_thread(slow_write))
+        self.in_flight.add(write)
+        write.add_done_callback(self.in_flight.discard)
+        self.sending.set()
+        await asyncio.shield(write)  # cancelling the caller does not recall a sent write
+        return None
+
+
+async def test_a_heartbeat_never_lands_after_the_final_status(tmp_path: Path) -> None:
+    """The final DOWNLOADED must stay the record's last word: a heartbeat cancelled with its
+    write on the wire used to land after it and revive the claim as DOWNLOADING, which other
+    replicas waited on for stale_s and then downloaded again (2 downloads, seen under load
+    with PostgreSQL)."""
+    store = SlowHeartbeats()
+    gate = asyncio.Event()
+    provider = ScriptedProvider(FILES, gate=gate)
+    context = CacheContext(store, ModelCache(tmp_path))
+    timing = TrackerTiming(heartbeat_s=0.001, stale_s=60.0, poll_s=0.01)
+    t = DownloadTracker(context, OneProvider(provider), timing=timing)
+    waiting = asyncio.create_task(run(t))
+    await provider.started.wait()
+    await asyncio.wait_for(store.sending.wait(), 10)  # a heartbeat write is on the wire
+    gate.set()
+    assert (await asyncio.wait_for(waiting, 10))[-1].status == ModelStatus.DOWNLOADED
+    await asyncio.gather(*store.in_flight)  # every write that was sent has landed
+    record = await store.get("org/m")
+    assert record is not None
+    assert record.status == ModelStatus.DOWNLOADED

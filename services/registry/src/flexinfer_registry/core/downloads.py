@@ -264,7 +264,8 @@ class DownloadTracker:
         progress = _Progress()
         flight.emit(self._update(request, ModelStatus.DOWNLOADING, "download started"))
         staging = await asyncio.to_thread(self.cache.staging, key)
-        heartbeat = asyncio.create_task(self._heartbeat(key, request, flight, progress))
+        stop = asyncio.Event()
+        heartbeat = asyncio.create_task(self._heartbeat(key, request, flight, progress, stop))
         with self.in_use.using(key):
             try:
                 result = await provider.download(
@@ -283,6 +284,7 @@ class DownloadTracker:
                     request.ignore_weights,
                 )
             except asyncio.CancelledError:
+                await _stopped(heartbeat, stop)
                 await self._fail(key, request, "download interrupted (registry shutting down)")
                 raise
             except Exception as exc:
@@ -292,8 +294,7 @@ class DownloadTracker:
             else:
                 failure, error = None, None
             finally:
-                heartbeat.cancel()
-                await asyncio.gather(heartbeat, return_exceptions=True)
+                await _stopped(heartbeat, stop)
                 await asyncio.to_thread(self.cache.remove_staging, staging)
         if failure is not None:
             # Files are cleaned up before anyone hears of the failure.
@@ -350,10 +351,20 @@ class DownloadTracker:
             await asyncio.shield(write)
 
     async def _heartbeat(
-        self, key: str, request: DownloadRequest, flight: _Flight, progress: _Progress
+        self,
+        key: str,
+        request: DownloadRequest,
+        flight: _Flight,
+        progress: _Progress,
+        stop: asyncio.Event,
     ) -> None:
+        """Refresh the claim every ``heartbeat_s`` until ``stop``; a write in progress when
+        ``stop`` is set finishes first, so the caller's final status is the last word."""
         while True:
-            await asyncio.sleep(self.timing.heartbeat_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.timing.heartbeat_s)
+            if stop.is_set():
+                return
             message = progress.describe()
             try:
                 await self.store.set_status(
@@ -399,6 +410,14 @@ class _Progress:
             percent = 100.0 * self.done / self.total
             return f"downloading: {self.done} of {self.total} bytes ({percent:.0f}%)"
         return f"downloading: {self.done} bytes"
+
+
+async def _stopped(heartbeat: asyncio.Task[None], stop: asyncio.Event) -> None:
+    """Stop the heartbeat and wait for it. Stopped, not cancelled: a heartbeat write already
+    sent would otherwise land after the final status and revive the claim as DOWNLOADING,
+    which other replicas then wait on for ``stale_s`` and download again."""
+    stop.set()
+    await asyncio.gather(asyncio.shield(heartbeat), return_exceptions=True)
 
 
 def _typed(exc: BaseException) -> FlexInferError | None:
