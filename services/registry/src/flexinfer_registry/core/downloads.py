@@ -204,7 +204,8 @@ class DownloadTracker:
             raise
         except Exception as exc:
             log.exception("ensure %s failed", key)
-            flight.emit(self._update(request, ModelStatus.ERROR, _readable(exc), _typed(exc)))
+            error = _typed(exc)
+            flight.emit(self._update(request, ModelStatus.ERROR, _readable(error or exc), error))
         finally:
             self._flights.pop(key, None)
 
@@ -288,8 +289,8 @@ class DownloadTracker:
                 await self._fail(key, request, "download interrupted (registry shutting down)")
                 raise
             except Exception as exc:
-                failure: str | None = _readable(exc)
                 error = _typed(exc)
+                failure: str | None = _readable(error or exc)
                 log.warning("download of %s failed: %s", key, failure)
             else:
                 failure, error = None, None
