@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from flexinfer_common.errors import InvalidSpecError, NotFoundError
 from flexinfer_common.web import openai_error
@@ -31,6 +32,28 @@ from flexinfer_registry.server.admin_models import (
 
 KEY_CHARS = MAX_MODEL_NAME + 300
 """Longest cache key: a model name, ``@`` and a revision, ``#no-weights``."""
+
+_NO_DOT_SEGMENTS = r"(?!\.\.?(/|$)|.*/\.\.?(/|$))"
+_VISIBLE = r"[!-\[\]-~]"
+KEY_PATTERN = rf"^(?!/){_NO_DOT_SEGMENTS}{_VISIBLE}+$"
+"""What ``check_model_name`` accepts, as the OpenAPI document states it: visible ASCII but
+the backslash, not absolute unless a URL, no ``.``/``..`` segment."""
+NAME_PATTERN = rf"^{_NO_DOT_SEGMENTS}{_VISIBLE}+$"
+"""The same for P2P model names, which may be absolute checkpoint paths."""
+
+STATUS_NAMES = [*SourceStatus.__members__, *(n.lower() for n in SourceStatus.__members__)]
+"""What ``status`` may be: exactly these (the document's enum), nothing else."""
+
+Key = Annotated[
+    str,
+    Path(
+        max_length=KEY_CHARS,
+        description="cache key: model name, then @revision and #no-weights when set",
+        # Documented, and enforced by check_model_name: the validator's regex engine has
+        # no lookahead to state the dot-segment rule with.
+        json_schema_extra={"pattern": KEY_PATTERN},
+    ),
+]
 
 
 def bearer_guard(token: str | None) -> Callable[[Request], None]:
@@ -58,7 +81,7 @@ def admin_router(core: Callable[[], RegistryCore], policy: EvictionPolicy) -> AP
         return [model_view(r) for r in await core().stores.models.list_by_last_used()]
 
     @router.get("/models/{key:path}", response_model=ModelView, responses=responses(400, 404))
-    async def describe_model(key: str) -> ModelView:
+    async def describe_model(key: Key) -> ModelView:
         """One cache entry, with its files when installed."""
         check_model_name(key, KEY_CHARS)
         record = await core().stores.models.get(key)
@@ -75,7 +98,7 @@ def admin_router(core: Callable[[], RegistryCore], policy: EvictionPolicy) -> AP
     @router.delete(
         "/models/{key:path}", response_model=ModelView, responses=responses(400, 404, 409)
     )
-    async def delete_model(key: str) -> ModelView:
+    async def delete_model(key: Key) -> ModelView:
         """Remove one cache entry whatever its status (409 while downloading or in use)."""
         check_model_name(key, KEY_CHARS)
         return model_view(await core().remover.remove(key, only_downloaded=False))
@@ -83,7 +106,7 @@ def admin_router(core: Callable[[], RegistryCore], policy: EvictionPolicy) -> AP
     @router.post(
         "/models/{key:path}/evict", response_model=ModelView, responses=responses(400, 404, 409)
     )
-    async def evict_model(key: str) -> ModelView:
+    async def evict_model(key: Key) -> ModelView:
         """Evict one DOWNLOADED model (409 when in use or not DOWNLOADED)."""
         check_model_name(key, KEY_CHARS)
         record = await core().remover.remove(key)
@@ -97,14 +120,26 @@ def admin_router(core: Callable[[], RegistryCore], policy: EvictionPolicy) -> AP
 
     @router.get("/sources", response_model=list[SourceView], responses=responses(400))
     async def list_sources(
-        model_name: str | None = None,
-        status: str | None = Query(default=None, description="UNKNOWN|INITIALIZING|READY|STALE"),
+        model_name: Annotated[
+            str | None,
+            Query(max_length=MAX_MODEL_NAME, json_schema_extra={"pattern": NAME_PATTERN}),
+        ] = None,
+        status: Annotated[
+            str | None,
+            Query(
+                description="a SourceStatus name, upper or lower case",
+                json_schema_extra={"enum": STATUS_NAMES},
+            ),
+        ] = None,
     ) -> list[SourceView]:
         """P2P source workers (READY = with a fresh heartbeat)."""
         wanted = None
         if status is not None:
-            if status.upper() not in SourceStatus.__members__:
-                raise InvalidSpecError(f"unknown status {status[:40]!r}", field="status")
+            if status not in STATUS_NAMES:
+                known = ", ".join(SourceStatus.__members__)
+                raise InvalidSpecError(
+                    f"unknown status {status[:40]!r}; known: {known}", field="status"
+                )
             wanted = SourceStatus[status.upper()]
         found = await core().sources.list(ListFilter(model_name=model_name, status=wanted))
         return [source_view(r) for r in found]
@@ -122,12 +157,20 @@ def admin_router(core: Callable[[], RegistryCore], policy: EvictionPolicy) -> AP
 
 
 def install_admin_errors(app: FastAPI) -> None:
-    """Hostile names and paths are 400s; missing credentials 401."""
+    """Hostile names and paths are 400s; missing credentials 401; no route 404."""
 
     @app.exception_handler(InvalidSpecError)
     async def on_invalid(request: Request, exc: Exception) -> JSONResponse:
         param = getattr(exc, "field", None)
         return openai_error(400, str(exc), code="invalid_argument", param=param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        # No route (a key with a newline matches no path), a wrong method: OpenAI-shaped
+        # like every other error, not Starlette's {"detail": ...}.
+        assert isinstance(exc, StarletteHTTPException)
+        headers = dict(exc.headers) if exc.headers else None
+        return openai_error(exc.status_code, str(exc.detail), headers=headers)
 
     @app.exception_handler(PermissionError)
     async def on_denied(request: Request, exc: Exception) -> JSONResponse:
