@@ -64,7 +64,7 @@ class CountingProvider(ModelProvider):
     def __init__(self, root: Path) -> None:
         self.root = root
         self.started = 0
-        self._local = LocalProvider()
+        self._local = LocalProvider(ProviderConfig(file_roots=(root,)))
 
     async def download(
         self,

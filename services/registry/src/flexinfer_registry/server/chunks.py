@@ -47,7 +47,7 @@ def _text(tag: bytes, value: str) -> bytes:
     return tag + varint(len(raw)) + raw
 
 
-def _fields(header: ChunkHeader) -> tuple[bytes, bytes]:
+def encoded_fields(header: ChunkHeader) -> tuple[bytes, bytes]:
     """The encoded fields before the data (path, data tag and length) and after it."""
     head = _text(_PATH, header.relative_path) if header.relative_path else b""
     if header.size:
@@ -74,7 +74,7 @@ class FileChunkBuilder:
     """
 
     def __init__(self, header: ChunkHeader) -> None:
-        head, tail = _fields(header)
+        head, tail = encoded_fields(header)
         self._buffer = io.BytesIO()
         self._buffer.write(head)
         self._buffer.seek(len(head) + header.size)
