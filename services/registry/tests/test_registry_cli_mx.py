@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from flexinfer_registry.client.h2_connection import H2Connection, TlsNotSupportedError
+from flexinfer_registry.client.addresses import TlsNotSupportedError
+from flexinfer_registry.client.h2_connection import H2Connection
 from flexinfer_registry.client.mx_cli import main, run
 from flexinfer_registry.client.mx_client import MxClient, server_address
 from flexinfer_registry.client.mx_output import Output

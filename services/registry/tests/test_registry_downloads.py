@@ -12,10 +12,10 @@ import pytest
 from flexinfer_registry.adapters.stores.memory import MemoryModelStore, MemorySourceStore
 from flexinfer_registry.core.cache import ModelCache
 from flexinfer_registry.core.context import CacheContext
+from flexinfer_registry.core.download_status import StatusUpdate
 from flexinfer_registry.core.downloads import (
     DownloadRequest,
     DownloadTracker,
-    StatusUpdate,
     TrackerTiming,
 )
 from flexinfer_registry.core.records import ModelStatus, Provider

@@ -28,12 +28,12 @@ from flexinfer_registry.adapters.stores.redis import RedisModelStore
 from flexinfer_registry.app import create_app
 from flexinfer_registry.core.cache import ModelCache
 from flexinfer_registry.core.context import CacheContext
+from flexinfer_registry.core.download_status import StatusUpdate
 from flexinfer_registry.core.downloads import (
     AfterDownload,
     DownloadRequest,
     DownloadTracker,
     RoomCheck,
-    StatusUpdate,
     TrackerTiming,
 )
 from flexinfer_registry.core.eviction import (

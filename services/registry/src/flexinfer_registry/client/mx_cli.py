@@ -22,7 +22,7 @@ from typing import Any
 
 from flexinfer_common.errors import FlexInferError
 from flexinfer_common.malloc import keep_large_buffers
-from flexinfer_registry.client.h2_connection import TlsNotSupportedError
+from flexinfer_registry.client.addresses import TlsNotSupportedError
 from flexinfer_registry.client.mx_client import (
     PROVIDERS,
     MxClient,

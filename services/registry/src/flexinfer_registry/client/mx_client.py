@@ -17,13 +17,14 @@ from flexinfer_registry._generated.model_express import (
     model_pb2,
     model_pb2_grpc,
 )
+from flexinfer_registry.client.addresses import cleartext_address
 from flexinfer_registry.client.chunk_decoder import (
     FileChunkView,
     WireFormatError,
     decode_file_chunk,
 )
+from flexinfer_registry.client.errors import CallError
 from flexinfer_registry.client.grpc_stream import unary_stream
-from flexinfer_registry.client.h2_connection import CallError, cleartext_address
 
 DEFAULT_ADDRESS = "localhost:8001"
 STATUS_NAMES = {0: "DOWNLOADING", 1: "DOWNLOADED", 2: "ERROR"}

@@ -2,7 +2,7 @@
 
 One download per cache key across every replica sharing a store: the store's atomic
 ``try_claim`` picks the winner. In this process, all callers for one key share one
-:class:`_Flight` task and see the same updates; callers on other replicas poll the store
+:class:`Flight` task and see the same updates; callers on other replicas poll the store
 record, whose ``message`` the winner refreshes with its progress every heartbeat. A
 DOWNLOADED record whose files are gone from disk is deleted (compare-and-delete, so
 exactly one replica does it) and claimed again. A winner
@@ -13,15 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from flexinfer_common.errors import FlexInferError, PermanentError
+from flexinfer_common.errors import FlexInferError
 from flexinfer_registry.core.cache import CachedModel
 from flexinfer_registry.core.context import CacheContext
+from flexinfer_registry.core.download_status import (
+    Flight,
+    Progress,
+    StatusUpdate,
+    readable,
+    typed,
+)
 from flexinfer_registry.core.paths import cache_key
 from flexinfer_registry.core.providers.base import ModelProvider
 from flexinfer_registry.core.records import ModelRecord, ModelStatus, Provider
@@ -30,15 +36,6 @@ log = logging.getLogger(__name__)
 
 MAX_MISSING_RETRIES = 3
 """Times a DOWNLOADED-but-missing model is re-claimed in one request before giving up."""
-
-
-_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-"""No space, quota exceeded, file too large (RLIMIT_FSIZE): the cache cannot take it."""
-
-
-class CacheFullError(PermanentError):
-    """The cache's filesystem refused the download's writes (full disk, quota, file size
-    limit); the partial download is removed. RESOURCE_EXHAUSTED on the wire."""
 
 
 RoomCheck = Callable[[], Awaitable[str | None]]
@@ -74,62 +71,12 @@ class DownloadRequest:
 
 
 @dataclass(frozen=True)
-class StatusUpdate:
-    """One ModelStatusUpdate."""
-
-    name: str
-    status: ModelStatus
-    provider: Provider
-    message: str | None = None
-    resolved_revision: str | None = None
-    error: FlexInferError | None = field(default=None, compare=False)
-    """Why an ERROR happened, when this process saw it happen (a waiter on another replica
-    sees only the message): the transport ends the call with its status."""
-
-    @property
-    def final(self) -> bool:
-        """DOWNLOADED or ERROR: nothing follows."""
-        return self.status != ModelStatus.DOWNLOADING
-
-
-@dataclass(frozen=True)
 class TrackerTiming:
     """Heartbeat, stale-claim and polling periods in seconds (see RegistrySettings)."""
 
     heartbeat_s: float = 5.0
     stale_s: float = 60.0
     poll_s: float = 0.1
-
-
-class _Flight:
-    """One in-process ensure for one key, fanned out to every subscriber."""
-
-    def __init__(self) -> None:
-        self.last: StatusUpdate | None = None
-        self._queues: list[asyncio.Queue[StatusUpdate]] = []
-
-    def emit(self, update: StatusUpdate) -> None:
-        if self.last is not None and self.last.final:
-            return
-        if self.last == update:
-            return
-        self.last = update
-        for queue in self._queues:
-            queue.put_nowait(update)
-
-    async def updates(self) -> AsyncIterator[StatusUpdate]:
-        queue: asyncio.Queue[StatusUpdate] = asyncio.Queue()
-        if self.last is not None:
-            queue.put_nowait(self.last)
-        self._queues.append(queue)
-        try:
-            while True:
-                update = await queue.get()
-                yield update
-                if update.final:
-                    return
-        finally:
-            self._queues.remove(queue)
 
 
 class DownloadTracker:
@@ -150,7 +97,7 @@ class DownloadTracker:
         self.timing = timing or TrackerTiming()
         self.make_room = make_room
         self.after_download = after_download
-        self._flights: dict[str, _Flight] = {}
+        self._flights: dict[str, Flight] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def ensure(self, request: DownloadRequest) -> AsyncIterator[StatusUpdate]:
@@ -165,7 +112,7 @@ class DownloadTracker:
                 return
             flight = self._flights.get(key)  # one may have started while we looked
         if flight is None:
-            flight = _Flight()
+            flight = Flight()
             self._flights[key] = flight
             task = asyncio.create_task(self._run(key, request, flight), name=f"ensure {key}")
             self._tasks.add(task)
@@ -196,7 +143,7 @@ class DownloadTracker:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _run(self, key: str, request: DownloadRequest, flight: _Flight) -> None:
+    async def _run(self, key: str, request: DownloadRequest, flight: Flight) -> None:
         try:
             await self._coordinate(key, request, flight)
         except asyncio.CancelledError:
@@ -204,12 +151,12 @@ class DownloadTracker:
             raise
         except Exception as exc:
             log.exception("ensure %s failed", key)
-            error = _typed(exc)
-            flight.emit(self._update(request, ModelStatus.ERROR, _readable(error or exc), error))
+            error = typed(exc)
+            flight.emit(self._update(request, ModelStatus.ERROR, readable(error or exc), error))
         finally:
             self._flights.pop(key, None)
 
-    async def _coordinate(self, key: str, request: DownloadRequest, flight: _Flight) -> None:
+    async def _coordinate(self, key: str, request: DownloadRequest, flight: Flight) -> None:
         missing = 0
         waited = False
         while True:
@@ -254,7 +201,7 @@ class DownloadTracker:
             and record.updated_at >= now - self.timing.stale_s
         )
 
-    async def _download(self, key: str, request: DownloadRequest, flight: _Flight) -> None:
+    async def _download(self, key: str, request: DownloadRequest, flight: Flight) -> None:
         self.metrics.cache_misses.inc()
         self.metrics.downloads_started.inc()
         provider = self.providers.provider_for(request.name, int(request.provider))
@@ -262,7 +209,7 @@ class DownloadTracker:
         if refusal is not None:
             await self._report_failure(key, request, flight, refusal)
             return
-        progress = _Progress()
+        progress = Progress()
         flight.emit(self._update(request, ModelStatus.DOWNLOADING, "download started"))
         staging = await asyncio.to_thread(self.cache.staging, key)
         stop = asyncio.Event()
@@ -289,8 +236,8 @@ class DownloadTracker:
                 await self._fail(key, request, "download interrupted (registry shutting down)")
                 raise
             except Exception as exc:
-                error = _typed(exc)
-                failure: str | None = _readable(error or exc)
+                error = typed(exc)
+                failure: str | None = readable(error or exc)
                 log.warning("download of %s failed: %s", key, failure)
             else:
                 failure, error = None, None
@@ -319,7 +266,7 @@ class DownloadTracker:
         except Exception as exc:
             # A failed disk check is not a reason to risk filling the disk: refuse, readably.
             log.exception("%s: making room in the cache failed", key)
-            return f"could not make room in the cache: {_readable(exc)}"
+            return f"could not make room in the cache: {readable(exc)}"
 
     async def _settle(self, key: str) -> None:
         """Run ``after_download``; a failure there is logged, as the model itself is fine."""
@@ -334,7 +281,7 @@ class DownloadTracker:
         self,
         key: str,
         request: DownloadRequest,
-        flight: _Flight,
+        flight: Flight,
         failure: str,
         error: FlexInferError | None = None,
     ) -> None:
@@ -355,8 +302,8 @@ class DownloadTracker:
         self,
         key: str,
         request: DownloadRequest,
-        flight: _Flight,
-        progress: _Progress,
+        flight: Flight,
+        progress: Progress,
         stop: asyncio.Event,
     ) -> None:
         """Refresh the claim every ``heartbeat_s`` until ``stop``; a write in progress when
@@ -396,42 +343,9 @@ class DownloadTracker:
         )
 
 
-class _Progress:
-    """The provider's progress callback; may be called from worker threads."""
-
-    def __init__(self) -> None:
-        self.done = 0
-        self.total: int | None = None
-
-    def __call__(self, done: int, total: int | None) -> None:
-        self.done, self.total = done, total
-
-    def describe(self) -> str:
-        if self.total:
-            percent = 100.0 * self.done / self.total
-            return f"downloading: {self.done} of {self.total} bytes ({percent:.0f}%)"
-        return f"downloading: {self.done} bytes"
-
-
 async def _stopped(heartbeat: asyncio.Task[None], stop: asyncio.Event) -> None:
     """Stop the heartbeat and wait for it. Stopped, not cancelled: a heartbeat write already
     sent would otherwise land after the final status and revive the claim as DOWNLOADING,
     which other replicas then wait on for ``stale_s`` and download again."""
     stop.set()
     await asyncio.gather(asyncio.shield(heartbeat), return_exceptions=True)
-
-
-def _typed(exc: BaseException) -> FlexInferError | None:
-    """The failure as one of our errors, when it says something a client can act on."""
-    if isinstance(exc, FlexInferError):
-        return exc
-    if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
-        where = f" writing {exc.filename}" if exc.filename else ""
-        return CacheFullError(f"the model cache has no room: {exc.strerror}{where}")
-    return None
-
-
-def _readable(exc: BaseException) -> str:
-    """One line for the status stream: the error's own message, else its type."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return text[:500] or type(exc).__name__

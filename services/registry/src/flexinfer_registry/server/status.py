@@ -26,7 +26,7 @@ from flexinfer_common.errors import (
     PermanentError,
     TemporaryError,
 )
-from flexinfer_registry.core.downloads import CacheFullError
+from flexinfer_registry.core.download_status import CacheFullError
 from flexinfer_registry.core.identity import InvalidFieldsError
 from flexinfer_registry.core.providers.base import SourceNotAllowedError
 
