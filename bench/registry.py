@@ -44,6 +44,7 @@ import grpc
 from flexinfer_common.malloc import keep_large_buffers
 from flexinfer_common.serving import serve_in_background
 from flexinfer_registry._generated.model_express import model_pb2, model_pb2_grpc
+from flexinfer_registry.adapters.providers.local import LocalProvider
 from flexinfer_registry.app import create_app
 from flexinfer_registry.core.providers.base import (
     DownloadResult,
@@ -51,7 +52,6 @@ from flexinfer_registry.core.providers.base import (
     ProgressCallback,
     ProviderConfig,
 )
-from flexinfer_registry.core.providers.local import LocalProvider
 from flexinfer_registry.core.providers.registry import ProviderRegistry
 from flexinfer_registry.settings import RegistrySettings
 
@@ -64,7 +64,7 @@ class CountingProvider(ModelProvider):
     def __init__(self, root: Path) -> None:
         self.root = root
         self.started = 0
-        self._local = LocalProvider()
+        self._local = LocalProvider(ProviderConfig(file_roots=(root,)))
 
     async def download(
         self,
@@ -181,7 +181,7 @@ def written_rate(blocks: Iterator[bytes | memoryview], dest: str) -> float:
 
 def _ours_rate(address: str, name: str, chunk: int, dest: str) -> float:
     """``stream_rate`` for our client: ``flexinfer mx``'s MxClient, data left in place."""
-    from flexinfer_registry.mx_client import MxClient
+    from flexinfer_registry.client.mx_client import MxClient
 
     keep_large_buffers()  # as `flexinfer mx` does at startup
     with MxClient(address) as client:

@@ -44,6 +44,6 @@ def crd_main(argv: list[str]) -> int:
 
 def mx_main(argv: list[str]) -> int:
     """``flexinfer mx ...``: the registry client, as ModelExpress's CLI offers it."""
-    from flexinfer_registry.mx_cli import main as mx
+    from flexinfer_registry.client.mx_cli import main as mx
 
     return mx(argv)

@@ -5,15 +5,18 @@ from __future__ import annotations
 import io
 import json
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from flexinfer_registry.mx_cli import main, run
-from flexinfer_registry.mx_client import server_address
-from flexinfer_registry.mx_output import Output
+from flexinfer_registry.client.addresses import TlsNotSupportedError
+from flexinfer_registry.client.h2_connection import H2Connection
+from flexinfer_registry.client.mx_cli import main, run
+from flexinfer_registry.client.mx_client import MxClient, server_address
+from flexinfer_registry.client.mx_output import Output
 from flexinfer_registry.testing.provider_fixtures import (
     FixtureState,
     ProviderFixture,
@@ -101,6 +104,46 @@ def test_server_address_precedence() -> None:
     both = {"MX_SERVER_ADDRESS": "a:1", "MODEL_EXPRESS_URL": "http://b:2"}
     assert server_address(None, both) == "b:2"
     assert server_address("c:3", both) == "c:3"
+    assert server_address("grpc://d:4/", {}) == "d:4"
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A listening socket that records whether anyone connected (it never accepts)."""
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        sock.setblocking(False)
+        yield sock
+
+
+def _connected(sock: socket.socket) -> bool:
+    try:
+        conn, _ = sock.accept()
+    except BlockingIOError:
+        return False
+    conn.close()
+    return True
+
+
+@pytest.mark.parametrize("scheme", ["https://", "HTTPS://", "grpcs://"])
+def test_tls_addresses_are_refused_never_dialled_in_cleartext(
+    listener: socket.socket, scheme: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``https://`` used to be stripped and the call sent in cleartext, token included."""
+    port = listener.getsockname()[1]
+    address = f"{scheme}127.0.0.1:{port}"
+    with pytest.raises(TlsNotSupportedError, match="TLS is not supported"):
+        server_address(address, {})
+    with pytest.raises(TlsNotSupportedError):
+        H2Connection.open(address, time.monotonic() + 5)
+    with pytest.raises(TlsNotSupportedError):
+        MxClient(address)
+    result = cli("--server", address, "--token", "s3cret", "health")
+    assert result.code == 2
+    assert result.err.count("\n") == 1
+    assert "TLS is not supported" in result.err
+    monkeypatch.setenv("MODEL_EXPRESS_URL", address)
+    assert cli("model", "list-files", "org/m").code == 2
+    assert not _connected(listener)
 
 
 def test_direct_only_uses_the_provider(tmp_path: Path, closed: str) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from flexinfer_common.serving import serve_in_background
+from flexinfer_registry.adapters.providers import builtin_providers
 from flexinfer_registry.app import create_app
+from flexinfer_registry.client.mx_cli import run
+from flexinfer_registry.client.mx_output import Output
 from flexinfer_registry.core.providers.base import ProviderConfig
-from flexinfer_registry.core.providers.registry import ProviderRegistry
-from flexinfer_registry.mx_cli import run
-from flexinfer_registry.mx_output import Output
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.testing.provider_fixtures import (
     FixtureState,
@@ -59,7 +59,7 @@ def hub() -> Iterator[ProviderFixture]:
 @pytest.fixture
 async def server(hub: ProviderFixture, tmp_path: Path) -> AsyncIterator[str]:
     settings = RegistrySettings(port=0, grpc_port=0, cache_dir=tmp_path / "cache")
-    providers = ProviderRegistry(ProviderConfig(env=hub.env(), timeout_s=5.0))
+    providers = builtin_providers(ProviderConfig(env=hub.env(), timeout_s=5.0))
     app = create_app(settings, providers=providers)
     async with serve_in_background(app):
         yield str(app.state.grpc_address)
@@ -110,7 +110,7 @@ async def test_a_registry_with_a_token_needs_it_on_every_command(
         cache_dir=tmp_path / "cache",
         auth_token="s3cret",  # type: ignore[arg-type]
     )
-    providers = ProviderRegistry(ProviderConfig(env=hub.env(), timeout_s=5.0))
+    providers = builtin_providers(ProviderConfig(env=hub.env(), timeout_s=5.0))
     app = create_app(settings, providers=providers)
     async with serve_in_background(app):
         server = str(app.state.grpc_address)

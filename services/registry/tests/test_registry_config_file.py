@@ -176,3 +176,36 @@ def test_registry_cli_reports_a_bad_config_in_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert "must be lru" in result.stderr
+
+
+def test_file_roots_and_limits_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEXINFER_REGISTRY_FILE_ROOTS", f"{tmp_path}/a:{tmp_path}/b")
+    monkeypatch.setenv("FLEXINFER_REGISTRY_LIMITS_WORKERS_PER_SOURCE", "16")
+    monkeypatch.setenv("FLEXINFER_REGISTRY_LIMITS_MODEL_NAME_CHARS", "200")
+    settings = RegistrySettings(cache_dir=tmp_path)
+    assert settings.file_roots == [tmp_path / "a", tmp_path / "b"]
+    limits = settings.limits.to_core()
+    assert (limits.workers_per_source, limits.model_name_chars) == (16, 200)
+    assert limits.tensors_per_worker == 200_000
+    monkeypatch.setenv("FLEXINFER_REGISTRY_FILE_ROOTS", f'["{tmp_path}/c"]')
+    assert RegistrySettings(cache_dir=tmp_path).file_roots == [tmp_path / "c"]
+    monkeypatch.delenv("FLEXINFER_REGISTRY_FILE_ROOTS")
+    assert RegistrySettings(cache_dir=tmp_path).file_roots == []  # file:// refused
+
+
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [
+        ("FLEXINFER_REGISTRY_FILE_ROOTS", "relative/models"),
+        ("FLEXINFER_REGISTRY_LIMITS_MODEL_NAME_CHARS", "5000"),
+        ("FLEXINFER_REGISTRY_LIMITS_WORKERS_PER_SOURCE", "0"),
+    ],
+)
+def test_bad_roots_and_limits_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: str, value: str
+) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ValueError, match=r"absolute|less than or equal|greater than or equal"):
+        RegistrySettings(cache_dir=tmp_path)

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from flexinfer_registry.adapters.stores.memory import MemoryModelStore, MemorySourceStore
 from flexinfer_registry.core.cache import ModelCache
 from flexinfer_registry.core.context import CacheContext
+from flexinfer_registry.core.download_status import StatusUpdate
 from flexinfer_registry.core.downloads import (
     DownloadRequest,
     DownloadTracker,
-    StatusUpdate,
     TrackerTiming,
 )
 from flexinfer_registry.core.records import ModelStatus, Provider
 from flexinfer_registry.core.store import ModelRegistryStore, Stores
-from flexinfer_registry.stores.memory import MemoryModelStore, MemorySourceStore
 from flexinfer_registry.testing.fakes import COMMIT, OneProvider, ScriptedProvider
 from flexinfer_registry.testing.replicas import check_exactly_once
 
@@ -74,6 +74,23 @@ async def run(t: DownloadTracker, name: str = "org/m", **kw: object) -> list[Sta
     return [u async for u in t.ensure(DownloadRequest(name, **kw))]  # type: ignore[arg-type]
 
 
+class Watched:
+    """One ensure running in a task; ``waiting`` is set by its first DOWNLOADING update,
+    i.e. once the tracker has seen another's claim and decided to wait on it."""
+
+    def __init__(self, t: DownloadTracker, name: str = "org/m") -> None:
+        self.updates: list[StatusUpdate] = []
+        self.waiting = asyncio.Event()
+        self.task = asyncio.create_task(self._run(t, name))
+
+    async def _run(self, t: DownloadTracker, name: str) -> list[StatusUpdate]:
+        async for update in t.ensure(DownloadRequest(name)):
+            self.updates.append(update)
+            if update.status == ModelStatus.DOWNLOADING:
+                self.waiting.set()
+        return self.updates
+
+
 async def test_missing_files_are_downloaded_again(
     store: ModelRegistryStore, tmp_path: Path
 ) -> None:
@@ -122,12 +139,12 @@ async def test_crashed_download_is_reclaimed_after_timeout(
     assert await store.try_claim("org/m", Provider.HUGGING_FACE, now=clock.now - 30)
     staging = t.cache.staging("org/m")
     (staging / "files" / "model.safetensors").write_bytes(b"w" * 10)
-    waiting = asyncio.create_task(run(t))
-    await asyncio.sleep(0.05)
+    waiting = Watched(t)
+    await asyncio.wait_for(waiting.waiting.wait(), 10)
     assert provider.downloads == 0  # the claim is still fresh: wait, never download twice
     assert t.cache.load("org/m") is None  # partial files are never served
     clock.now += 31  # now older than stale_s = 60
-    updates = await asyncio.wait_for(waiting, 5)
+    updates = await asyncio.wait_for(waiting.task, 10)
     assert updates[-1].status == ModelStatus.DOWNLOADED
     assert provider.downloads == 1
     record = await store.get("org/m")
@@ -162,10 +179,10 @@ async def test_waiters_on_another_replica_see_the_error(
     first, second = tracker(store, tmp_path, provider), tracker(store, tmp_path, provider)
     a = asyncio.create_task(run(first))
     await provider.started.wait()
-    b = asyncio.create_task(run(second))
-    await asyncio.sleep(0.05)
+    b = Watched(second)
+    await asyncio.wait_for(b.waiting.wait(), 10)  # b follows a's claim, it has not claimed
     gate.set()
-    for result in await asyncio.gather(a, b):
+    for result in await asyncio.gather(a, b.task):
         assert result[-1].status == ModelStatus.ERROR
         assert result[-1].message == "bucket not found"
     assert provider.downloads == 1
@@ -197,3 +214,62 @@ async def test_hit_reports_the_snapshot(store: ModelRegistryStore, tmp_path: Pat
     assert first.resolved_revision is not None
     assert len(first.resolved_revision) == 40
     assert first.resolved_revision != COMMIT
+
+
+class SlowHeartbeats(MemoryModelStore):
+    """A store whose DOWNLOADING writes take 50 ms in a worker thread, as a SQL store's
+    round trip does: a caller cancelled meanwhile does not stop the write from landing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight: set[asyncio.Future[None]] = set()
+        self.sending = asyncio.Event()
+
+    async def set_status(
+        self,
+        name: str,
+        provider: Provider,
+        status: ModelStatus,
+        message: str | None,
+        *,
+        now: float,
+    ) -> None:
+        if status != ModelStatus.DOWNLOADING:
+            return await super().set_status(name, provider, status, message, now=now)
+        loop = asyncio.get_running_loop()
+
+        def slow_write() -> None:
+            time.sleep(0.05)  # the store's latency (this stands for the network, not a wait)
+            done = asyncio.run_coroutine_threadsafe(
+                MemoryModelStore.set_status(self, name, provider, status, message, now=now), loop
+            )
+            done.result(5)
+
+        write = asyncio.ensure_future(asyncio.to_thread(slow_write))
+        self.in_flight.add(write)
+        write.add_done_callback(self.in_flight.discard)
+        self.sending.set()
+        await asyncio.shield(write)  # cancelling the caller does not recall a sent write
+        return None
+
+
+async def test_a_heartbeat_never_lands_after_the_final_status(tmp_path: Path) -> None:
+    """The final DOWNLOADED must stay the record's last word: a heartbeat cancelled with its
+    write on the wire used to land after it and revive the claim as DOWNLOADING, which other
+    replicas waited on for stale_s and then downloaded again (2 downloads, seen under load
+    with PostgreSQL)."""
+    store = SlowHeartbeats()
+    gate = asyncio.Event()
+    provider = ScriptedProvider(FILES, gate=gate)
+    context = CacheContext(store, ModelCache(tmp_path))
+    timing = TrackerTiming(heartbeat_s=0.001, stale_s=60.0, poll_s=0.01)
+    t = DownloadTracker(context, OneProvider(provider), timing=timing)
+    waiting = asyncio.create_task(run(t))
+    await provider.started.wait()
+    await asyncio.wait_for(store.sending.wait(), 10)  # a heartbeat write is on the wire
+    gate.set()
+    assert (await asyncio.wait_for(waiting, 10))[-1].status == ModelStatus.DOWNLOADED
+    await asyncio.gather(*store.in_flight)  # every write that was sent has landed
+    record = await store.get("org/m")
+    assert record is not None
+    assert record.status == ModelStatus.DOWNLOADED

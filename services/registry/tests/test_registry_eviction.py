@@ -14,6 +14,7 @@ import modelexpress.p2p_pb2 as mx_p2p
 import modelexpress.p2p_pb2_grpc as mx_p2p_grpc
 
 from flexinfer_common.serving import serve_in_background
+from flexinfer_registry.adapters.stores.memory import MemoryModelStore
 from flexinfer_registry.app import create_app
 from flexinfer_registry.core.cache import ModelCache
 from flexinfer_registry.core.context import CacheContext
@@ -23,7 +24,6 @@ from flexinfer_registry.core.inuse import InUse
 from flexinfer_registry.core.metrics import RegistryMetrics
 from flexinfer_registry.core.records import ModelStatus
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores.memory import MemoryModelStore
 from flexinfer_registry.testing.fakes import OneProvider, ScriptedProvider
 
 DAY = 24 * 3600.0

@@ -23,15 +23,17 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from flexinfer_common.serving import serve_in_background
+from flexinfer_registry.adapters.stores.memory import MemoryModelStore
+from flexinfer_registry.adapters.stores.redis import RedisModelStore
 from flexinfer_registry.app import create_app
 from flexinfer_registry.core.cache import ModelCache
 from flexinfer_registry.core.context import CacheContext
+from flexinfer_registry.core.download_status import StatusUpdate
 from flexinfer_registry.core.downloads import (
     AfterDownload,
     DownloadRequest,
     DownloadTracker,
     RoomCheck,
-    StatusUpdate,
     TrackerTiming,
 )
 from flexinfer_registry.core.eviction import (
@@ -46,8 +48,6 @@ from flexinfer_registry.core.providers.base import ModelProvider
 from flexinfer_registry.core.records import ModelStatus, Provider
 from flexinfer_registry.core.store import ModelRegistryStore
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores.memory import MemoryModelStore
-from flexinfer_registry.stores.redis import RedisModelStore
 from flexinfer_registry.testing.fakes import OneProvider, ScriptedProvider
 from flexinfer_testing.services import redis_prefix, require_redis
 

@@ -19,8 +19,9 @@ import grpc
 import hpack
 import pytest
 
-from flexinfer_registry.grpc_stream import unary_stream
-from flexinfer_registry.h2_connection import (
+from flexinfer_registry.client.errors import CallError
+from flexinfer_registry.client.grpc_stream import unary_stream
+from flexinfer_registry.client.h2_connection import (
     CONTINUATION,
     DATA,
     END_HEADERS,
@@ -33,7 +34,6 @@ from flexinfer_registry.h2_connection import (
     RST_STREAM,
     SETTINGS,
     WINDOW_UPDATE,
-    CallError,
     frame,
 )
 

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from flexinfer_common.errors import NotFoundError
+from flexinfer_registry.adapters.providers.gcs import GcsProvider
+from flexinfer_registry.adapters.providers.huggingface import HuggingFaceProvider
 from flexinfer_registry.core.providers.base import (
     ChecksumMismatchError,
     ProviderConfig,
     SourceUnreachableError,
     UnsafePathError,
 )
-from flexinfer_registry.core.providers.gcs import GcsProvider
-from flexinfer_registry.core.providers.huggingface import HuggingFaceProvider
 from flexinfer_registry.testing.provider_fixtures import (
     FixtureState,
     ProviderFixture,

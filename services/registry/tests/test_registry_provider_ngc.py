@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from flexinfer_common.errors import InvalidSpecError, NotFoundError
+from flexinfer_registry.adapters.providers.ngc import NgcArtifact, NgcProvider, parse_ngc_name
 from flexinfer_registry.core.providers.base import (
     AccessDeniedError,
     ChecksumMismatchError,
@@ -17,7 +18,6 @@ from flexinfer_registry.core.providers.base import (
     SourceUnreachableError,
     UnsafePathError,
 )
-from flexinfer_registry.core.providers.ngc import NgcArtifact, NgcProvider, parse_ngc_name
 from flexinfer_registry.testing.provider_fixtures import (
     FixtureState,
     ProviderFixture,

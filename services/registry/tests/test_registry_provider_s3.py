@@ -13,6 +13,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from flexinfer_common.errors import InvalidSpecError, NotFoundError
+from flexinfer_registry.adapters.providers.s3 import S3Provider
 from flexinfer_registry.core.providers.base import (
     AccessDeniedError,
     ChecksumMismatchError,
@@ -20,7 +21,6 @@ from flexinfer_registry.core.providers.base import (
     SourceUnreachableError,
     UnsafePathError,
 )
-from flexinfer_registry.core.providers.s3 import S3Provider
 
 FILES = {
     "models/m/config.json": b'{"a": 1}',

@@ -29,17 +29,17 @@ import yaml
 
 from flexinfer_common.errors import ConfigError, InvalidSpecError, StoreError
 from flexinfer_registry.adapters.kubernetes_api import KubeApi
-from flexinfer_registry.core.records import ModelStatus, Provider, SourceQuery, SourceStatus
-from flexinfer_registry.core.store import ModelRegistryStore, SourceStore, Stores
-from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores import create_stores
-from flexinfer_registry.stores.kubernetes import (
+from flexinfer_registry.adapters.stores import create_stores
+from flexinfer_registry.adapters.stores.kubernetes import (
     MODEL_CACHE_ENTRY,
     MODEL_METADATA,
     KubernetesModelStore,
     KubernetesSourceStore,
 )
-from flexinfer_registry.stores.rfc3339 import format_ts
+from flexinfer_registry.adapters.stores.rfc3339 import format_ts
+from flexinfer_registry.core.records import ModelStatus, Provider, SourceQuery, SourceStatus
+from flexinfer_registry.core.store import ModelRegistryStore, SourceStore, Stores
+from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.testing.replicas import check_exactly_once, check_whole_records
 from flexinfer_registry.testing.store_contract import (
     MODEL_STORE_CHECKS,

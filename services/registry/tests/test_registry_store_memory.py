@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from flexinfer_common.errors import ConfigError
+from flexinfer_registry.adapters.stores import create_stores, store_factory
+from flexinfer_registry.adapters.stores.memory import MemoryModelStore, MemorySourceStore
 from flexinfer_registry.core.store import ModelRegistryStore, SourceStore
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores import create_stores, store_factory
-from flexinfer_registry.stores.memory import MemoryModelStore, MemorySourceStore
 from flexinfer_registry.testing.store_contract import (
     MODEL_STORE_CHECKS,
     SOURCE_STORE_CHECKS,

@@ -9,12 +9,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from flexinfer_common.errors import InvalidSpecError, StoreError
+from flexinfer_registry.adapters.stores import create_stores
+from flexinfer_registry.adapters.stores.redis import RedisModelStore, RedisSourceStore
+from flexinfer_registry.adapters.stores.rfc3339 import parse_ts
 from flexinfer_registry.core.records import ModelStatus, Provider, SourceQuery, SourceStatus
 from flexinfer_registry.core.store import ModelRegistryStore, SourceStore, Stores
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores import create_stores
-from flexinfer_registry.stores.redis import RedisModelStore, RedisSourceStore
-from flexinfer_registry.stores.rfc3339 import parse_ts
 from flexinfer_registry.testing.replicas import check_exactly_once, check_whole_records
 from flexinfer_registry.testing.store_contract import (
     MODEL_STORE_CHECKS,

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from flexinfer_common.errors import StoreError
+from flexinfer_registry.adapters.stores import create_stores
+from flexinfer_registry.adapters.stores.sql import SqlModelStore, SqlSourceStore
 from flexinfer_registry.core.records import ModelStatus, Provider
 from flexinfer_registry.core.store import ModelRegistryStore, SourceStore, Stores
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores import create_stores
-from flexinfer_registry.stores.sql import SqlModelStore, SqlSourceStore
 from flexinfer_registry.testing.replicas import check_exactly_once, check_whole_records
 from flexinfer_registry.testing.store_contract import (
     MODEL_STORE_CHECKS,

@@ -18,11 +18,11 @@ import flexinfer_registry.core.files as core_files
 from flexinfer_common.errors import PermanentError
 from flexinfer_common.serving import serve_in_background
 from flexinfer_registry.app import create_app
+from flexinfer_registry.client.mx_client import STREAM_FILES, MxClient, OperationFailedError
 from flexinfer_registry.core.files import Chunk
-from flexinfer_registry.mx_client import STREAM_FILES, MxClient, OperationFailedError
+from flexinfer_registry.server.chunks import encode_file_chunk, passthrough
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.testing.fakes import COMMIT, OneProvider, ScriptedProvider
-from flexinfer_registry.wire import encode_file_chunk, passthrough
 
 BIG = os.urandom(5 * 4096 + 77)
 FILES = {"a.bin": BIG, "b/empty": b"", "c.json": b"{}"}

@@ -9,14 +9,13 @@ import pytest
 from google.protobuf.message import DecodeError
 
 from flexinfer_registry._generated.model_express import model_pb2
-from flexinfer_registry.core.files import Chunk
-from flexinfer_registry.wire import (
+from flexinfer_registry.client.chunk_decoder import (
     FileChunkView,
     WireFormatError,
     decode_file_chunk,
-    encode_file_chunk,
-    varint,
 )
+from flexinfer_registry.core.files import Chunk
+from flexinfer_registry.server.chunks import encode_file_chunk, varint
 
 Fields = tuple[str, bytes, int, int, bool, bool, str | None]
 

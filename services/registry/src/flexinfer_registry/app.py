@@ -12,18 +12,26 @@ from functools import partial
 
 from fastapi import Depends, FastAPI
 
+from flexinfer_common.errors import UnavailableError
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
-from flexinfer_registry.api import admin_router, bearer_guard, install_admin_errors
+from flexinfer_registry.adapters.providers import builtin_providers
+from flexinfer_registry.adapters.stores import create_stores
 from flexinfer_registry.core.downloads import ProviderResolver, TrackerTiming
 from flexinfer_registry.core.eviction import EvictionPolicy
 from flexinfer_registry.core.info import ServerInfo
 from flexinfer_registry.core.metrics import RegistryMetrics
+from flexinfer_registry.core.providers.base import ProviderConfig
 from flexinfer_registry.core.service import CoreConfig, RegistryCore, build_core
 from flexinfer_registry.core.store import Stores
-from flexinfer_registry.grpc_server import GrpcOptions, start_grpc_server
+from flexinfer_registry.server.admin_api import (
+    admin_router,
+    bearer_guard,
+    document_errors_as_answered,
+    install_admin_errors,
+)
+from flexinfer_registry.server.grpc_server import GrpcOptions, start_grpc_server
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores import create_stores
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +56,13 @@ def core_config(settings: RegistrySettings) -> CoreConfig:
             min_free_space_bytes=settings.eviction_min_free_space_bytes,
         ),
         evict_on_download=settings.eviction_enabled,
+        limits=settings.limits.to_core(),
     )
 
 
-def default_providers() -> ProviderResolver:
+def default_providers(settings: RegistrySettings) -> ProviderResolver:
     """The built-in provider registry (file, Hugging Face, S3, GCS, NGC)."""
-    from flexinfer_registry.core.providers.registry import ProviderRegistry
-
-    return ProviderRegistry()
+    return builtin_providers(ProviderConfig(file_roots=tuple(settings.file_roots)))
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ async def _running(app: FastAPI, wiring: _Wiring) -> AsyncIterator[None]:
     core = build_core(
         core_config(settings),
         stores,
-        wiring.providers or default_providers(),
+        wiring.providers or default_providers(settings),
         metrics=app.state.metrics,
         info=wiring.info,
         clock=wiring.clock,
@@ -135,7 +142,7 @@ def create_app(
     def running_core() -> RegistryCore:
         core: RegistryCore | None = app.state.core
         if core is None:
-            raise RuntimeError("registry is not started")
+            raise UnavailableError("the registry is starting or stopping", delay=1.0)
         return core
 
     install_error_handlers(app)
@@ -144,6 +151,7 @@ def create_app(
     eviction = core_config(settings).eviction
     guard = [Depends(bearer_guard(token))]
     app.include_router(admin_router(running_core, eviction), dependencies=guard)
+    document_errors_as_answered(app)
     app.state.telemetry = setup_telemetry(app, "registry", settings.telemetry)
     app.state.metrics = RegistryMetrics(app.state.telemetry.registry)
     return app

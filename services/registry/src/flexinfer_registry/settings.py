@@ -7,6 +7,7 @@ ModelExpress deployment's environment configures this registry unchanged.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +17,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
@@ -23,6 +25,7 @@ from pydantic_settings import (
 from flexinfer_common.errors import ConfigError
 from flexinfer_common.settings import LogSettings, TelemetrySettings
 from flexinfer_registry.config_file import parse_human_size, read_config_file
+from flexinfer_registry.core.identity import MAX_MODEL_NAME, IdentityLimits
 
 PREFIX = "FLEXINFER_REGISTRY_"
 CHUNK_OVERHEAD_BYTES = 64 * 1024
@@ -46,6 +49,65 @@ def _byte_size(value: object) -> object:
 
 ByteSize = Annotated[int | None, BeforeValidator(_byte_size)]
 """Bytes, or text like "50GiB" / "10GB"; None = no limit."""
+
+
+def _path_list(value: object) -> object:
+    """Roots from the environment: a JSON list, or paths separated by ``:`` as in PATH."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        return json.loads(text)
+    return [part for part in text.split(os.pathsep) if part]
+
+
+def _absolute_roots(roots: list[Path]) -> list[Path]:
+    for root in roots:
+        if not root.is_absolute():
+            raise ValueError(f"file root {str(root)!r} must be an absolute path")
+    return roots
+
+
+PathList = Annotated[list[Path], NoDecode, BeforeValidator(_path_list)]
+"""Absolute directories: a list, a JSON list, or ``/a:/b``."""
+
+_LIMITS = IdentityLimits()
+
+
+class LimitSettings(BaseSettings):
+    """Bounds on what one request may carry (``FLEXINFER_REGISTRY_LIMITS_*``); requests
+    beyond them are refused with INVALID_ARGUMENT naming the field, before anything is
+    stored."""
+
+    model_config = SettingsConfigDict(env_prefix=PREFIX + "LIMITS_", extra="ignore")
+
+    model_name_chars: int = Field(default=_LIMITS.model_name_chars, ge=1, le=MAX_MODEL_NAME)
+    """Longest model name, in characters: 1024 fits the longest HF ids (96-character repo
+    names), bucket URLs with deep prefixes and local checkpoint paths many times over; a
+    hostile megabyte name does not reach a store. At most 4096 (PATH_MAX)."""
+
+    field_chars: int = Field(default=_LIMITS.field_chars, ge=16, le=65_536)
+    """Longest other string of an identity or worker (versions, dtypes, revisions,
+    endpoints, agent and tensor names, map keys and values), in characters: 256 holds a
+    git ref, a ``[v6-address]:port`` or a dotted tensor path with room to spare."""
+
+    map_entries: int = Field(default=_LIMITS.map_entries, ge=0, le=100_000)
+    """Most entries in ``extra_parameters`` or ``topology``: modelexpress sends a handful
+    (a Triton key; one entry per topology level, seven levels in Grove's set)."""
+
+    tensors_per_worker: int = Field(default=_LIMITS.tensors_per_worker, ge=1)
+    """Most tensor descriptors in one worker's metadata: 200,000 is twice an unfused
+    DeepSeek-V3 checkpoint's ~94,000 weights and scales on one rank, and ~16 MB of
+    descriptors, well inside one 100 MB gRPC message."""
+
+    workers_per_source: int = Field(default=_LIMITS.workers_per_source, ge=1)
+    """Most workers one source (one mx_source_id) may have: a worker per rank, and 1024
+    is four times the widest deployments today (expert parallelism over 32 nodes of 8
+    GPUs). A republish of a known worker always fits."""
+
+    def to_core(self) -> IdentityLimits:
+        """The core's view of these limits."""
+        return IdentityLimits(**self.model_dump())
 
 
 def _default_cache_dir() -> Path:
@@ -192,6 +254,18 @@ class RegistrySettings(BaseSettings):
     that finds less evicts first and fails with ERROR if it still cannot make room. None =
     no floor: the disk may hold data the registry cannot see, so no default fits every node."""
 
+    file_roots: PathList = Field(default_factory=list)
+    """Directories ``file://`` model sources may be read from
+    (``FLEXINFER_REGISTRY_FILE_ROOTS``, ``/a:/b`` or a JSON list; absolute paths). Empty,
+    the default: every ``file://`` name is refused with PERMISSION_DENIED, as a registry
+    that reads any local directory serves whatever its process can read. A name's path,
+    decoded and with symlinks resolved, must lie under one; so must every file read for it.
+    ``flexinfer up`` passes its own models directory."""
+
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    """Bounds on names, identity fields, tensors and workers per request
+    (``FLEXINFER_REGISTRY_LIMITS_*``)."""
+
     config_file: Path | None = None
     """A ModelExpress server YAML config file (``--config``). As in ModelExpress, flags and
     environment variables override it, and it overrides the defaults."""
@@ -214,6 +288,12 @@ class RegistrySettings(BaseSettings):
         """Flags, then the environment, then the config file, then defaults."""
         config = _ConfigFileSource(settings_cls, init_settings)
         return init_settings, env_settings, dotenv_settings, file_secret_settings, config
+
+    @model_validator(mode="after")
+    def _roots_are_absolute(self) -> RegistrySettings:
+        """A relative root would depend on the working directory the registry starts in."""
+        _absolute_roots(self.file_roots)
+        return self
 
     @model_validator(mode="after")
     def _chunks_fit_messages(self) -> RegistrySettings:

@@ -1,1 +1,2 @@
-"""Edges to foreign systems (Kubernetes API): the only modules that import their clients."""
+"""Edges to foreign systems: model providers (:mod:`.providers`), record stores
+(:mod:`.stores`) and the Kubernetes API. The only modules that import their clients."""

@@ -1,8 +1,9 @@
-"""Registry logic, free of any web framework or gRPC.
+"""Registry logic, free of any web framework, gRPC, cloud SDK or database client.
 
-Today it holds only what the health and ping RPCs answer (:mod:`.info`). The registry issue
-brings the rest: model stores (memory, SQL, Redis, Kubernetes) and providers (file, Hugging
-Face, S3, GCS, NGC) behind small interfaces, the download/stream/list/delete logic of
-ModelExpress's ``ModelService``, and the P2P source metadata of ``P2pService``. The gRPC
-servicers in :mod:`flexinfer_registry.grpc_server` stay thin translations onto this core.
+Downloads (exactly once per cluster), the on-disk cache, file serving, eviction and the P2P
+source metadata of ModelExpress's ``ModelService`` and ``P2pService``; the small interfaces
+the edges implement (:mod:`.store`, :mod:`.providers.base`); and the rules every name and
+identity a client sends is checked against (:mod:`.paths`, :mod:`.identity`,
+:mod:`.file_sources`). Import-linter contracts in the repository's ``pyproject.toml`` keep
+foreign clients out of this package.
 """

@@ -2,7 +2,7 @@
 
 One download per cache key across every replica sharing a store: the store's atomic
 ``try_claim`` picks the winner. In this process, all callers for one key share one
-:class:`_Flight` task and see the same updates; callers on other replicas poll the store
+:class:`Flight` task and see the same updates; callers on other replicas poll the store
 record, whose ``message`` the winner refreshes with its progress every heartbeat. A
 DOWNLOADED record whose files are gone from disk is deleted (compare-and-delete, so
 exactly one replica does it) and claimed again. A winner
@@ -21,6 +21,13 @@ from typing import Protocol
 from flexinfer_common.errors import FlexInferError
 from flexinfer_registry.core.cache import CachedModel
 from flexinfer_registry.core.context import CacheContext
+from flexinfer_registry.core.download_status import (
+    Flight,
+    Progress,
+    StatusUpdate,
+    readable,
+    typed,
+)
 from flexinfer_registry.core.paths import cache_key
 from flexinfer_registry.core.providers.base import ModelProvider
 from flexinfer_registry.core.records import ModelRecord, ModelStatus, Provider
@@ -64,59 +71,12 @@ class DownloadRequest:
 
 
 @dataclass(frozen=True)
-class StatusUpdate:
-    """One ModelStatusUpdate."""
-
-    name: str
-    status: ModelStatus
-    provider: Provider
-    message: str | None = None
-    resolved_revision: str | None = None
-
-    @property
-    def final(self) -> bool:
-        """DOWNLOADED or ERROR: nothing follows."""
-        return self.status != ModelStatus.DOWNLOADING
-
-
-@dataclass(frozen=True)
 class TrackerTiming:
     """Heartbeat, stale-claim and polling periods in seconds (see RegistrySettings)."""
 
     heartbeat_s: float = 5.0
     stale_s: float = 60.0
     poll_s: float = 0.1
-
-
-class _Flight:
-    """One in-process ensure for one key, fanned out to every subscriber."""
-
-    def __init__(self) -> None:
-        self.last: StatusUpdate | None = None
-        self._queues: list[asyncio.Queue[StatusUpdate]] = []
-
-    def emit(self, update: StatusUpdate) -> None:
-        if self.last is not None and self.last.final:
-            return
-        if self.last == update:
-            return
-        self.last = update
-        for queue in self._queues:
-            queue.put_nowait(update)
-
-    async def updates(self) -> AsyncIterator[StatusUpdate]:
-        queue: asyncio.Queue[StatusUpdate] = asyncio.Queue()
-        if self.last is not None:
-            queue.put_nowait(self.last)
-        self._queues.append(queue)
-        try:
-            while True:
-                update = await queue.get()
-                yield update
-                if update.final:
-                    return
-        finally:
-            self._queues.remove(queue)
 
 
 class DownloadTracker:
@@ -137,7 +97,7 @@ class DownloadTracker:
         self.timing = timing or TrackerTiming()
         self.make_room = make_room
         self.after_download = after_download
-        self._flights: dict[str, _Flight] = {}
+        self._flights: dict[str, Flight] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def ensure(self, request: DownloadRequest) -> AsyncIterator[StatusUpdate]:
@@ -152,7 +112,7 @@ class DownloadTracker:
                 return
             flight = self._flights.get(key)  # one may have started while we looked
         if flight is None:
-            flight = _Flight()
+            flight = Flight()
             self._flights[key] = flight
             task = asyncio.create_task(self._run(key, request, flight), name=f"ensure {key}")
             self._tasks.add(task)
@@ -183,7 +143,7 @@ class DownloadTracker:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _run(self, key: str, request: DownloadRequest, flight: _Flight) -> None:
+    async def _run(self, key: str, request: DownloadRequest, flight: Flight) -> None:
         try:
             await self._coordinate(key, request, flight)
         except asyncio.CancelledError:
@@ -191,11 +151,12 @@ class DownloadTracker:
             raise
         except Exception as exc:
             log.exception("ensure %s failed", key)
-            flight.emit(self._update(request, ModelStatus.ERROR, _readable(exc)))
+            error = typed(exc)
+            flight.emit(self._update(request, ModelStatus.ERROR, readable(error or exc), error))
         finally:
             self._flights.pop(key, None)
 
-    async def _coordinate(self, key: str, request: DownloadRequest, flight: _Flight) -> None:
+    async def _coordinate(self, key: str, request: DownloadRequest, flight: Flight) -> None:
         missing = 0
         waited = False
         while True:
@@ -240,7 +201,7 @@ class DownloadTracker:
             and record.updated_at >= now - self.timing.stale_s
         )
 
-    async def _download(self, key: str, request: DownloadRequest, flight: _Flight) -> None:
+    async def _download(self, key: str, request: DownloadRequest, flight: Flight) -> None:
         self.metrics.cache_misses.inc()
         self.metrics.downloads_started.inc()
         provider = self.providers.provider_for(request.name, int(request.provider))
@@ -248,10 +209,11 @@ class DownloadTracker:
         if refusal is not None:
             await self._report_failure(key, request, flight, refusal)
             return
-        progress = _Progress()
+        progress = Progress()
         flight.emit(self._update(request, ModelStatus.DOWNLOADING, "download started"))
         staging = await asyncio.to_thread(self.cache.staging, key)
-        heartbeat = asyncio.create_task(self._heartbeat(key, request, flight, progress))
+        stop = asyncio.Event()
+        heartbeat = asyncio.create_task(self._heartbeat(key, request, flight, progress, stop))
         with self.in_use.using(key):
             try:
                 result = await provider.download(
@@ -270,20 +232,21 @@ class DownloadTracker:
                     request.ignore_weights,
                 )
             except asyncio.CancelledError:
+                await _stopped(heartbeat, stop)
                 await self._fail(key, request, "download interrupted (registry shutting down)")
                 raise
             except Exception as exc:
-                failure: str | None = _readable(exc)
+                error = typed(exc)
+                failure: str | None = readable(error or exc)
                 log.warning("download of %s failed: %s", key, failure)
             else:
-                failure = None
+                failure, error = None, None
             finally:
-                heartbeat.cancel()
-                await asyncio.gather(heartbeat, return_exceptions=True)
+                await _stopped(heartbeat, stop)
                 await asyncio.to_thread(self.cache.remove_staging, staging)
         if failure is not None:
             # Files are cleaned up before anyone hears of the failure.
-            await self._report_failure(key, request, flight, failure)
+            await self._report_failure(key, request, flight, failure, error)
             return
         summary = f"downloaded {len(model.files)} files, {model.total_size} bytes"
         await self.store.set_status(
@@ -303,7 +266,7 @@ class DownloadTracker:
         except Exception as exc:
             # A failed disk check is not a reason to risk filling the disk: refuse, readably.
             log.exception("%s: making room in the cache failed", key)
-            return f"could not make room in the cache: {_readable(exc)}"
+            return f"could not make room in the cache: {readable(exc)}"
 
     async def _settle(self, key: str) -> None:
         """Run ``after_download``; a failure there is logged, as the model itself is fine."""
@@ -315,12 +278,17 @@ class DownloadTracker:
             log.exception("%s: enforcing the cache size after the download failed", key)
 
     async def _report_failure(
-        self, key: str, request: DownloadRequest, flight: _Flight, failure: str
+        self,
+        key: str,
+        request: DownloadRequest,
+        flight: Flight,
+        failure: str,
+        error: FlexInferError | None = None,
     ) -> None:
         """Release the claim as ERROR, count it, and tell every subscriber."""
         await self._fail(key, request, failure)
         self.metrics.downloads_failed.inc()
-        flight.emit(self._update(request, ModelStatus.ERROR, failure))
+        flight.emit(self._update(request, ModelStatus.ERROR, failure, error))
 
     async def _fail(self, key: str, request: DownloadRequest, message: str) -> None:
         """Record ERROR so the claim is released at once (shielded: runs during cancel)."""
@@ -331,10 +299,20 @@ class DownloadTracker:
             await asyncio.shield(write)
 
     async def _heartbeat(
-        self, key: str, request: DownloadRequest, flight: _Flight, progress: _Progress
+        self,
+        key: str,
+        request: DownloadRequest,
+        flight: Flight,
+        progress: Progress,
+        stop: asyncio.Event,
     ) -> None:
+        """Refresh the claim every ``heartbeat_s`` until ``stop``; a write in progress when
+        ``stop`` is set finishes first, so the caller's final status is the last word."""
         while True:
-            await asyncio.sleep(self.timing.heartbeat_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.timing.heartbeat_s)
+            if stop.is_set():
+                return
             message = progress.describe()
             try:
                 await self.store.set_status(
@@ -345,9 +323,13 @@ class DownloadTracker:
             flight.emit(self._update(request, ModelStatus.DOWNLOADING, message))
 
     def _update(
-        self, request: DownloadRequest, status: ModelStatus, message: str | None
+        self,
+        request: DownloadRequest,
+        status: ModelStatus,
+        message: str | None,
+        error: FlexInferError | None = None,
     ) -> StatusUpdate:
-        return StatusUpdate(request.name, status, request.provider, message)
+        return StatusUpdate(request.name, status, request.provider, message, error=error)
 
     def _done(
         self, request: DownloadRequest, model: CachedModel, message: str | None = None
@@ -361,24 +343,9 @@ class DownloadTracker:
         )
 
 
-class _Progress:
-    """The provider's progress callback; may be called from worker threads."""
-
-    def __init__(self) -> None:
-        self.done = 0
-        self.total: int | None = None
-
-    def __call__(self, done: int, total: int | None) -> None:
-        self.done, self.total = done, total
-
-    def describe(self) -> str:
-        if self.total:
-            percent = 100.0 * self.done / self.total
-            return f"downloading: {self.done} of {self.total} bytes ({percent:.0f}%)"
-        return f"downloading: {self.done} bytes"
-
-
-def _readable(exc: BaseException) -> str:
-    """One line for the status stream: the error's own message, else its type."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return text[:500] or type(exc).__name__
+async def _stopped(heartbeat: asyncio.Task[None], stop: asyncio.Event) -> None:
+    """Stop the heartbeat and wait for it. Stopped, not cancelled: a heartbeat write already
+    sent would otherwise land after the final status and revive the claim as DOWNLOADING,
+    which other replicas then wait on for ``stale_s`` and download again."""
+    stop.set()
+    await asyncio.gather(asyncio.shield(heartbeat), return_exceptions=True)

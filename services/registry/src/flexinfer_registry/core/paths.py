@@ -14,9 +14,7 @@ import re
 from pathlib import Path, PurePosixPath
 
 from flexinfer_common.errors import InvalidSpecError
-
-MAX_NAME_LENGTH = 1024
-"""Longest accepted model name: URLs with long prefixes fit, hostile megabyte names do not."""
+from flexinfer_registry.core.identity import MAX_MODEL_NAME, IdentityLimits, model_name_problem
 
 MAX_PATH_LENGTH = 4096
 
@@ -29,40 +27,17 @@ def _shown(text: str) -> str:
     return repr(text[:80])
 
 
-def check_model_name(name: str) -> str:
+def check_model_name(name: str, max_chars: int = IdentityLimits.model_name_chars) -> str:
     """``name`` unchanged if it is a safe model name, else InvalidSpecError.
 
-    Plain names (``org/model``) must be relative with no ``.``/``..`` segments; URL names
-    (``s3://bucket/prefix``, ``file:///abs/dir``) may not contain ``..`` segments either.
+    The rule is :func:`~flexinfer_registry.core.identity.model_name_problem`'s: visible
+    ASCII, relative unless a URL (``s3://bucket/prefix``, ``file:///abs/dir``), and no
+    ``.``/``..`` segments. A ``file://`` name is checked again once decoded
+    (:mod:`.file_sources`).
     """
-    if not name or not name.strip():
-        raise InvalidSpecError("model_name is empty", field="model_name")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidSpecError(
-            f"model_name is longer than {MAX_NAME_LENGTH} characters", field="model_name"
-        )
-    if _CONTROL.search(name):
-        raise InvalidSpecError(
-            f"model_name contains NUL or control characters: {_shown(name)}", field="model_name"
-        )
-    if "\\" in name:
-        raise InvalidSpecError(
-            f"model_name contains a backslash: {_shown(name)}", field="model_name"
-        )
-    scheme, sep, rest = name.partition("://")
-    is_url = bool(sep) and scheme.isalnum()
-    body = rest if is_url else name
-    if not is_url and body.startswith("/"):
-        raise InvalidSpecError(
-            f"model_name must not be an absolute path (use file:///...): {_shown(name)}",
-            field="model_name",
-        )
-    segments = body.split("/")
-    if any(s in ("..", ".") for s in segments):
-        raise InvalidSpecError(
-            f"model_name must not contain '.' or '..' segments: {_shown(name)}",
-            field="model_name",
-        )
+    problem = model_name_problem(name, max_chars)
+    if problem is not None:
+        raise InvalidSpecError(f"model_name {problem}", field="model_name")
     return name
 
 
@@ -72,7 +47,7 @@ def cache_key(name: str, revision: str | None, ignore_weights: bool) -> str:
     A metadata-only download (``ignore_weights``) and a pinned revision get their own
     records, as the modelexpress client expects, so neither is mistaken for the other.
     """
-    key = check_model_name(name)
+    key = check_model_name(name, MAX_MODEL_NAME)
     if revision:
         if _CONTROL.search(revision) or len(revision) > 256:
             raise InvalidSpecError(f"invalid revision {_shown(revision)}", field="revision")

@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from flexinfer_registry.core.admission import Admission
 from flexinfer_registry.core.cache import ModelCache
 from flexinfer_registry.core.context import CacheContext
 from flexinfer_registry.core.downloads import DownloadTracker, ProviderResolver, TrackerTiming
 from flexinfer_registry.core.eviction import EvictionPolicy, ModelRemover
 from flexinfer_registry.core.files import ModelFiles
+from flexinfer_registry.core.identity import IdentityLimits
 from flexinfer_registry.core.info import ServerInfo
 from flexinfer_registry.core.inuse import InUse
 from flexinfer_registry.core.metrics import RegistryMetrics
@@ -34,6 +36,8 @@ class CoreConfig:
     evict_on_download: bool = True
     """Run ``ModelRemover.make_room`` before each new download and
     ``ModelRemover.enforce_size`` after it (off with eviction off)."""
+    limits: IdentityLimits = field(default_factory=IdentityLimits)
+    """Bounds on names, identity fields, tensors and workers a request may carry."""
 
 
 @dataclass
@@ -43,6 +47,7 @@ class RegistryCore:
     config: CoreConfig
     stores: Stores
     cache: ModelCache
+    admission: Admission
     tracker: DownloadTracker
     files: ModelFiles
     remover: ModelRemover
@@ -90,6 +95,7 @@ def build_core(
         config=config,
         stores=stores,
         cache=cache,
+        admission=Admission(providers, config.limits),
         tracker=tracker,
         files=ModelFiles(context),
         remover=remover,
@@ -98,6 +104,7 @@ def build_core(
             heartbeat_timeout_s=config.heartbeat_timeout_s,
             gc_timeout_s=config.gc_timeout_s,
             clock=clock,
+            limits=config.limits,
         ),
         metrics=metrics,
         info=info or ServerInfo(),

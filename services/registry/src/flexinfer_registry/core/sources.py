@@ -13,11 +13,18 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flexinfer_common.errors import InvalidSpecError
+from flexinfer_registry.core.identity import (
+    Checker,
+    IdentityLimits,
+    InvalidFieldsError,
+    Violation,
+    WorkerFields,
+)
 from flexinfer_registry.core.records import (
     SourceIdentity,
     SourceQuery,
@@ -36,7 +43,6 @@ _OPTIONAL_FIELDS = (
     "gpu_arch",
     "compile_config_digest",
 )
-MAX_WORKER_ID = 256
 
 
 def canonical_json(identity: SourceIdentity) -> str:
@@ -71,15 +77,15 @@ def compute_mx_source_id(identity: SourceIdentity) -> str:
 
 @dataclass(frozen=True)
 class Publication:
-    """What PublishMetadata carries, decoded at the edge."""
+    """What PublishMetadata carries, decoded at the edge (``metadata`` is the serialized
+    WorkerMetadata, stored opaque; ``worker`` its fields that are checked)."""
 
     identity: SourceIdentity
     worker_id: str
     worker_rank: int
     status: SourceStatus
     metadata: bytes
-    accelerator: str = ""
-    topology: dict[str, str] = dataclasses.field(default_factory=dict)
+    worker: WorkerFields = dataclasses.field(default_factory=WorkerFields)
     pod_name: str = ""
     pod_uid: str = ""
     pod_namespace: str = ""
@@ -108,32 +114,42 @@ class SourceRegistry:
         heartbeat_timeout_s: float = 90.0,
         gc_timeout_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
+        limits: IdentityLimits | None = None,
     ) -> None:
         self.store = store
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.gc_timeout_s = gc_timeout_s
         self.clock = clock
+        self.limits = limits or IdentityLimits()
 
     async def publish(self, publication: Publication) -> SourceRecord:
-        """Store one worker's metadata; returns the stored record (with its source id)."""
+        """Store one worker's metadata; returns the stored record (with its source id).
+
+        InvalidFieldsError, before anything is stored, for a field that breaks the rules
+        of :mod:`.identity` or a new worker beyond ``limits.workers_per_source``.
+        """
+        check = Checker(self.limits)
+        check.identity("identity", publication.identity)
+        check.worker_id("worker_id", publication.worker_id, required=False)
+        check.worker(publication.worker)
+        check.pod(publication.pod_name, publication.pod_uid, publication.pod_namespace)
+        check.done()
         worker_id = publication.worker_id or f"rank-{publication.worker_rank}"
-        if len(worker_id) > MAX_WORKER_ID or any(ord(c) < 32 for c in worker_id):
-            raise InvalidSpecError(
-                "worker_id is too long or has control characters", field="worker_id"
-            )
+        mx_source_id = compute_mx_source_id(publication.identity)
+        await self._check_room(mx_source_id, worker_id)
         status = publication.status
         if status == SourceStatus.UNKNOWN:
             status = SourceStatus.INITIALIZING
         record = SourceRecord(
-            mx_source_id=compute_mx_source_id(publication.identity),
+            mx_source_id=mx_source_id,
             worker_id=worker_id,
             identity=publication.identity,
             worker_rank=publication.worker_rank,
             status=status,
             updated_at=self.clock(),
             metadata=publication.metadata,
-            accelerator=publication.accelerator,
-            topology=dict(publication.topology),
+            accelerator=publication.worker.accelerator,
+            topology=dict(publication.worker.topology),
             pod_name=publication.pod_name,
             pod_uid=publication.pod_uid,
             pod_namespace=publication.pod_namespace,
@@ -141,8 +157,28 @@ class SourceRegistry:
         await self.store.publish(record)
         return record
 
+    async def _check_room(self, mx_source_id: str, worker_id: str) -> None:
+        """A new worker must fit ``limits.workers_per_source`` (a republish always does).
+
+        Checked before the write, not atomically with it: concurrent first publishes of
+        one source may overshoot the bound by at most the number in flight."""
+        known = await self.store.worker_ids(mx_source_id)
+        limit = self.limits.workers_per_source
+        if worker_id not in known and len(known) >= limit:
+            why = (
+                f"source {mx_source_id} already has {len(known)} workers, the limit "
+                f"(FLEXINFER_REGISTRY_LIMITS_WORKERS_PER_SOURCE={limit})"
+            )
+            raise InvalidFieldsError([Violation("worker_id", why)])
+
     async def list(self, query: ListFilter) -> list[SourceRecord]:
         """Matching workers; READY ones only while their heartbeat is fresh."""
+        check = Checker(self.limits)
+        if query.identity is not None:
+            check.identity("identity", query.identity)
+        if query.model_name is not None:
+            check.model_name("model_name_filter", query.model_name, absolute_ok=True)
+        check.done()
         min_updated = query.min_updated_at
         if query.status == SourceStatus.READY:
             fresh = self.clock() - self.heartbeat_timeout_s
@@ -164,7 +200,11 @@ class SourceRegistry:
         return found
 
     async def get(self, mx_source_id: str, worker_id: str) -> SourceRecord | None:
-        """One worker's record, or None."""
+        """One worker's record, or None (InvalidFieldsError for malformed ids)."""
+        check = Checker(self.limits)
+        check.source_id("mx_source_id", mx_source_id)
+        check.worker_id("worker_id", worker_id, required=True)
+        check.done()
         return await self.store.get(mx_source_id, worker_id)
 
     async def update_status(
@@ -176,6 +216,12 @@ class SourceRegistry:
         source_load: float | None,
     ) -> bool:
         """Heartbeat/status change; an empty worker_id is found by rank (older clients)."""
+        check = Checker(self.limits)
+        check.source_id("mx_source_id", mx_source_id)
+        check.worker_id("worker_id", worker_id, required=False)
+        if source_load is not None and not (math.isfinite(source_load) and source_load >= 0):
+            check.fail("source_load", f"must be a finite number >= 0, got {source_load}")
+        check.done()
         if not worker_id:
             candidates = await self.store.list(
                 SourceQuery(mx_source_id=mx_source_id, worker_rank=worker_rank)

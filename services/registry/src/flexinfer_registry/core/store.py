@@ -128,6 +128,13 @@ class SourceStore(ABC):
     async def get(self, mx_source_id: str, worker_id: str) -> SourceRecord | None:
         """One worker's record, or None."""
 
+    async def worker_ids(self, mx_source_id: str) -> set[str]:
+        """The worker ids the source has (PublishMetadata's workers-per-source bound).
+
+        Through :meth:`list` by default; backends that can answer without reading every
+        worker's metadata override it."""
+        return {r.worker_id for r in await self.list(SourceQuery(mx_source_id=mx_source_id))}
+
     @abstractmethod
     async def update_status(
         self,

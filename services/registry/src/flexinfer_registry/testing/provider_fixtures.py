@@ -11,7 +11,9 @@ registry's providers call are implemented, with the response shapes of the real 
   (Bearer-authenticated) and ``GET /presigned/{sig}/{path}``.
 
 Knobs make it misbehave on purpose: ``corrupt`` paths are served with one byte flipped (same
-size, wrong checksum) and ``ngc_listing_status`` makes the NGC files manifest answer 401.
+size, wrong checksum), ``ngc_listing_status`` makes the NGC files manifest answer 401, and
+``hold`` stops a large body part-way until the test releases it (a download caught in the
+middle, for fault injection).
 """
 
 from __future__ import annotations
@@ -52,6 +54,16 @@ class HfCommit:
 
 
 @dataclass
+class Hold:
+    """Bodies longer than ``after`` bytes stop there until ``release`` is set; ``reached``
+    is set once the first ``after`` bytes of one are sent."""
+
+    after: int
+    reached: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
 class FixtureState:
     """Everything the server serves; tests mutate it before or between requests."""
 
@@ -67,6 +79,7 @@ class FixtureState:
     """Status of the NGC files manifest; 401 or 400 forces the checksums.blake3 fallback."""
     ngc_token: str = "fixture-bearer"
     gcs_page_size: int = 2
+    hold: Hold | None = None
     requests: list[str] = field(default_factory=list)
 
     def add_hf(self, repo: str, sha: str, files: dict[str, bytes], *, branch: str = "main") -> None:
@@ -145,8 +158,19 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        if not head:
+        if head:
+            return
+        hold = self.server.state.hold
+        if hold is not None and len(data) > hold.after:
+            self.wfile.write(data[: hold.after])
+            self.wfile.flush()
+            hold.reached.set()
+            hold.release.wait(120)
+            data = data[hold.after :]
+        try:
             self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client died mid-body
+            self.close_connection = True
 
     # -- Hugging Face --------------------------------------------------------------------
     def _hf_commit(self, repo: str, revision: str) -> HfCommit | None:

@@ -146,21 +146,36 @@ async def check_exactly_once(
         ]
         stubs = [model_pb2_grpc.ModelServiceStub(c) for c in channels]  # type: ignore[no-untyped-call]
 
+        waiting: set[int] = set()  # callers that saw DOWNLOADING
+        progressed: set[int] = set()  # replicas with a caller that saw the byte counts
+        all_waiting = asyncio.Event()
+
         async def ensure(i: int) -> list[Any]:
             request = model_pb2.ModelDownloadRequest(model_name=model)
-            return [u async for u in stubs[i % 2].EnsureModelDownloaded(request)]
+            updates = []
+            async for update in stubs[i % 2].EnsureModelDownloaded(request):
+                updates.append(update)
+                if update.status == model_pb2.DOWNLOADING:
+                    waiting.add(i)
+                    if "downloading:" in update.message:
+                        progressed.add(i % 2)
+                if len(waiting) == CALLS and len(progressed) == 2:
+                    all_waiting.set()
+            return updates
 
         calls = [asyncio.create_task(ensure(i)) for i in range(CALLS)]
-        await asyncio.wait_for(provider.started.wait(), 30)
-        await asyncio.sleep(0.2)  # every caller is now waiting on the one download
+        # Open the gate only once every caller, on both replicas, is waiting on the one
+        # download and has seen its progress: a fixed pause here failed on a busy machine.
+        await asyncio.wait_for(all_waiting.wait(), 60)
         gate.set()
         results = await asyncio.wait_for(asyncio.gather(*calls), 90)
     assert provider.downloads == 1, f"{provider.downloads} downloads started"
     finals = {(r[-1].status, r[-1].resolved_revision) for r in results}
     assert finals == {(model_pb2.DOWNLOADED, COMMIT)}
-    # Progress: callers on both replicas saw the winner's byte counts while waiting.
-    progress = [u.message for r in results for u in r if u.status == model_pb2.DOWNLOADING]
-    assert any("downloading:" in (m or "") for m in progress)
+    # Every caller waited (none arrived after the download), and callers on both replicas
+    # saw the winner's byte counts while waiting.
+    assert all(r[0].status == model_pb2.DOWNLOADING for r in results)
+    assert progressed == {0, 1}
     record = await stores.models.get(model)
     assert record is not None
     assert record.status.name == "DOWNLOADED"

@@ -390,6 +390,18 @@ async def check_source_list_filters(open_store: OpenSourceStore) -> None:
         assert await store.list(SourceQuery(mx_source_id="0000000000000000")) == []
 
 
+async def check_source_worker_ids(open_store: OpenSourceStore) -> None:
+    """worker_ids names the source's workers, and only that source's."""
+    async with _opened_sources(open_store) as store:
+        assert await store.worker_ids("0123456789abcdef") == set()
+        await store.publish(source("w-a"))
+        await store.publish(source("w-b", rank=1))
+        await store.publish(source("w-a", rank=2))  # a republish is no new worker
+        await store.publish(source("w-z", mx_source_id="ffff000000000000"))
+        assert await store.worker_ids("0123456789abcdef") == {"w-a", "w-b"}
+        assert await store.worker_ids("ffff000000000000") == {"w-z"}
+
+
 async def check_source_update_status(open_store: OpenSourceStore) -> None:
     """update_status is update-only; load is kept when None; metadata is untouched."""
     async with _opened_sources(open_store) as store:
@@ -449,6 +461,7 @@ SOURCE_STORE_CHECKS: tuple[SourceStoreCheck, ...] = (
     check_source_roundtrip,
     check_source_publish_replaces,
     check_source_list_filters,
+    check_source_worker_ids,
     check_source_update_status,
     check_source_mark_stale_and_gc,
     check_source_close_idempotent,

@@ -8,6 +8,8 @@ Providers raise only :mod:`flexinfer_common.errors` types:
 - credentials refused -> :class:`AccessDeniedError` (permanent until the config changes);
 - a file fails its checksum or size check -> :class:`ChecksumMismatchError` (permanent);
 - the source names a file outside the model directory -> :class:`UnsafePathError` (permanent);
+- the registry's configuration does not allow the source (a ``file://`` path outside the
+  configured roots) -> :class:`SourceNotAllowedError` (permanent; PERMISSION_DENIED);
 - the model name itself is malformed -> :class:`~flexinfer_common.errors.InvalidSpecError`.
 """
 
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from flexinfer_common.errors import PermanentError, TemporaryError
+from flexinfer_common.errors import InvalidSpecError, PermanentError, TemporaryError
 
 ProgressCallback = Callable[[int, int | None], None]
 """Called with (bytes downloaded so far, total bytes or None when not known yet)."""
@@ -43,6 +45,11 @@ class ChecksumMismatchError(PermanentError):
 
 class UnsafePathError(PermanentError):
     """The source named a file whose path would escape the model directory."""
+
+
+class SourceNotAllowedError(PermanentError):
+    """The registry is not configured to read this source (a ``file://`` path outside the
+    configured roots): permission denied, whatever the request."""
 
 
 @dataclass(frozen=True)
@@ -88,12 +95,22 @@ class ProviderConfig:
     chunk_size: int = 1 << 20
     """Bytes read per network chunk while streaming a file to disk."""
 
+    file_roots: tuple[Path, ...] = ()
+    """Directories ``file://`` sources may be read from; none = ``file://`` is refused."""
+
 
 class ModelProvider(ABC):
     """Downloads models from one kind of source into a local directory."""
 
     name: ClassVar[str]
     """Registry name of the provider ("file", "huggingface", "s3", "gcs", "ngc")."""
+
+    async def check(self, model_name: str) -> None:
+        """Refuse ``model_name`` before anything is created (a record, a staging folder):
+        InvalidSpecError, SourceNotAllowedError or NotFoundError. Most providers learn
+        nothing before they download, so the default asks only for a name."""
+        if not model_name:
+            raise InvalidSpecError("model_name is required", field="model_name")
 
     @abstractmethod
     async def download(
@@ -151,6 +168,7 @@ __all__ = [
     "ModelProvider",
     "ProgressCallback",
     "ProviderConfig",
+    "SourceNotAllowedError",
     "SourceUnreachableError",
     "UnsafePathError",
 ]

@@ -38,53 +38,15 @@ def scheme_of(model_name: str) -> str | None:
     return head.lower() if sep and head.isalnum() else None
 
 
-def _file_factory(config: ProviderConfig) -> ModelProvider:
-    from flexinfer_registry.core.providers.local import LocalProvider
-
-    return LocalProvider(config)
-
-
-def _hf_factory(config: ProviderConfig) -> ModelProvider:
-    from flexinfer_registry.core.providers.huggingface import HuggingFaceProvider
-
-    return HuggingFaceProvider(config)
-
-
-def _s3_factory(config: ProviderConfig) -> ModelProvider:
-    from flexinfer_registry.core.providers.s3 import S3Provider
-
-    return S3Provider(config)
-
-
-def _gcs_factory(config: ProviderConfig) -> ModelProvider:
-    from flexinfer_registry.core.providers.gcs import GcsProvider
-
-    return GcsProvider(config)
-
-
-def _ngc_factory(config: ProviderConfig) -> ModelProvider:
-    from flexinfer_registry.core.providers.ngc import NgcProvider
-
-    return NgcProvider(config)
-
-
-def default_factories() -> dict[str, ProviderFactory]:
-    """The built-in providers by name; implementations are imported on first use."""
-    return {
-        "file": _file_factory,
-        "huggingface": _hf_factory,
-        "s3": _s3_factory,
-        "gcs": _gcs_factory,
-        "ngc": _ngc_factory,
-    }
-
-
 @dataclass
 class ProviderRegistry:
-    """Name -> factory; builds each provider once and hands out the same instance."""
+    """Name -> factory; builds each provider once and hands out the same instance.
+
+    The built-in factories live with their implementations, outside the core
+    (:func:`flexinfer_registry.adapters.providers.builtin_providers`)."""
 
     config: ProviderConfig = field(default_factory=ProviderConfig)
-    factories: dict[str, ProviderFactory] = field(default_factory=default_factories)
+    factories: dict[str, ProviderFactory] = field(default_factory=dict)
     _built: dict[str, ModelProvider] = field(default_factory=dict, init=False, repr=False)
 
     def register(self, name: str, factory: ProviderFactory) -> None:
@@ -126,10 +88,3 @@ class ProviderRegistry:
     def provider_for(self, model_name: str, provider_enum: int = 0) -> ModelProvider:
         """The provider for ``model_name``: its URL scheme wins, else the proto enum value."""
         return self.get(self.name_for(model_name, provider_enum))
-
-
-def provider_for(
-    model_name: str, provider_enum: int = 0, config: ProviderConfig | None = None
-) -> ModelProvider:
-    """One-shot convenience: a fresh default registry's provider for ``model_name``."""
-    return ProviderRegistry(config or ProviderConfig()).provider_for(model_name, provider_enum)

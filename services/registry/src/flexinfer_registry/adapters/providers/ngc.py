@@ -34,6 +34,13 @@ import httpx
 from blake3 import blake3
 
 from flexinfer_common.errors import InvalidSpecError
+from flexinfer_registry.adapters.providers.http import (
+    check_status,
+    download_to,
+    get_json,
+    make_client,
+    translate_transport,
+)
 from flexinfer_registry.core.providers.base import (
     AccessDeniedError,
     DownloadResult,
@@ -49,13 +56,6 @@ from flexinfer_registry.core.providers.files import (
     check_size,
     select,
     target_path,
-)
-from flexinfer_registry.core.providers.http import (
-    check_status,
-    download_to,
-    get_json,
-    make_client,
-    translate_transport,
 )
 
 DEFAULT_API = "https://api.ngc.nvidia.com"

@@ -17,9 +17,14 @@ from flexinfer_registry._generated.model_express import (
     model_pb2,
     model_pb2_grpc,
 )
-from flexinfer_registry.grpc_stream import unary_stream
-from flexinfer_registry.h2_connection import CallError
-from flexinfer_registry.wire import FileChunkView, WireFormatError, decode_file_chunk
+from flexinfer_registry.client.addresses import cleartext_address
+from flexinfer_registry.client.chunk_decoder import (
+    FileChunkView,
+    WireFormatError,
+    decode_file_chunk,
+)
+from flexinfer_registry.client.errors import CallError
+from flexinfer_registry.client.grpc_stream import unary_stream
 
 DEFAULT_ADDRESS = "localhost:8001"
 STATUS_NAMES = {0: "DOWNLOADING", 1: "DOWNLOADED", 2: "ERROR"}
@@ -38,12 +43,11 @@ class OperationFailedError(Exception):
 
 
 def server_address(flag: str | None, env: Mapping[str, str] | None = None) -> str:
-    """--server, else MODEL_EXPRESS_URL (it wins, as in ModelExpress), else MX_SERVER_ADDRESS."""
+    """--server, else MODEL_EXPRESS_URL (it wins, as in ModelExpress), else MX_SERVER_ADDRESS;
+    TlsNotSupportedError for an ``https://`` address (it used to be dialled in cleartext)."""
     env = os.environ if env is None else env
     raw = flag or env.get("MODEL_EXPRESS_URL") or env.get("MX_SERVER_ADDRESS") or DEFAULT_ADDRESS
-    for scheme in ("http://", "https://", "grpc://"):
-        raw = raw.removeprefix(scheme)
-    return raw.rstrip("/")
+    return cleartext_address(raw)
 
 
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024
@@ -67,6 +71,7 @@ class MxClient:
     token: str | None = None
 
     def __post_init__(self) -> None:
+        self.address = cleartext_address(self.address)
         self._metadata = (("authorization", f"Bearer {self.token}"),) if self.token else ()
         self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         self._model = model_pb2_grpc.ModelServiceStub(self._channel)  # type: ignore[no-untyped-call]
@@ -119,6 +124,8 @@ class MxClient:
                 request, timeout=self.download_timeout_s, metadata=self._metadata
             ):
                 yield _update(update)
+                if update.status != model_pb2.DOWNLOADING:
+                    return  # the final update says it all, as ModelCacheClient reads it
         except grpc.RpcError as exc:
             raise _translate(exc, self.address) from exc
 

@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from flexinfer_common.errors import FlexInferError, StoreError
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store.sql_engine import build_engine, create_tables, ensure_schema, upsert
+from flexinfer_registry.adapters.stores import sql_schema as schema
 from flexinfer_registry.core.records import (
     ModelRecord,
     ModelStatus,
@@ -38,7 +39,6 @@ from flexinfer_registry.core.store import (
     Stores,
 )
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores import sql_schema as schema
 
 T = TypeVar("T")
 _M = schema.MODELS.c
@@ -238,6 +238,15 @@ class SqlSourceStore(_SqlStore, SourceStore):
         )
         with self._engine.begin() as conn:
             conn.execute(stmt)
+
+    async def worker_ids(self, mx_source_id: str) -> builtins.set[str]:
+        """SELECT worker_id WHERE mx_source_id = ..., without the metadata column."""
+        return await self._call(self._worker_ids, mx_source_id)
+
+    def _worker_ids(self, mx_source_id: str) -> builtins.set[str]:
+        stmt = select(_W.worker_id).where(_W.mx_source_id == mx_source_id)
+        with self._engine.connect() as conn:
+            return {str(row[0]) for row in conn.execute(stmt).all()}
 
     async def list(self, query: SourceQuery) -> list[SourceRecord]:
         """Filtered in SQL, ordered and cut here (collation-independent)."""

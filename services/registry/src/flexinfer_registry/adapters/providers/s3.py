@@ -19,6 +19,7 @@ import botocore.exceptions
 from botocore.config import Config
 
 from flexinfer_common.errors import NotFoundError
+from flexinfer_registry.adapters.providers.http import md5
 from flexinfer_registry.core.providers.base import (
     AccessDeniedError,
     BlockingProvider,
@@ -37,7 +38,6 @@ from flexinfer_registry.core.providers.files import (
     select,
     target_path,
 )
-from flexinfer_registry.core.providers.http import md5
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

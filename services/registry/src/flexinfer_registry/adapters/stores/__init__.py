@@ -19,12 +19,12 @@ StoreFactory = Callable[[RegistrySettings], Awaitable[Stores]]
 
 # name -> module; "k8s" and "crd" are the ModelExpress server's aliases for kubernetes.
 BACKENDS: dict[str, str] = {
-    "memory": "flexinfer_registry.stores.memory",
-    "redis": "flexinfer_registry.stores.redis",
-    "sql": "flexinfer_registry.stores.sql",
-    "kubernetes": "flexinfer_registry.stores.kubernetes",
-    "k8s": "flexinfer_registry.stores.kubernetes",
-    "crd": "flexinfer_registry.stores.kubernetes",
+    "memory": "flexinfer_registry.adapters.stores.memory",
+    "redis": "flexinfer_registry.adapters.stores.redis",
+    "sql": "flexinfer_registry.adapters.stores.sql",
+    "kubernetes": "flexinfer_registry.adapters.stores.kubernetes",
+    "k8s": "flexinfer_registry.adapters.stores.kubernetes",
+    "crd": "flexinfer_registry.adapters.stores.kubernetes",
 }
 
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from flexinfer_registry.adapters.providers import builtin_providers
 from flexinfer_registry.core.providers.base import ProgressCallback, ProviderConfig
-from flexinfer_registry.core.providers.registry import ProviderRegistry
 
 
 def cache_dir(flag: str | None, env: Mapping[str, str] | None = None) -> Path:
@@ -38,7 +38,9 @@ def download_direct(
     progress: ProgressCallback | None = None,
 ) -> dict[str, Any]:
     """Download with the matching provider into a temp dir, then rename it into place."""
-    registry = ProviderRegistry(ProviderConfig())
+    # The user's own process reading the user's own files: no privilege boundary to guard,
+    # so any directory they can read is a file source (the server allows only its roots).
+    registry = builtin_providers(ProviderConfig(file_roots=(Path("/"),)))
     name = registry.name_for(model_name, provider_enum)
     target = local_dir(root, name, model_name)
     target.parent.mkdir(parents=True, exist_ok=True)

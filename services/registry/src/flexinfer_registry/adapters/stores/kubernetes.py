@@ -25,6 +25,7 @@ from typing import Any
 
 from flexinfer_common.errors import ConflictError, NotFoundError, StoreError
 from flexinfer_registry.adapters.kubernetes_api import KubeApi, KubeObjects, Resource
+from flexinfer_registry.adapters.stores.rfc3339 import format_ts, parse_ts
 from flexinfer_registry.core.records import (
     ModelRecord,
     ModelStatus,
@@ -43,7 +44,6 @@ from flexinfer_registry.core.store import (
     unchanged,
 )
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores.rfc3339 import format_ts, parse_ts
 
 log = logging.getLogger(__name__)
 

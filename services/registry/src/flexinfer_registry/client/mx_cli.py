@@ -22,15 +22,16 @@ from typing import Any
 
 from flexinfer_common.errors import FlexInferError
 from flexinfer_common.malloc import keep_large_buffers
-from flexinfer_registry.mx_client import (
+from flexinfer_registry.client.addresses import TlsNotSupportedError
+from flexinfer_registry.client.mx_client import (
     PROVIDERS,
     MxClient,
     OperationFailedError,
     ServerUnreachableError,
     server_address,
 )
-from flexinfer_registry.mx_direct import cache_dir, download_direct
-from flexinfer_registry.mx_output import Output
+from flexinfer_registry.client.mx_direct import cache_dir, download_direct
+from flexinfer_registry.client.mx_output import Output
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 TOKEN_ENV = "FLEXINFER_REGISTRY_AUTH_TOKEN"
@@ -211,6 +212,9 @@ def run(argv: list[str] | None, out: Output) -> int:
         address = server_address(args.server)
         with MxClient(address, timeout_s=args.timeout, token=args.token) as client:
             return handler(args, client, out)
+    except TlsNotSupportedError as exc:
+        out.error(exc.details)
+        return EXIT_USAGE
     except ServerUnreachableError as exc:
         out.error(str(exc))
         return EXIT_UNREACHABLE

@@ -1,6 +1,7 @@
 """The registry's gRPC server: ModelExpress health/api/model/p2p services and grpc.health.v1.
 
-Servicers are thin: they translate protobuf messages to and from :mod:`.core` calls.
+Servicers are thin: they translate protobuf messages to and from
+:mod:`flexinfer_registry.core` calls.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from flexinfer_registry._generated.model_express import (
 )
 from flexinfer_registry.core.info import ServerInfo
 from flexinfer_registry.core.service import RegistryCore
-from flexinfer_registry.grpc_services import ModelService, P2pService, add_model_service
+from flexinfer_registry.server.model_service import ModelService, add_model_service
+from flexinfer_registry.server.p2p_service import P2pService
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 import grpc
 import hpack
 
+from flexinfer_registry.client.addresses import cleartext_address
+from flexinfer_registry.client.errors import CallError
+
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = range(8)
 WINDOW_UPDATE, CONTINUATION = 8, 9
@@ -39,19 +42,6 @@ WAIT_SLICE_S = 1.0
 """Longest single socket wait (s); the deadline is checked between waits."""
 READ_AHEAD = 1 << 16
 """Bytes read at once for frame headers; DATA payload past them is read in place."""
-
-
-class CallError(Exception):
-    """A call failed; ``code`` is its gRPC status, ``details`` says why in one line.
-
-    Raised for what goes wrong below gRPC (unreachable server, broken protocol, deadline)
-    as well as for a non-OK status the server sent (see :mod:`.grpc_stream`).
-    """
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-        self.details = details
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +100,9 @@ class H2Connection:
 
     @classmethod
     def open(cls, address: str, deadline: float) -> H2Connection:
-        """Connect to ``host:port`` (or ``unix:path``) and send the preface and SETTINGS."""
+        """Connect to ``host:port`` (or ``unix:path``) and send the preface and SETTINGS;
+        TlsNotSupportedError for an ``https://`` address (never a cleartext fallback)."""
+        address = cleartext_address(address)  # never a cleartext fallback for https://
         try:
             if address.startswith("unix:"):
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

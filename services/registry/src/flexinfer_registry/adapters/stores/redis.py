@@ -23,6 +23,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from flexinfer_common.errors import InvalidSpecError, StoreError
+from flexinfer_registry.adapters.stores import redis_scripts as lua
+from flexinfer_registry.adapters.stores.rfc3339 import format_ts, parse_ts
 from flexinfer_registry.core.records import (
     ModelRecord,
     ModelStatus,
@@ -40,8 +42,6 @@ from flexinfer_registry.core.store import (
     Stores,
 )
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.stores import redis_scripts as lua
-from flexinfer_registry.stores.rfc3339 import format_ts, parse_ts
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +275,15 @@ class RedisSourceStore(_RedisStore, SourceStore):
         if not fields or attributes is None:
             return None
         return _source_record(mx_source_id, worker_id, _identity(attributes), fields)
+
+    async def worker_ids(self, mx_source_id: str) -> builtins.set[str]:
+        """The index hash's worker fields (HKEYS), without reading any worker's metadata."""
+        if ":" in mx_source_id:
+            return set()
+        with _redis_errors("worker_ids"):
+            keys = await self._client.hkeys(self.index_key(mx_source_id))
+        names = {k.decode() if isinstance(k, bytes) else str(k) for k in keys}
+        return names - {ATTRIBUTES}
 
     async def list(self, query: SourceQuery) -> list[SourceRecord]:
         """Index hashes first (identity, workers), then the workers' hashes, pipelined."""

@@ -24,6 +24,11 @@ import google_crc32c
 import httpx
 
 from flexinfer_common.errors import NotFoundError
+from flexinfer_registry.adapters.providers.http import (
+    download_to,
+    get_json,
+    make_client,
+)
 from flexinfer_registry.core.providers.base import (
     DownloadResult,
     FileInfo,
@@ -39,11 +44,6 @@ from flexinfer_registry.core.providers.files import (
     parse_bucket_url,
     select,
     target_path,
-)
-from flexinfer_registry.core.providers.http import (
-    download_to,
-    get_json,
-    make_client,
 )
 
 MANIFEST_PATH = ".mx/manifest.json"

@@ -14,7 +14,8 @@ from urllib.parse import unquote
 
 import grpc
 
-from flexinfer_registry.h2_connection import CallError, Data, H2Connection, Headers, Reset
+from flexinfer_registry.client.errors import CallError
+from flexinfer_registry.client.h2_connection import Data, H2Connection, Headers, Reset
 
 STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 HTTP_STATUS_CODES = {
