@@ -31,6 +31,12 @@ def engines_under(data_dir: Path) -> list[psutil.Process]:
     return found
 
 
+def mx_download(server: str, name: str) -> subprocess.CompletedProcess[str]:
+    """``flexinfer mx model download NAME`` against ``server``."""
+    command = flexinfer_command("mx", "--server", server, "model", "download", name)
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
 def test_up_serves_the_demo_and_stops_cleanly(tmp_path: Path, stop_signal: int) -> None:
     data_dir = tmp_path / "state"
@@ -57,6 +63,12 @@ def test_up_serves_the_demo_and_stops_cleanly(tmp_path: Path, stop_signal: int) 
             )
         assert reply.choices[0].message.content
         assert len(engines_under(data_dir)) == 1
+        # The embedded registry reads file:// sources under the stack's models dir only.
+        served = mx_download(urls["registry_grpc"], (data_dir / "models" / "tiny").as_uri())
+        assert served.returncode == 0, served.stderr
+        refused = mx_download(urls["registry_grpc"], tmp_path.as_uri())
+        assert refused.returncode != 0
+        assert "PERMISSION_DENIED" in refused.stderr or "not allowed" in refused.stderr
         assert (data_dir / "flexinfer.db").exists()
         assert (data_dir / "models" / "tiny" / "model.safetensors").exists()
     finally:

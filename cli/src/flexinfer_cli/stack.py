@@ -137,9 +137,15 @@ class EmbeddedStack:
             "cache_dir": self.data_dir / "registry",
         }
         registry = RegistrySettings(**registry_values)
+        # Its own FLEXINFER_REGISTRY_* settings win; else the stack's admin token, and the
+        # stack's models directory as the one root file:// sources may be read under.
+        defaults: dict[str, Any] = {}
         if registry.auth_token is None:
-            # Its own FLEXINFER_REGISTRY_AUTH_TOKEN wins; else the stack's admin token.
-            registry = RegistrySettings(**registry_values, **guard)
+            defaults.update(guard)
+        if not registry.file_roots:
+            defaults["file_roots"] = [self.data_dir / "models"]
+        if defaults:
+            registry = RegistrySettings(**registry_values, **defaults)
         return {
             # The proxy serves with its own HTTP protocol, as it does on its own.
             "proxy": _App(proxy_app(proxy, **deps), protocol_for(proxy.server)),

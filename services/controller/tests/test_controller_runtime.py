@@ -17,6 +17,7 @@ import pytest
 
 from flexinfer_controller.backends import LaunchSpec
 from flexinfer_controller.runtime import ReplicaEvent, ReplicaState
+from flexinfer_controller.runtime.engine_env import engine_environment
 from flexinfer_controller.runtime.local import LocalRuntime, runtime_id
 from flexinfer_controller.runtime.statefile import EngineState, StateDir
 from flexinfer_controller.testing import fake_engine_python, fake_model_dir, kill_marked
@@ -212,4 +213,43 @@ async def test_stop_escalates_to_sigkill(tmp_path: Path, data_dir: Path, events:
     assert await runtime.wait_stopped(replica.id, 5.0)
     assert replica.pid is not None
     assert not psutil.pid_exists(replica.pid)
+    await runtime.close(stop_replicas=True)
+
+
+def test_engines_inherit_only_an_allow_list_of_the_environment() -> None:
+    environ = {
+        "PATH": "/usr/bin",
+        "LC_ALL": "C.UTF-8",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "FLEXINFER_ENGINE_LOG_LEVEL": "debug",
+        "FLEXINFER_CONTROLLER_AUTH_TOKEN": "admin-secret-0123456789",
+        "FLEXINFER_PROXY_AUTH_TOKENS": '["client-secret"]',
+        "FLEXINFER_ENGINE_API_TOKEN": "not-even-in-its-own-family",
+        "FLEXINFER_STORE_URL": "postgresql://user:pw@db/flexinfer",
+        "AWS_SECRET_ACCESS_KEY": "aws",
+        "HF_TOKEN": "hf",
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer x",
+    }
+    env = engine_environment(environ, {"FLEXINFER_RUNTIME_ID": "r1"})
+    assert env == {
+        "PATH": "/usr/bin",
+        "LC_ALL": "C.UTF-8",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "FLEXINFER_ENGINE_LOG_LEVEL": "debug",
+        "FLEXINFER_RUNTIME_ID": "r1",
+    }
+
+
+async def test_a_started_engine_has_no_secret_of_the_controller(
+    tmp_path: Path, data_dir: Path, events: Events, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEXINFER_CONTROLLER_AUTH_TOKEN", "admin-secret-0123456789")
+    runtime = make_runtime(data_dir, events)
+    replica = await runtime.start("default/tiny", 1, launch(tmp_path))
+    await events.wait("ready")
+    assert replica.pid is not None
+    environ = [f"{k}={v}".encode() for k, v in psutil.Process(replica.pid).environ().items()]
+    assert not [v for v in environ if b"admin-secret" in v]
+    assert any(v.startswith(b"PATH=") for v in environ)
+    await runtime.stop(replica.id)
     await runtime.close(stop_replicas=True)

@@ -11,9 +11,14 @@ import httpx
 import openai
 import pytest
 
+from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.errors import ConfigError
+from flexinfer_common.settings import TelemetrySettings
+from flexinfer_proxy.app import create_app
 from flexinfer_proxy.core.auth import Authenticator, AuthError, TokenGrant, load_token_file
 from flexinfer_proxy.core.ratelimit import RateLimitedError, RateLimiter
+from flexinfer_proxy.settings import ProxySettings
+from flexinfer_proxy.static import StaticStore
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_stack import proxy_stack, upstreams
 from flexinfer_testing.stack import flexinfer_command
@@ -162,3 +167,36 @@ def test_a_short_token_is_refused_with_one_readable_line(tmp_path: Path) -> None
     assert "auth_tokens" in lines[0]
     assert "8 to 4096" in lines[0]
     assert "sk-a" not in done.stderr  # the token itself is never echoed
+
+
+async def test_metrics_can_require_the_admin_token(tmp_path: Path) -> None:
+    admin = "admin-token-for-metrics-0001"
+    telemetry = TelemetrySettings(metrics_auth=True)
+    async with (
+        upstreams(1) as [(_, url)],
+        proxy_stack(
+            tmp_path,
+            [make_model("tiny")],
+            auth_tokens=["client-token-0001"],
+            admin_token=admin,
+            telemetry=telemetry,
+        ) as stack,
+        httpx.AsyncClient(base_url=stack.url) as client,
+    ):
+        await stack.set_endpoints("default/tiny", [url])
+        assert (await client.get("/metrics")).status_code == 401
+        client_token = {"Authorization": "Bearer client-token-0001"}
+        assert (await client.get("/metrics", headers=client_token)).status_code == 401
+        scraped = await client.get("/metrics", headers={"Authorization": f"Bearer {admin}"})
+        assert scraped.status_code == 200
+        assert "flexinfer_proxy_requests_total" in scraped.text
+        chat = {"model": "tiny", "messages": []}
+        reply = await client.post("/v1/chat/completions", json=chat, headers=client_token)
+        assert reply.status_code == 200
+        assert (await client.get("/healthz")).status_code == 200
+
+
+def test_metrics_auth_without_an_admin_token_refuses_to_start() -> None:
+    settings = ProxySettings(telemetry=TelemetrySettings(metrics_auth=True))
+    with pytest.raises(ConfigError, match="FLEXINFER_PROXY_ADMIN_TOKEN"):
+        create_app(settings, bus=MemoryBus(), store=StaticStore([]))

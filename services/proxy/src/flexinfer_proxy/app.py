@@ -10,9 +10,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import Receive, Scope, Send
 
+from flexinfer_common.auth import guard_paths, load_admin_tokens
 from flexinfer_common.bus import EventBus
+from flexinfer_common.errors import ConfigError
 from flexinfer_common.store import ModelStore
-from flexinfer_common.telemetry import setup_telemetry
+from flexinfer_common.telemetry import METRICS_PATH, setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers, openai_error
 from flexinfer_proxy.core.service import ProxyCore
 from flexinfer_proxy.core.surface import default_surface
@@ -56,6 +58,21 @@ def transport_settings(settings: ProxySettings) -> TransportSettings:
     )
 
 
+def guard_metrics(app: FastAPI, settings: ProxySettings) -> None:
+    """With METRICS_AUTH on, /metrics needs the admin token (the proxy's other routes take
+    client tokens); ConfigError when it is on and no admin token is set."""
+    telemetry = settings.telemetry
+    if not (telemetry.metrics_enabled and telemetry.metrics_auth):
+        return
+    tokens = load_admin_tokens(settings.admin_token, settings.admin_token_file)
+    if tokens is None:
+        raise ConfigError(
+            "FLEXINFER_TELEMETRY_METRICS_AUTH is on but no admin token: set "
+            "FLEXINFER_PROXY_ADMIN_TOKEN or FLEXINFER_PROXY_ADMIN_TOKEN_FILE"
+        )
+    guard_paths(app, tokens, lambda path: path == METRICS_PATH)
+
+
 def create_app(settings: ProxySettings, *, bus: EventBus, store: ModelStore) -> ProxyApp:
     """Build the proxy app; ``bus`` and ``store`` stay owned (and closed) by the caller."""
 
@@ -71,6 +88,7 @@ def create_app(settings: ProxySettings, *, bus: EventBus, store: ModelStore) -> 
             await transport.aclose()
 
     app = ProxyApp(title="FlexInfer proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
+    guard_metrics(app, settings)
     # Requests are counted by the pipeline itself: no per-request middleware on the hot path.
     telemetry = setup_telemetry(app, "proxy", settings.telemetry, instrument_requests=False)
     core = ProxyCore(settings, bus=bus, store=store, registry=telemetry.registry)

@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BeforeValidator, Field, field_validator
+from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from flexinfer_common.api import parse_duration
@@ -171,6 +171,13 @@ class ProxySettings(BaseSettings):
 
     auth_token_file: Path | None = None
     """JSON file of scoped grants: [{"token", "name", "models": [...], "tenants": [...]}]."""
+
+    admin_token: SecretStr | None = None
+    """Admin bearer token (not a client token): with FLEXINFER_TELEMETRY_METRICS_AUTH on,
+    /metrics needs it, as the other services' do (16 to 4096 printable characters)."""
+
+    admin_token_file: Path | None = None
+    """File of admin tokens, one per line (a mounted Secret), instead of ``admin_token``."""
 
     rate_limit_rps: float = Field(default=0.0, ge=0)
     """Global requests per second over all models (0 = unlimited)."""

@@ -12,6 +12,7 @@ from functools import partial
 
 from fastapi import Depends, FastAPI
 
+from flexinfer_common.auth import AdminTokens
 from flexinfer_common.errors import UnavailableError
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
@@ -74,7 +75,7 @@ class _Wiring:
     stores: Stores | None
     providers: ProviderResolver | None
     clock: Callable[[], float]
-    token: str | None
+    tokens: AdminTokens | None
 
 
 @asynccontextmanager
@@ -95,7 +96,7 @@ async def _running(app: FastAPI, wiring: _Wiring) -> AsyncIterator[None]:
         host=settings.grpc_host,
         port=settings.grpc_port,
         max_message_bytes=settings.grpc_max_message_bytes,
-        auth_token=wiring.token,
+        tokens=wiring.tokens,
     )
     grpc_server = await start_grpc_server(options, wiring.info, core)
     app.state.core = core
@@ -128,8 +129,9 @@ def create_app(
     closed by the app (their owner may share them between apps). Once started,
     ``app.state.grpc_address`` is the bound gRPC address and ``app.state.core`` the core.
     """
-    token = settings.auth_token.get_secret_value() if settings.auth_token else None
-    wiring = _Wiring(settings, info or ServerInfo(), stores, providers, clock, token)
+    secret = settings.auth_token.get_secret_value() if settings.auth_token else None
+    tokens = AdminTokens([secret]) if secret else None
+    wiring = _Wiring(settings, info or ServerInfo(), stores, providers, clock, tokens)
     app = FastAPI(title="FlexInfer registry", lifespan=partial(_running, wiring=wiring))
     app.state.settings = settings
     app.state.info = wiring.info
@@ -149,7 +151,7 @@ def create_app(
     install_admin_errors(app)
     app.include_router(health_router(ready))
     eviction = core_config(settings).eviction
-    guard = [Depends(bearer_guard(token))]
+    guard = [Depends(bearer_guard(tokens))]
     app.include_router(admin_router(running_core, eviction), dependencies=guard)
     document_errors_as_answered(app)
     app.state.telemetry = setup_telemetry(app, "registry", settings.telemetry)

@@ -25,6 +25,7 @@ from flexinfer_controller.runtime.base import (
     ReplicaState,
     Runtime,
 )
+from flexinfer_controller.runtime.engine_env import engine_environment
 from flexinfer_controller.runtime.statefile import EngineState, StateDir
 from flexinfer_controller.settings import ControllerSettings
 
@@ -128,7 +129,9 @@ class LocalRuntime(Runtime):
         """Spawn one engine; readiness arrives on its ready pipe."""
         rid = replica_id(model)
         argv = [*spec.argv, spec.ready_fd_flag, str(procs.READY_FD)]
-        env = {**os.environ, **spec.env, RUNTIME_ID_ENV: self.id, REPLICA_ID_ENV: rid}
+        env = engine_environment(
+            os.environ, {**spec.env, RUNTIME_ID_ENV: self.id, REPLICA_ID_ENV: rid}
+        )
         pid, ready_fd = procs.spawn(argv, env, self.log_path(rid))
         started = time.time()
         state = EngineState(

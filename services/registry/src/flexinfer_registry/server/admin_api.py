@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -11,6 +10,7 @@ from fastapi import APIRouter, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from flexinfer_common.auth import AdminTokens, AuthenticationError
 from flexinfer_common.errors import InvalidSpecError, NotFoundError
 from flexinfer_common.web import openai_error
 from flexinfer_registry.core.eviction import EvictionPolicy
@@ -56,17 +56,18 @@ Key = Annotated[
 ]
 
 
-def bearer_guard(token: str | None) -> Callable[[Request], None]:
-    """A dependency requiring ``Authorization: Bearer <token>`` when a token is configured."""
+def bearer_guard(tokens: AdminTokens | None) -> Callable[[Request], None]:
+    """A dependency requiring ``Authorization: Bearer <token>`` when a token is configured
+    (compared as digests, in constant time: see ``AdminTokens``)."""
 
     def check(request: Request) -> None:
-        if token is None:
+        if tokens is None:
             return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            given.strip().encode(), token.encode()
-        ):
-            raise PermissionError("missing or invalid bearer token")
+        header = request.headers.get("authorization")
+        try:
+            tokens.check(header.encode("latin-1") if header is not None else None)
+        except AuthenticationError as exc:
+            raise PermissionError("missing or invalid bearer token") from exc
 
     return check
 

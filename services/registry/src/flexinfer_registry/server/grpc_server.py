@@ -6,7 +6,6 @@ Servicers are thin: they translate protobuf messages to and from
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from grpc_health.v1 import health_pb2 as std_health_pb2
 from grpc_health.v1 import health_pb2_grpc as std_health_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from flexinfer_common.auth import AdminTokens, AuthenticationError
 from flexinfer_registry._generated.model_express import (
     api_pb2,
     api_pb2_grpc,
@@ -96,8 +96,8 @@ class GrpcServer:
 class TokenAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Requires ``authorization: Bearer <token>`` on every call but health probes."""
 
-    def __init__(self, token: str) -> None:
-        self._token = token.encode()
+    def __init__(self, tokens: AdminTokens) -> None:
+        self._tokens = tokens
 
     async def intercept_service(
         self,
@@ -115,12 +115,12 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         for key, value in details.invocation_metadata or ():
             if key.lower() != "authorization":
                 continue
-            text = value.decode() if isinstance(value, bytes) else str(value)
-            scheme, _, token = text.partition(" ")
-            if scheme.lower() == "bearer" and hmac.compare_digest(
-                token.strip().encode(), self._token
-            ):
-                return True
+            given = value if isinstance(value, bytes) else str(value).encode("latin-1", "replace")
+            try:
+                self._tokens.check(given)
+            except AuthenticationError:
+                continue
+            return True
         return False
 
 
@@ -151,19 +151,19 @@ def _denied(handler: Any) -> Any:
 
 @dataclass(frozen=True)
 class GrpcOptions:
-    """Listen address, message limit and optional bearer token."""
+    """Listen address, message limit and the optional bearer tokens."""
 
     host: str = "127.0.0.1"
     port: int = 8001
     max_message_bytes: int = 100 * 1024 * 1024
-    auth_token: str | None = None
+    tokens: AdminTokens | None = None
 
 
 async def start_grpc_server(
     options: GrpcOptions, info: ServerInfo, core: RegistryCore | None = None
 ) -> GrpcServer:
     """Bind host:port (0 = any free port), register every service and start serving."""
-    interceptors = [TokenAuthInterceptor(options.auth_token)] if options.auth_token else []
+    interceptors = [TokenAuthInterceptor(options.tokens)] if options.tokens else []
     limits = [
         ("grpc.max_send_message_length", options.max_message_bytes),
         ("grpc.max_receive_message_length", options.max_message_bytes),
