@@ -154,7 +154,10 @@ async def test_unknown_routes_and_methods_answer_in_openai_shape(tmp_path: Path)
         for request, status in (
             (post("/v1/sleep", CHAT), 404),
             (post("/admin", CHAT), 404),
-            (b"GET /v1/chat/completions HTTP/1.1\r\nhost: x\r\n\r\n", 404),
+            (b"GET /v1/chat/completions HTTP/1.1\r\nhost: x\r\n\r\n", 405),
+            (b"PUT /model/tiny/v1/completions HTTP/1.1\r\nhost: x\r\n\r\n", 405),
+            (b"GET /model/tiny/sleep HTTP/1.1\r\nhost: x\r\n\r\n", 404),
+            (b"GET /v1/unknown HTTP/1.1\r\nhost: x\r\n\r\n", 404),
             (post("/v1/models", b""), 405),
             (b"DELETE /v1/models HTTP/1.1\r\nhost: x\r\n\r\n", 405),
         ):

@@ -18,6 +18,7 @@ from flexinfer_common.telemetry import METRICS_PATH, setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers, openai_error
 from flexinfer_proxy.core.service import ProxyCore
 from flexinfer_proxy.core.surface import default_surface
+from flexinfer_proxy.openapi import document_proxied_routes
 from flexinfer_proxy.pipeline import Proxy
 from flexinfer_proxy.routes import models_router
 from flexinfer_proxy.settings import ProxySettings
@@ -94,6 +95,7 @@ def create_app(settings: ProxySettings, *, bus: EventBus, store: ModelStore) -> 
     core = ProxyCore(settings, bus=bus, store=store, registry=telemetry.registry)
     transport = create_transport(settings.upstream, transport_settings(settings))
     app.pipeline = Proxy(core, transport, default_surface())
+    document_proxied_routes(app, app.pipeline.surface)
     install_error_handlers(app)
     app.add_exception_handler(HTTPException, _http_error)
 

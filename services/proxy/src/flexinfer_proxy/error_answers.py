@@ -10,13 +10,19 @@ from flexinfer_common.errors import FlexInferError, TemporaryError, http_status
 from flexinfer_common.web import openai_error_body
 from flexinfer_proxy.body_stream import BodyTimeoutError, BodyTooLargeError
 from flexinfer_proxy.core.auth import AuthError, ForbiddenError
-from flexinfer_proxy.core.errors import BadRequestError, ModelNotFoundError, UpstreamError
+from flexinfer_proxy.core.errors import (
+    BadRequestError,
+    MethodNotAllowedError,
+    ModelNotFoundError,
+    UpstreamError,
+)
 from flexinfer_proxy.core.ratelimit import RateLimitedError
 
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (BadRequestError, 400),
     (AuthError, 401),
     (ForbiddenError, 403),
+    (MethodNotAllowedError, 405),
     (BodyTimeoutError, 408),
     (BodyTooLargeError, 413),
     (RateLimitedError, 429),
@@ -59,6 +65,8 @@ def error_answer(exc: FlexInferError) -> tuple[int, Headers, bytes]:
         headers.append((b"retry-after", b"%d" % max(1, round(exc.retry_after))))
     elif isinstance(exc, AuthError):
         headers.append((b"www-authenticate", b"Bearer"))
+    elif isinstance(exc, MethodNotAllowedError):
+        headers.append((b"allow", b"POST"))
     return http_status_of(exc), headers, error_body(exc)
 
 

@@ -26,6 +26,7 @@ from flexinfer_common.errors import FlexInferError
 from flexinfer_proxy.body_stream import BodyStream, ClientGoneError
 from flexinfer_proxy.core.catalog import Target
 from flexinfer_proxy.core.errors import (
+    MethodNotAllowedError,
     ModelNotFoundError,
     ModelUnavailableError,
     RouteNotFoundError,
@@ -71,8 +72,12 @@ class Proxy:
         self.surface = surface
 
     def handles(self, method: str, target: bytes) -> bool:
-        """Every POST but to the app's own paths: the pipeline checks and answers it."""
-        return method == "POST" and self.surface.handles(target.partition(b"?")[0])
+        """Every POST but to the app's own paths, and any method on a proxied route (which
+        gets its 405): the pipeline checks and answers it."""
+        raw_path = target.partition(b"?")[0]
+        if method == "POST":
+            return self.surface.handles(raw_path)
+        return self.surface.proxied(raw_path)
 
     def serve(self, downstream: Downstream) -> Coroutine[Any, Any, None]:
         """The work of serving one request (the server runs it as the request's task)."""
@@ -148,9 +153,11 @@ class ProxyRequest:
     async def _serve(self) -> None:
         core, ds, surface = self.core, self.ds, self.proxy.surface
         target = parse_target(ds.target)
-        grant = core.auth.authenticate(ds.header(b"authorization"))
         if not surface.known(target.route):
-            raise RouteNotFoundError(f"Invalid URL (POST {target.route}): no such route")
+            raise RouteNotFoundError(f"Invalid URL ({ds.method} {target.route}): no such route")
+        if ds.method != "POST":
+            raise MethodNotAllowedError(f"Method {ds.method} is not allowed on {target.route}")
+        grant = core.auth.authenticate(ds.header(b"authorization"))
         incoming = await read_request(ds, target, core.settings)
         # A known name is a dict lookup; only a miss is checked and re-read from the store.
         resolved = core.catalog.lookup_target(incoming.name)

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from flexinfer_common.api import Model
 from flexinfer_common.errors import FlexInferError
+from flexinfer_common.web import error_responses
 from flexinfer_proxy.core.auth import TokenGrant
 from flexinfer_proxy.core.errors import ModelNotFoundError
 from flexinfer_proxy.core.service import ProxyCore
@@ -46,7 +47,7 @@ def models_router(core: ProxyCore) -> APIRouter:
     def grant_of(request: Request) -> TokenGrant | None:
         return core.auth.authenticate(request.headers.get("authorization", "").encode() or None)
 
-    @router.get("/v1/models", response_model=None)
+    @router.get("/v1/models", response_model=None, responses=error_responses(401, 503))
     async def list_models(request: Request) -> Response:
         try:
             grant = grant_of(request)
@@ -64,7 +65,9 @@ def models_router(core: ProxyCore) -> APIRouter:
         data += adapter_entries(core, grant)
         return JSONResponse({"object": "list", "data": data})
 
-    @router.get("/v1/models/{model_id:path}", response_model=None)
+    @router.get(
+        "/v1/models/{model_id:path}", response_model=None, responses=error_responses(401, 403, 404)
+    )
     async def get_model(model_id: str, request: Request) -> Response:
         try:
             grant = grant_of(request)

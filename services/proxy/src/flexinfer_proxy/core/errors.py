@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flexinfer_common.errors import InvalidSpecError, NotFoundError, TemporaryError
+from flexinfer_common.errors import FlexInferError, InvalidSpecError, NotFoundError, TemporaryError
 
 
 def format_seconds(seconds: float) -> str:
@@ -70,3 +70,9 @@ class UpstreamError(TemporaryError):
     """The engine failed or could not be reached (HTTP 502)."""
 
     code = "upstream_error"
+
+
+class MethodNotAllowedError(FlexInferError):
+    """A proxied route asked for with another method than POST (HTTP 405)."""
+
+    code = "method_not_allowed"

@@ -14,6 +14,7 @@ from __future__ import annotations
 MODEL_PREFIX = "/model/"
 """A path prefix naming the model: ``/model/<name>/<route>``."""
 
+_RAW_PREFIX = MODEL_PREFIX.encode()
 APP_PATHS = frozenset({b"/v1/models", b"/healthz", b"/readyz", b"/metrics"})
 """Paths the proxy's app answers itself (GET), with ``/v1/models/<id>``: a POST there gets
 the app's 405."""
@@ -88,6 +89,7 @@ class Surface:
         self._aliases = aliases
         self.all_routes = frozenset().union(*routes.values())
         """Every route any backend serves: anything else is unknown to the proxy."""
+        self._raw_routes = frozenset(route.encode() for route in self.all_routes)
 
     def routes(self, backend: str, external: bool) -> frozenset[str]:
         """The routes forwarded for a model of ``backend`` (``external``: spec.endpoints)."""
@@ -106,6 +108,10 @@ class Surface:
     def known(self, route: str) -> bool:
         """Whether any backend serves ``route``."""
         return route in self.all_routes
+
+    def proxied(self, raw_path: bytes) -> bool:
+        """Whether ``raw_path`` (as received) names a proxied route, whatever the method."""
+        return raw_path.startswith(_RAW_PREFIX) or raw_path in self._raw_routes
 
     @staticmethod
     def handles(raw_path: bytes) -> bool:
