@@ -35,6 +35,8 @@ class Downstream(ABC):
     """The answer's head went out: an error can no longer change the status."""
     gone: bool
     """The client left before its answer was complete (the serving task was cancelled)."""
+    headers_checked = False
+    """The server's parser already refused control characters in header names and values."""
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of request header ``name`` (lowercase), if any."""

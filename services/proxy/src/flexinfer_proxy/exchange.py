@@ -67,9 +67,14 @@ class ClientConnection(Protocol):
     def response_complete(self, exchange: Exchange) -> None:
         """The answer is written."""
 
+    def task_done(self, exchange: Exchange, task: asyncio.Task[None]) -> None:
+        """The task serving ``exchange`` ended."""
+
 
 class Exchange(Downstream):
     """The request body in, the answer out, for one request on a connection."""
+
+    headers_checked = True  # llhttp refuses control characters in names and values
 
     __slots__ = (
         "_body",
@@ -85,6 +90,7 @@ class Exchange(Downstream):
         "gone",
         "headers",
         "keep_alive",
+        "known",
         "method",
         "more_body",
         "response_complete",
@@ -100,6 +106,7 @@ class Exchange(Downstream):
         method: str,
         target: bytes,
         headers: Headers,
+        known: dict[bytes, bytes],
         keep_alive: bool,
         continue_100: bool,
     ) -> None:
@@ -107,6 +114,8 @@ class Exchange(Downstream):
         self.method = method
         self.target = target
         self.headers = headers
+        self.known = known
+        """The first value of each header, by lowercase name, noted while parsing."""
         self.keep_alive = keep_alive
         self.continue_100 = continue_100
         self.scope: dict[str, Any] | None = None
@@ -125,6 +134,10 @@ class Exchange(Downstream):
         self._expected = -1
         self._head: list[bytes] | None = None
         self._waiter: asyncio.Future[None] | None = None
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of request header ``name`` (lowercase), if any."""
+        return self.known.get(name)
 
     # Fed by the connection.
     def feed(self, data: bytes) -> None:
@@ -146,6 +159,11 @@ class Exchange(Downstream):
         if task is not None and not self.response_complete and not self.gone:
             self.gone = True
             task.cancel()
+
+    def settled(self, task: asyncio.Task[None]) -> None:
+        """The task serving this exchange ended (a done callback)."""
+        self.task = None
+        self.conn.task_done(self, task)
 
     def buffered(self) -> int:
         """Body bytes received and not yet taken."""
@@ -251,16 +269,19 @@ class Exchange(Downstream):
     # Framing.
     def _start(self, status: int, headers: Any, *, length: int, checked: bool) -> None:
         """``checked``: the headers come from a parser (an engine's answer) or from us,
-        so they cannot hold a line break; an app's headers are checked here."""
+        with lowercase names and no line break; an app's headers are checked here."""
         self.started = True
         self.continue_100 = False
         head = [STATUS_LINES[status], self.conn.default_header_bytes()]
         close = False
         self._expected = length
         for name, value in headers:
-            if not checked and (b"\n" in value or b"\r" in value or b"\n" in name or b"\r" in name):
+            if checked:
+                lower = name
+            elif b"\n" in value or b"\r" in value or b"\n" in name or b"\r" in name:
                 raise RuntimeError("invalid HTTP header")
-            lower = name.lower()
+            else:
+                lower = name.lower()
             if lower in (b"content-length", b"transfer-encoding"):
                 if lower == b"content-length" and length < 0:
                     self._expected = int(value)  # an app's own framing (FastAPI routes)

@@ -82,28 +82,40 @@ def _declared_length(ds: Downstream, limit: int) -> int | None:
     return declared
 
 
+def _named(ds: Downstream, target: RequestTarget) -> str | None:
+    """The model the X-Model-ID header or the path prefix names, if either does."""
+    header = ds.header(b"x-model-id")
+    if header is None:
+        return target.model
+    try:
+        text = header.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise BadRequestError("X-Model-ID is not UTF-8", field="model") from None
+    return check_model_name(text, "X-Model-ID")
+
+
+def request_now(
+    ds: Downstream, target: RequestTarget, settings: ProxySettings
+) -> IncomingRequest | None:
+    """``read_request`` for a body that arrived whole (no waiting); None if it did not."""
+    body = ds.body_now()
+    if body is None:
+        return None
+    length = _declared_length(ds, settings.max_body_bytes)
+    if len(body) > settings.max_body_bytes:
+        raise BodyTooLargeError(f"request body exceeds {settings.max_body_bytes} bytes")
+    return _from_body(ds, settings, _named(ds, target), body, False, length)
+
+
 async def read_request(
     ds: Downstream, target: RequestTarget, settings: ProxySettings
 ) -> IncomingRequest:
     """Find the model and prepare the body; 4xx errors for anything malformed."""
     length = _declared_length(ds, settings.max_body_bytes)
-    name: str | None = None
-    header = ds.header(b"x-model-id")
-    if header is not None:
-        try:
-            text = header.decode("utf-8").strip()
-        except UnicodeDecodeError:
-            raise BadRequestError("X-Model-ID is not UTF-8", field="model") from None
-        name = check_model_name(text, "X-Model-ID")
-    name = name or target.model
-    body = ds.body_now()
-    more = False
-    if body is None:
-        body, more = await read_prefix(
-            ds.receive, settings.parse_cap_bytes, settings.max_body_bytes, settings.body_timeout_s
-        )
-    elif len(body) > settings.max_body_bytes:
-        raise BodyTooLargeError(f"request body exceeds {settings.max_body_bytes} bytes")
+    name = _named(ds, target)
+    body, more = await read_prefix(
+        ds.receive, settings.parse_cap_bytes, settings.max_body_bytes, settings.body_timeout_s
+    )
     return _from_body(ds, settings, name, body, more, length)
 
 
@@ -120,7 +132,7 @@ def _from_body(
     if content_type.startswith(b"multipart/form-data"):
         if name is None:
             name = multipart_model(content_type, prefix)
-    elif prefix.strip() or name is None:
+    elif name is None or (prefix and not prefix.isspace()):
         scanned = parse_json_body(prefix) if not more else scan_json_prefix(prefix)
         if name is None:
             name = scanned.model

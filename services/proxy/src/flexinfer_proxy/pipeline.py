@@ -33,18 +33,19 @@ from flexinfer_proxy.core.errors import (
     UpstreamError,
 )
 from flexinfer_proxy.core.extract import check_model_name
-from flexinfer_proxy.core.routing.base import RouteContext, RoutingStrategy
-from flexinfer_proxy.core.service import ProxyCore
+from flexinfer_proxy.core.routing.base import RouteContext
+from flexinfer_proxy.core.service import HotModel, ProxyCore
 from flexinfer_proxy.core.surface import Surface
 from flexinfer_proxy.core.target import RequestTarget, parse_target
 from flexinfer_proxy.downstream import AsgiDownstream, Downstream
 from flexinfer_proxy.error_answers import error_answer, error_code
-from flexinfer_proxy.extract_http import IncomingRequest, read_request
+from flexinfer_proxy.extract_http import IncomingRequest, read_request, request_now
 from flexinfer_proxy.relay import (
     SSE_HEADERS,
     relay,
     relay_as_event,
     request_headers,
+    response_headers,
     sse_comment,
     sse_error,
 )
@@ -158,7 +159,9 @@ class ProxyRequest:
         if ds.method != "POST":
             raise MethodNotAllowedError(f"Method {ds.method} is not allowed on {target.route}")
         grant = core.auth.authenticate(ds.header(b"authorization"))
-        incoming = await read_request(ds, target, core.settings)
+        incoming = request_now(ds, target, core.settings) or await read_request(
+            ds, target, core.settings
+        )
         # A known name is a dict lookup; only a miss is checked and re-read from the store.
         resolved = core.catalog.lookup_target(incoming.name)
         if resolved is None:
@@ -176,30 +179,33 @@ class ProxyRequest:
         if core.limiter.enabled:
             core.limiter.check(resolved.key)
         self.key = resolved.key
-        core.activity.begin(self.key, core.timings(resolved.model)[0])
+        hot = core.hot(resolved)
+        core.activity.begin(self.key, hot.activity_interval_s)
         self.active = True
-        answer = await self._forward(resolved, incoming, target)
+        answer = await self._forward(resolved, hot, incoming, target)
         self.status = answer.status
         try:
             if ds.started:
                 await relay_as_event(answer, ds, incoming.stream)
+            elif answer.complete():  # the usual small answer: already whole, one write
+                await ds.respond(answer.status, response_headers(answer), await answer.read())
             else:
                 await relay(answer, ds)
         finally:
             await answer.aclose()
 
     async def _forward(
-        self, resolved: Target, incoming: IncomingRequest, target: RequestTarget
+        self, resolved: Target, hot: HotModel, incoming: IncomingRequest, target: RequestTarget
     ) -> UpstreamAnswer:
         """The engine's answer, trying the model's other endpoints when one refuses."""
         core, key = self.core, resolved.key
-        strategy = core.router.for_model(resolved.model)
+        strategy = hot.strategy
         ctx = RouteContext(self.ds.headers, incoming.fields)
-        headers = request_headers(self.ds.headers, drop_authorization=core.auth.enabled)
+        headers = request_headers(self.ds, drop_authorization=core.auth.enabled)
         endpoint = core.dispatcher.pick_now(key, strategy, ctx)
         while True:
             if endpoint is None:
-                endpoint = await self._wait_endpoint(resolved, strategy, ctx, incoming)
+                endpoint = await self._wait_endpoint(resolved, hot, ctx, incoming)
             incoming.rewrite(core.served_name(resolved, endpoint.url))
             request = UpstreamRequest(
                 b"POST", target.forward, headers, incoming.body, incoming.length
@@ -222,14 +228,10 @@ class ProxyRequest:
                 raise UpstreamError(str(exc)) from exc
 
     async def _wait_endpoint(
-        self,
-        resolved: Target,
-        strategy: RoutingStrategy,
-        ctx: RouteContext,
-        incoming: IncomingRequest,
+        self, resolved: Target, hot: HotModel, ctx: RouteContext, incoming: IncomingRequest
     ) -> EndpointInfo:
         """An endpoint once the model has one; fails at once if it never will."""
-        core, key = self.core, resolved.key
+        core, key, strategy = self.core, resolved.key, hot.strategy
         label = resolved.model.metadata.name
         blocked = core.table.blocked(key)
         if blocked is not None:
@@ -238,7 +240,7 @@ class ProxyRequest:
             # Nothing will start another endpoint: the request fails within the connect
             # timeout rather than waiting for one.
             raise UpstreamError(f"no endpoint of model {label} is reachable now")
-        deadline = self.started + core.timings(resolved.model)[1]
+        deadline = self.started + hot.wait_budget_s
         if not self._wants_progress(incoming):
             return await core.dispatcher.acquire(key, label, deadline, self.started, strategy, ctx)
         while True:

@@ -36,6 +36,7 @@ _CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 """Control characters but HTAB, which a field value may hold (RFC 9110 5.5)."""
 _DROP_REQUEST = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 """Request headers of the client's hop to us; the transport sets its own."""
+_DROP_REQUEST_AUTH = _DROP_REQUEST | {b"authorization"}
 _DROP_RESPONSE = _HOP_BY_HOP | {b"date", b"server", b"content-length"}
 """The server adds its own date and server headers and frames the body itself."""
 SSE_HEADERS: Headers = [
@@ -54,31 +55,31 @@ def _connection_tokens(headers: Headers) -> set[bytes]:
     return tokens
 
 
-def request_headers(headers: Headers, *, drop_authorization: bool) -> Headers:
+def request_headers(ds: Downstream, *, drop_authorization: bool) -> Headers:
     """The client's end-to-end headers (names lowercase already), to send to the engine.
 
     ``drop_authorization``: the proxy checked the client's token, which is ours and not
     the engine's to see. A header with a control character is a BadRequestError: our
-    server's parser refuses those already, but not every ASGI server does, and nothing is
-    forwarded that the pipeline did not check itself.
+    server's parser refuses those already (``ds.headers_checked``), but not every ASGI
+    server does, and nothing is forwarded that was not checked.
     """
-    for name, value in headers:
-        if _CONTROL.search(value) or _CONTROL.search(name):
-            raise BadRequestError("a request header has a control character")
-    drop = _DROP_REQUEST
-    if drop_authorization:
-        drop = drop | {b"authorization"}
-    if any(name == b"connection" for name, _ in headers):
+    headers = ds.headers
+    if not ds.headers_checked:
+        for name, value in headers:
+            if _CONTROL.search(value) or _CONTROL.search(name):
+                raise BadRequestError("a request header has a control character")
+    drop = _DROP_REQUEST_AUTH if drop_authorization else _DROP_REQUEST
+    if ds.header(b"connection") is not None:
         drop = drop | _connection_tokens(headers)
     return [(k, v) for k, v in headers if k not in drop]
 
 
-def response_headers(headers: Headers) -> Headers:
-    """The engine's end-to-end headers, to send to the client."""
+def response_headers(answer: UpstreamAnswer) -> Headers:
+    """The engine's end-to-end headers (names lowercase), to send to the client."""
     drop = _DROP_RESPONSE
-    if any(name.lower() == b"connection" for name, _ in headers):
-        drop = drop | _connection_tokens(headers)
-    return [(k, v) for k, v in headers if k.lower() not in drop]
+    if answer.header(b"connection") is not None:
+        drop = drop | _connection_tokens(answer.headers)
+    return [(k, v) for k, v in answer.headers if k not in drop]
 
 
 def is_event_stream(answer: UpstreamAnswer) -> bool:
@@ -104,7 +105,7 @@ def sse_error(status: int, message: str, code: str) -> bytes:
 
 async def relay(answer: UpstreamAnswer, ds: Downstream) -> None:
     """Send ``answer`` to the client (head included)."""
-    headers = response_headers(answer.headers)
+    headers = response_headers(answer)
     if answer.complete():
         await ds.respond(answer.status, headers, await answer.read())
         return

@@ -91,6 +91,7 @@ class HttpProtocol(asyncio.Protocol):
         self._idle_since: float | None = None
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
+        self._known: dict[bytes, bytes] = {}
         self._continue = False
         self._hosts = 0
         self._defaults: tuple[object, bytes] = (None, b"")
@@ -228,6 +229,7 @@ class HttpProtocol(asyncio.Protocol):
         self._between = False
         self._url = b""
         self._headers = []
+        self._known = {}
         self._continue = False
         self._hosts = 0
         self._in_head = True
@@ -244,6 +246,7 @@ class HttpProtocol(asyncio.Protocol):
         values, obs-fold continuations and bad name tokens: test_proxy_server shows it.
         """
         name = name.lower()
+        self._known.setdefault(name, value)
         if name == b"expect" and value.lower() == b"100-continue":
             self._continue = True
         elif name == b"host":
@@ -264,7 +267,9 @@ class HttpProtocol(asyncio.Protocol):
             raise _RejectedError(400, "an HTTP/1.1 request must have exactly one Host header")
         keep_alive = version != "1.0" and parser.should_keep_alive()
         method = parser.get_method().decode("ascii")
-        exchange = Exchange(self, method, self._url, self._headers, keep_alive, self._continue)
+        exchange = Exchange(
+            self, method, self._url, self._headers, self._known, keep_alive, self._continue
+        )
         self.parsing = exchange
         if self.running is None:
             self._start(exchange)
@@ -345,31 +350,27 @@ class HttpProtocol(asyncio.Protocol):
         return self.app(exchange.scope, exchange.asgi_receive, exchange.asgi_send)  # type: ignore[no-any-return]
 
     def _run(self, exchange: Exchange, serve: Serve) -> None:
-        task = exchange.task = self.loop.create_task(self._guard(serve, exchange))
+        task = exchange.task = self.loop.create_task(serve(exchange))
         tasks = self.server_state.tasks
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+        task.add_done_callback(exchange.settled)
 
-    async def _guard(self, serve: Serve, exchange: Exchange) -> None:
-        # The work is made here, in the task: a task cancelled before its first step (its
-        # request was malformed) then never leaves an unawaited coroutine behind.
-        try:
-            await serve(exchange)
-        except BaseException as exc:  # a bug: answer 500 or cut the connection
-            if not isinstance(exc, asyncio.CancelledError):
-                log.error("exception in the ASGI app", exc_info=exc)
-            if not exchange.started and not exchange.disconnected:
-                self.write(error_bytes(500, "internal server error", close=True))
-            self.close()
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
+    def task_done(self, exchange: Exchange, task: asyncio.Task[None]) -> None:
+        """The request's task ended: a bug (an exception, or no complete answer) gets a
+        500 or a cut connection, so a client never waits on an answer nobody writes."""
+        if task.cancelled():
+            if not exchange.response_complete and not exchange.disconnected:
+                self.close()  # cancelled by shutdown or a refused body: nothing follows
             return
-        finally:
-            exchange.task = None
-        if exchange.disconnected or exchange.response_complete:
+        exc = task.exception()
+        if exc is None and (exchange.disconnected or exchange.response_complete):
             return
-        log.error("the app returned without completing its response")
-        if not exchange.started:
+        if exc is not None:
+            log.error("exception in the ASGI app", exc_info=exc)
+        else:
+            log.error("the app returned without completing its response")
+        if not exchange.started and not exchange.disconnected:
             self.write(error_bytes(500, "internal server error", close=True))
         self.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
@@ -23,11 +24,24 @@ from flexinfer_proxy.core.metrics import ProxyMetrics
 from flexinfer_proxy.core.progress import ProgressBoard
 from flexinfer_proxy.core.queue import ColdStartQueue
 from flexinfer_proxy.core.ratelimit import RateLimiter
-from flexinfer_proxy.core.routing.base import LoadTracker, StrategyDeps
+from flexinfer_proxy.core.routing.base import LoadTracker, RoutingStrategy, StrategyDeps
 from flexinfer_proxy.core.routing.registry import Router
 from flexinfer_proxy.settings import ProxySettings
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class HotModel:
+    """A Model's values the request path reads on every request."""
+
+    model: Model
+    activity_interval_s: float
+    """Seconds between activity events for the model."""
+    wait_budget_s: float
+    """Seconds a request may wait for an endpoint."""
+    strategy: RoutingStrategy
+    """The routing strategy its annotation names."""
 
 
 class ProxyCore:
@@ -95,22 +109,26 @@ class ProxyCore:
             backoff=backoff,
         )
         self.dispatcher = Dispatcher(self.table, self.queue)
-        self._timings: dict[str, tuple[Model, float, float]] = {}
+        self._hot: dict[str, HotModel] = {}
 
-    def timings(self, model: Model) -> tuple[float, float]:
-        """``(activity interval, wait budget)`` in seconds for ``model``.
+    def hot(self, target: Target) -> HotModel:
+        """What the request path reads of ``target``'s Model, worked out once per Model.
 
         Kept per Model object (the catalog hands out the same one until the model changes):
-        rebuilding them from the spec's pydantic defaults cost a few µs per request.
+        rebuilding these from the spec's pydantic defaults cost a few µs per request.
         """
-        cached = self._timings.get(model.key)
-        if cached is None or cached[0] is not model:
+        model = target.model
+        cached = self._hot.get(target.key)
+        if cached is None or cached.model is not model:
             settings = self.settings
             idle = model.spec.serverless_or_default.idle_timeout.total_seconds()
-            interval = activity_interval(settings.activity_interval_s, idle)
-            budget = wait_budget(model, settings.queue_timeout, settings.cold_start_timeout)
-            cached = self._timings[model.key] = (model, interval, budget)
-        return cached[1], cached[2]
+            cached = self._hot[target.key] = HotModel(
+                model,
+                activity_interval(settings.activity_interval_s, idle),
+                wait_budget(model, settings.queue_timeout, settings.cold_start_timeout),
+                self.router.for_model(model),
+            )
+        return cached
 
     def served_name(self, target: Target, url: str) -> str:
         """The ``model`` to send endpoint ``url``: what it serves, when it told us."""

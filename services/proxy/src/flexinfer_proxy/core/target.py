@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from flexinfer_proxy.core.errors import BadRequestError, RouteNotFoundError
 from flexinfer_proxy.core.surface import MODEL_PREFIX
@@ -32,7 +33,7 @@ MAX_TARGET = 8 * 1024
 """Longest request target: inference routes are short; 8 KiB is what most servers allow."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RequestTarget:
     """A checked request target."""
 
@@ -69,8 +70,14 @@ def _check_normalised(path: str) -> None:
             raise RouteNotFoundError("Invalid URL: a route has no //, ./ or ../")
 
 
+@lru_cache(maxsize=256)
 def parse_target(raw: bytes) -> RequestTarget:
-    """Check ``raw`` (the request-target as received) and split off a model prefix."""
+    """Check ``raw`` (the request-target as received) and split off a model prefix.
+
+    Clients send the same few targets again and again: the verdict is kept for the last
+    256 (a target is at most MAX_TARGET bytes, so the cache stays small whatever is sent).
+    A refused target raises each time, and is not kept.
+    """
     if len(raw) > MAX_TARGET:
         raise BadRequestError(f"the request target is longer than {MAX_TARGET} bytes")
     if not raw.startswith(b"/"):

@@ -56,7 +56,7 @@ class UpstreamAnswer(ABC):
 
     status: int
     headers: list[tuple[bytes, bytes]]
-    """As received, hop-by-hop headers included (the relay drops those)."""
+    """As received, hop-by-hop headers included (the relay drops those); names lowercase."""
 
     @abstractmethod
     def header(self, name: bytes) -> bytes | None:

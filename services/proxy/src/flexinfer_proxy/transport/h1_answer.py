@@ -44,6 +44,7 @@ class H1Answer(UpstreamAnswer):
         "_done",
         "_error",
         "_waiter",
+        "first",
         "headers",
         "reusable",
         "status",
@@ -54,6 +55,8 @@ class H1Answer(UpstreamAnswer):
         self.url = url
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
+        self.first: dict[bytes, bytes] = {}
+        """The first value of each header, by (lowercase) name."""
         self.reusable = False
         """The connection may carry another request once this answer ends intact."""
         self._conn: AnswerSource | None = conn
@@ -65,10 +68,7 @@ class H1Answer(UpstreamAnswer):
 
     def header(self, name: bytes) -> bytes | None:
         """The value of header ``name`` (lowercase), if present."""
-        for key, value in self.headers:
-            if key.lower() == name:
-                return value
-        return None
+        return self.first.get(name)
 
     @property
     def error(self) -> BaseException | None:

@@ -106,10 +106,13 @@ class H1Connection(asyncio.Protocol):
             raise _OutOfStepError("the upstream sent bytes after its answer ended")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        """One answer header."""
-        if self.answer is not None and not self._interim:
-            self.answer.headers.append((name, value))
-            if len(name) in (14, 17) and name.lower() in _FRAMING:
+        """One answer header (its name lowercased)."""
+        answer = self.answer
+        if answer is not None and not self._interim:
+            name = name.lower()
+            answer.headers.append((name, value))
+            answer.first.setdefault(name, value)
+            if name in _FRAMING:
                 self._framed = True
 
     def on_headers_complete(self) -> None:
@@ -122,6 +125,7 @@ class H1Connection(asyncio.Protocol):
             raise _OutOfStepError("the upstream switched protocols, which was not asked for")
         if status < 200:
             answer.headers.clear()
+            answer.first.clear()
             self._interim = True
             return
         answer.status = status

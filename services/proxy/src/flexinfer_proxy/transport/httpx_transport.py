@@ -36,7 +36,7 @@ class HttpxAnswer(UpstreamAnswer):
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
         self.status = response.status_code
-        self.headers = list(response.headers.raw)
+        self.headers = [(name.lower(), value) for name, value in response.headers.raw]
 
     def header(self, name: bytes) -> bytes | None:
         """The value of header ``name`` (lowercase), if present."""
