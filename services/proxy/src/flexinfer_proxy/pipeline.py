@@ -42,8 +42,8 @@ from flexinfer_proxy.error_answers import error_answer, error_code
 from flexinfer_proxy.extract_http import IncomingRequest, read_request, request_now
 from flexinfer_proxy.relay import (
     SSE_HEADERS,
-    relay,
     relay_as_event,
+    relay_stream,
     request_headers,
     response_headers,
     sse_comment,
@@ -190,7 +190,7 @@ class ProxyRequest:
             elif answer.complete():  # the usual small answer: already whole, one write
                 await ds.respond(answer.status, response_headers(answer), await answer.read())
             else:
-                await relay(answer, ds)
+                await relay_stream(answer, ds)
         finally:
             await answer.aclose()
 

@@ -1,8 +1,8 @@
 """The headers that cross the proxy, and the engine's answer relayed to the client.
 
 An answer is passed through as raw bytes, chunk by chunk (no decoding, no buffering), so
-streams reach the client as the engine produces them; a small answer that is already
-complete leaves in one write.
+streams reach the client as the engine produces them (a small answer that is already
+complete leaves in one write, from the pipeline).
 """
 
 from __future__ import annotations
@@ -103,13 +103,9 @@ def sse_error(status: int, message: str, code: str) -> bytes:
     return sse_data(json.dumps(openai_error_body(status, message, code=code)).encode())
 
 
-async def relay(answer: UpstreamAnswer, ds: Downstream) -> None:
-    """Send ``answer`` to the client (head included)."""
-    headers = response_headers(answer)
-    if answer.complete():
-        await ds.respond(answer.status, headers, await answer.read())
-        return
-    await ds.start(answer.status, headers)
+async def relay_stream(answer: UpstreamAnswer, ds: Downstream) -> None:
+    """Send ``answer`` to the client as its body arrives (head first)."""
+    await ds.start(answer.status, response_headers(answer))
     await relay_body(answer, ds, event_stream=is_event_stream(answer))
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 from flexinfer_common.api import Model
 from flexinfer_common.bus.topics import EndpointInfo
@@ -66,8 +65,3 @@ class Dispatcher:
         """Endpoints of ``model`` may be usable now: wake its waiters in order."""
         if self.table.usable(model):
             self.queue.release(model)
-
-
-def deadline_after(seconds: float) -> float:
-    """A monotonic deadline ``seconds`` from now."""
-    return time.monotonic() + seconds
