@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,15 +21,13 @@ from typing import Any
 
 import psutil
 import pytest
-import schemathesis
-from hypothesis import HealthCheck, settings
-from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_proxy.app import create_app
 from flexinfer_proxy.settings import ProxySettings
 from flexinfer_proxy.static import StaticStore, parse_static
+from flexinfer_testing.api_schema import document_schema, fuzz
 from flexinfer_testing.repo import repo_root
 from flexinfer_testing.stack import flexinfer_command
 
@@ -97,30 +95,6 @@ def _document(token: str | None) -> dict[str, Any]:
     return document
 
 
-Test = Callable[..., None]
-
-
-def _parametrize() -> Callable[[Test], Test]:
-    """The ``parametrize`` decorator of the proxy's schema (typed: schemathesis's is not)."""
-    config = {
-        "generation": {"max-examples": EXAMPLES, "deterministic": True},
-        "suppress-health-check": ["too_slow", "filter_too_much", "data_too_large"],
-    }
-    schema = schemathesis.openapi.from_dict(
-        _document(None), config=SchemathesisConfig.from_dict(config)
-    )
-    parametrize: Callable[[Test], Test] = schema.parametrize()
-    return parametrize
-
-
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-
-
 @contextmanager
 def _reported(name: str, request: pytest.FixtureRequest, proxy: Proxy) -> Iterator[Proxy]:
     rss = psutil.Process(proxy.proc.pid)
@@ -169,13 +143,13 @@ def _call(case: Any, proxy: Proxy, headers: dict[str, str] | None = None) -> Non
     assert response.status_code < 500, response.text
 
 
-@_parametrize()
-@FUZZ
+@document_schema(_document(None), None, EXAMPLES)
+@fuzz(EXAMPLES)
 def test_proxy_api_matches_its_schema_auth_off(case: Any, proxy_off: Proxy) -> None:
     _call(case, proxy_off)
 
 
-@_parametrize()
-@FUZZ
+@document_schema(_document(None), None, EXAMPLES)
+@fuzz(EXAMPLES)
 def test_proxy_api_matches_its_schema_auth_on(case: Any, proxy_on: Proxy) -> None:
     _call(case, proxy_on, {"Authorization": f"Bearer {TOKEN}"})

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -29,16 +28,14 @@ from uvicorn.server import ServerState
 
 from flexinfer_proxy.downstream import Downstream
 from flexinfer_proxy.exchange import Exchange, error_bytes
+from flexinfer_proxy.lazy_timer import LazyTimer
+from flexinfer_proxy.request_head import MAX_HEAD, RejectedError, RequestLineCheck, split_target
 
 log = logging.getLogger(__name__)
 
 _HIGH_WATER = 64 * 1024
 """Request body bytes buffered beyond which reading from the client pauses."""
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
-_REQUEST_LINE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [\x21-\x7e]+ HTTP/[0-9]\.[0-9]")
-"""method SP request-target SP HTTP-version, one space each (RFC 9112 3)."""
-MAX_HEAD = 64 * 1024
-"""Request line + headers beyond this are refused (431): httptools itself sets no limit."""
 
 
 Serve = Callable[[Exchange], Coroutine[Any, Any, None]]
@@ -72,7 +69,6 @@ class HttpProtocol(asyncio.Protocol):
         self.server_state = server_state
         self.app_state = app_state
         self.root_path = config.root_path
-        self.keepalive_s = float(config.timeout_keep_alive)
         self.limit_concurrency = config.limit_concurrency
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
@@ -87,8 +83,8 @@ class HttpProtocol(asyncio.Protocol):
         self.write_paused = False
         self.reading_paused = False
         self._drain: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._idle_since: float | None = None
+        self._idle = LazyTimer(self.loop, float(config.timeout_keep_alive), self.close)
+        """Closes a connection idle (between requests) beyond the keep-alive timeout."""
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._known: dict[bytes, bytes] = {}
@@ -100,10 +96,7 @@ class HttpProtocol(asyncio.Protocol):
         self._discard = False
         self._last = False
         """The request just parsed asked to close the connection: ignore what follows."""
-        self._between = True
-        """No request is being parsed: the next bytes begin a request line."""
-        self._line: bytes | None = None
-        """The start of a request line being collected for ``_check_line``."""
+        self._line_check = RequestLineCheck()
         self._refusal: bytes | None = None
         """The answer to malformed bytes after a request still being answered: it is
         written once that answer is, then the connection closes."""
@@ -118,14 +111,12 @@ class HttpProtocol(asyncio.Protocol):
         self.client = _addr(transport.get_extra_info("peername"))
         if transport.get_extra_info("sslcontext"):
             self.scheme = "https"
-        self._arm_timer()
+        self._idle.start()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Tell the running request (and queued ones) that the client is gone."""
         self.server_state.connections.discard(self)
-        self._cancel_timer()
-        if self._timer is not None:
-            self._timer.cancel()
+        self._idle.cancel()
         for exchange in (self.running, self.parsing, *self.pipeline_queue):
             if exchange is not None:
                 exchange.lost()
@@ -160,16 +151,16 @@ class HttpProtocol(asyncio.Protocol):
             cause = exc.__context__
             if self._last:
                 self._discard = True  # bytes after a Connection: close request are ignored
-            elif isinstance(cause, _RejectedError):
+            elif isinstance(cause, RejectedError):
                 self._reject(cause.status, str(cause))
             else:
                 self._reject(400, f"invalid HTTP request: {exc}")
-        except _RejectedError as exc:
+        except RejectedError as exc:
             self._reject(exc.status, str(exc))
 
     def _feed(self, data: bytes) -> None:
-        if self._line is not None or self._between:
-            self._check_line(data)
+        if self._line_check.wanted():
+            self._line_check.feed(data)
         # The head limit counts raw bytes as they arrive: httptools would otherwise
         # assemble one header of any size before a callback could see it.
         if self._head_budget_applies():
@@ -180,33 +171,12 @@ class HttpProtocol(asyncio.Protocol):
                 if self._discard:
                     return
                 if self._head_budget_applies() and self._head_left <= 0:
-                    raise _RejectedError(431, f"the request head exceeds {MAX_HEAD} bytes")
+                    raise RejectedError(431, f"the request head exceeds {MAX_HEAD} bytes")
                 if not self._head_budget_applies():
                     break
             else:
                 self._head_left -= len(data)
         self.parser.feed_data(data)
-
-    def _check_line(self, data: bytes) -> None:
-        """Check a request line that begins this data as strictly as RFC 9112 writes it.
-
-        llhttp takes runs of spaces between its parts; h11 and most servers do not, and
-        what one reads as one request another must not read otherwise. (A request line
-        that follows another request within one read is llhttp's alone to check.)
-        """
-        line = (self._line or b"") + data
-        start = 0
-        while line.startswith(b"\r\n", start):
-            start += 2  # empty lines before a request are allowed
-        end = line.find(b"\r\n", start)
-        if end < 0:
-            self._line = line  # the rest comes later; the head limit bounds it
-            self._between = False
-            return
-        self._line = None
-        self._between = False
-        if _REQUEST_LINE.fullmatch(line, start, end) is None:
-            raise _RejectedError(400, "malformed request line")
 
     def _head_budget_applies(self) -> bool:
         """Between requests and inside a head, bytes count against the head limit."""
@@ -226,7 +196,7 @@ class HttpProtocol(asyncio.Protocol):
     # httptools callbacks
     def on_message_begin(self) -> None:
         """A new request starts: reset the head accumulators."""
-        self._between = False
+        self._line_check.between = False
         self._url = b""
         self._headers = []
         self._known = {}
@@ -253,18 +223,18 @@ class HttpProtocol(asyncio.Protocol):
             self._hosts += 1
         elif name == b"transfer-encoding" and value.strip().lower() != b"chunked":
             # llhttp takes any coding list ending in chunked; we could not undo the others.
-            raise _RejectedError(400, "only Transfer-Encoding: chunked is supported")
+            raise RejectedError(400, "only Transfer-Encoding: chunked is supported")
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         """The head is in: run the request now, or queue it behind the running one."""
-        self._cancel_timer()
+        self._idle.stop()
         self._in_head = False
         self._head_left = MAX_HEAD
         parser = self.parser
         version = parser.get_http_version()
         if version == "1.1" and self._hosts != 1:
-            raise _RejectedError(400, "an HTTP/1.1 request must have exactly one Host header")
+            raise RejectedError(400, "an HTTP/1.1 request must have exactly one Host header")
         keep_alive = version != "1.0" and parser.should_keep_alive()
         method = parser.get_method().decode("ascii")
         exchange = Exchange(
@@ -292,18 +262,13 @@ class HttpProtocol(asyncio.Protocol):
         if exchange is None:
             return
         exchange.finish_body()
-        self._between = True
+        self._line_check.between = True
         self._last = not exchange.keep_alive
         if exchange.response_complete and exchange is not self.running:
             self._next(exchange)  # the dropped rest of an early-answered request is read
 
     def _scope(self, exchange: Exchange) -> dict[str, Any]:
-        try:
-            url = httptools.parse_url(exchange.target)
-            raw_path: bytes = url.path
-            path = raw_path.decode("ascii")
-        except (httptools.HttpParserInvalidURLError, UnicodeDecodeError) as exc:
-            raise _RejectedError(400, "invalid request target") from exc
+        path, raw_path, query = split_target(exchange.target)
         if "%" in path:
             path = urllib.parse.unquote(path)
         return {
@@ -317,7 +282,7 @@ class HttpProtocol(asyncio.Protocol):
             "root_path": self.root_path,
             "path": self.root_path + path,
             "raw_path": self.root_path.encode("ascii") + raw_path,
-            "query_string": url.query or b"",
+            "query_string": query,
             "headers": exchange.headers,
             "state": self.app_state.copy(),
             "extensions": {},
@@ -339,7 +304,7 @@ class HttpProtocol(asyncio.Protocol):
             return
         try:
             exchange.scope = self._scope(exchange)
-        except _RejectedError as exc:
+        except RejectedError as exc:
             self.running = None
             self._reject(exc.status, str(exc))
             return
@@ -382,7 +347,7 @@ class HttpProtocol(asyncio.Protocol):
             # Answered before the whole body arrived (413, 408, an early error). Closing
             # now could reset the connection and lose the answer, so the rest of the body
             # is read and dropped, for at most the keep-alive timeout.
-            self._arm_timer()
+            self._idle.start()
             self.resume_reading()
             return
         self._next(exchange)
@@ -398,7 +363,7 @@ class HttpProtocol(asyncio.Protocol):
         if self.pipeline_queue:
             self._start(self.pipeline_queue.popleft())
         else:
-            self._arm_timer()
+            self._idle.start()
         self.resume_reading()
 
     # Transport helpers, used by the exchanges.
@@ -481,35 +446,6 @@ class HttpProtocol(asyncio.Protocol):
             self.loop.call_later(1.0, self.close)
         else:
             self.close()
-
-    def _arm_timer(self) -> None:
-        """The connection is idle from now: close it unless a request head comes in time.
-
-        Lazy: one timer per connection that re-checks when it fires, instead of a timer
-        armed and cancelled on every request.
-        """
-        self._idle_since = self.loop.time()
-        if self._timer is None:
-            self._timer = self.loop.call_later(self.keepalive_s, self._check_idle)
-
-    def _cancel_timer(self) -> None:
-        self._idle_since = None
-
-    def _check_idle(self) -> None:
-        self._timer = None
-        if self._idle_since is None:
-            return  # busy: the next idle period arms it again
-        left = self._idle_since + self.keepalive_s - self.loop.time()
-        if left <= 0:
-            self.close()
-        else:
-            self._timer = self.loop.call_later(left, self._check_idle)
-
-
-class _RejectedError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _addr(value: Any) -> tuple[str, int] | None:

@@ -1,0 +1,71 @@
+"""Checks the server makes on request heads that httptools leaves out, on the raw bytes.
+
+``RejectedError`` is how a check refuses a request: the server answers it with the status
+and message, then closes the connection.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httptools
+
+MAX_HEAD = 64 * 1024
+"""Request line + headers beyond this are refused (431): httptools itself sets no limit."""
+_REQUEST_LINE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [\x21-\x7e]+ HTTP/[0-9]\.[0-9]")
+"""method SP request-target SP HTTP-version, one space each (RFC 9112 3)."""
+
+
+class RejectedError(Exception):
+    """A request refused before anything of it runs."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RequestLineCheck:
+    """Checks a request line that begins a read as strictly as RFC 9112 writes it.
+
+    llhttp takes runs of spaces between its parts; h11 and most servers do not, and what
+    one reads as one request another must not read otherwise. (A request line that follows
+    another request within one read is llhttp's alone to check.)
+    """
+
+    __slots__ = ("_line", "between")
+
+    def __init__(self) -> None:
+        self._line: bytes | None = None
+        """The start of a request line collected so far."""
+        self.between = True
+        """No request is being parsed: the next bytes begin a request line."""
+
+    def wanted(self) -> bool:
+        """Whether the next bytes are (part of) a request line to check."""
+        return self._line is not None or self.between
+
+    def feed(self, data: bytes) -> None:
+        """Check the line these bytes begin or continue; RejectedError if malformed."""
+        line = (self._line or b"") + data
+        start = 0
+        while line.startswith(b"\r\n", start):
+            start += 2  # empty lines before a request are allowed
+        end = line.find(b"\r\n", start)
+        self.between = False
+        if end < 0:
+            self._line = line  # the rest comes later; the head limit bounds it
+            return
+        self._line = None
+        if _REQUEST_LINE.fullmatch(line, start, end) is None:
+            raise RejectedError(400, "malformed request line")
+
+
+def split_target(target: bytes) -> tuple[str, bytes, bytes]:
+    """The decoded path, raw path and query of an origin-form target (for ASGI's scope)."""
+    try:
+        url = httptools.parse_url(target)
+        raw_path: bytes = url.path
+        path = raw_path.decode("ascii")
+    except (httptools.HttpParserInvalidURLError, UnicodeDecodeError) as exc:
+        raise RejectedError(400, "invalid request target") from exc
+    return path, raw_path, url.query or b""
