@@ -5,7 +5,10 @@ Each service's test file keeps one test per check, so a failure still names the 
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -88,3 +91,17 @@ def check_main_reports_a_busy_port(main: Main, capsys: pytest.CaptureFixture[str
     with busy_port() as port:
         assert main(["--host", "127.0.0.1", "--port", str(port)]) == 1
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def check_main_refuses_an_open_api(module: str, *, env_prefix: str) -> None:
+    """``python -m module`` on 0.0.0.0 without a token exits 2 with one line naming it."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(env_prefix)}
+    result = subprocess.run(
+        [sys.executable, "-m", module, "--host", "0.0.0.0", "--port", "0"],
+        env=environ, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    err = result.stderr.strip()
+    assert err.count("\n") == 0, err
+    assert "refusing to serve an unauthenticated API on 0.0.0.0" in err
+    assert f"{env_prefix}AUTH_TOKEN" in err

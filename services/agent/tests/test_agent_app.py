@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 
 import pytest
 
@@ -47,13 +44,4 @@ def test_node_name_comes_from_the_downward_api(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_main_refuses_an_open_api_beyond_loopback() -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("FLEXINFER_AGENT_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "flexinfer_agent", "--host", "0.0.0.0", "--port", "0"],
-        env=environ, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert result.returncode == 2, result.stderr
-    err = result.stderr.strip()
-    assert err.count("\n") == 0, err
-    assert "refusing to serve an unauthenticated API on 0.0.0.0" in err
-    assert "FLEXINFER_AGENT_AUTH_TOKEN" in err
+    skeleton.check_main_refuses_an_open_api("flexinfer_agent", env_prefix="FLEXINFER_AGENT_")

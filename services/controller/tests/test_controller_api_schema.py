@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +25,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-import schemathesis
-from hypothesis import HealthCheck, settings
 from pydantic import SecretStr
-from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from flexinfer_common.bus.memory import MemoryBus
@@ -38,9 +35,7 @@ from flexinfer_controller.app import create_app
 from flexinfer_controller.runtime.local import runtime_id
 from flexinfer_controller.settings import ControllerSettings
 from flexinfer_controller.testing import fake_engine_python, kill_marked
-
-EXAMPLES = 25
-"""Fuzzing examples per operation and mode; the coverage phase adds its own cases."""
+from flexinfer_testing.api_schema import FUZZ, document_schema
 
 
 @dataclass
@@ -107,32 +102,6 @@ def _document(token: str | None) -> dict[str, Any]:
     return document
 
 
-Test = Callable[..., None]
-
-
-def _parametrize(token: str | None) -> Callable[[Test], Test]:
-    """The ``parametrize`` decorator of the schema for ``token`` (typed: schemathesis's is not)."""
-    config: dict[str, Any] = {
-        "generation": {"max-examples": EXAMPLES, "deterministic": True},
-        "suppress-health-check": ["too_slow", "filter_too_much", "data_too_large"],
-    }
-    if token:
-        config["auth"] = {"openapi": {"adminToken": {"bearer": token}}}
-    schema = schemathesis.openapi.from_dict(
-        _document(token), config=SchemathesisConfig.from_dict(config)
-    )
-    parametrize: Callable[[Test], Test] = schema.parametrize()
-    return parametrize
-
-
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-
-
 @contextmanager
 def _running(
     mode: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -194,13 +163,13 @@ def _call(case: Any, controller: Controller) -> None:
     controller.statuses[response.status_code] += 1
 
 
-@_parametrize(None)
+@document_schema(_document(None), None)
 @FUZZ
 def test_controller_api_matches_its_schema_auth_off(case: Any, controller_off: Controller) -> None:
     _call(case, controller_off)
 
 
-@_parametrize(TOKEN)
+@document_schema(_document(TOKEN), TOKEN)
 @FUZZ
 def test_controller_api_matches_its_schema_auth_on(case: Any, controller_on: Controller) -> None:
     _call(case, controller_on)

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from flexinfer_scheduler.__main__ import main
@@ -42,13 +38,6 @@ def test_main_reports_a_busy_port(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_main_refuses_an_open_api_beyond_loopback() -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("FLEXINFER_SCHEDULER_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "flexinfer_scheduler", "--host", "0.0.0.0", "--port", "0"],
-        env=environ, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert result.returncode == 2, result.stderr
-    err = result.stderr.strip()
-    assert err.count("\n") == 0, err
-    assert "refusing to serve an unauthenticated API on 0.0.0.0" in err
-    assert "FLEXINFER_SCHEDULER_AUTH_TOKEN" in err
+    skeleton.check_main_refuses_an_open_api(
+        "flexinfer_scheduler", env_prefix="FLEXINFER_SCHEDULER_"
+    )
