@@ -83,7 +83,7 @@ def test_a_malformed_bus_url_fails_the_start_with_one_line(tmp_path: Path) -> No
     """Injected: FLEXINFER_BUS_URL=redis://127.0.0.1:notaport/0. Asserted: controller and
     proxy both exit non-zero at once, each with one line that says what is wrong."""
     started = time.monotonic()
-    outcome = exits(tmp_path, start_both(tmp_path, "redis://127.0.0.1:notaport/0"), 30)
+    outcome = exits(tmp_path, start_both(tmp_path, "redis://127.0.0.1:notaport/0"), 120)
     faultlog.record("start with a malformed bus URL", outcome, time.monotonic() - started)
     check_one_line_exit(outcome, "invalid bus URL", "notaport")
 
@@ -91,10 +91,18 @@ def test_a_malformed_bus_url_fails_the_start_with_one_line(tmp_path: Path) -> No
 @pytest.mark.slow
 def test_an_unreachable_bus_fails_the_start_after_the_connect_timeout(tmp_path: Path) -> None:
     """Injected: FLEXINFER_BUS_URL names a port nothing listens on, with a 1 s connect
-    timeout. Asserted: controller and proxy both exit non-zero within a few seconds, each
-    with one line naming the Redis they could not reach."""
+    timeout. Asserted: controller and proxy both exit non-zero, each with one line naming
+    the Redis they could not reach and the 1 s they waited (the default is 20 s).
+
+    The bound on the wall clock only catches a hang: a busy machine can take many seconds
+    just to import a service, so the line, not the clock, proves the setting was used."""
     port = free_port()
     started = time.monotonic()
-    outcome = exits(tmp_path, start_both(tmp_path, f"redis://127.0.0.1:{port}/0"), 10)
+    outcome = exits(tmp_path, start_both(tmp_path, f"redis://127.0.0.1:{port}/0"), 120)
     faultlog.record("start with an unreachable bus", outcome, time.monotonic() - started)
-    check_one_line_exit(outcome, f"127.0.0.1:{port}/0", "FLEXINFER_BUS_CONNECT_TIMEOUT_S")
+    check_one_line_exit(
+        outcome,
+        f"127.0.0.1:{port}/0",
+        f"still failing after {CONNECT_TIMEOUT_S:g} s",
+        "FLEXINFER_BUS_CONNECT_TIMEOUT_S",
+    )
