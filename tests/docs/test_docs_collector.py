@@ -126,6 +126,7 @@ def doc_stack(tmp_path: Path) -> DocStack:
 def test_the_workdir_is_the_checkout_but_for_its_data_dir(doc_stack: DocStack) -> None:
     assert (doc_stack.workdir / "k8s").is_symlink()
     assert not (doc_stack.workdir / ".flexinfer").is_symlink()
+    assert (doc_stack.workdir / ".venv" / "bin" / "flexinfer").is_file()
 
 
 def test_documented_addresses_become_the_stacks(doc_stack: DocStack) -> None:

@@ -2,13 +2,14 @@
 
 Each stack is a real ``flexinfer up --port 0`` with its demo, started in a working directory
 of its own that looks like the checkout (a symlink to every top-level entry) but holds its
-own ``.flexinfer`` data directory. So ``.flexinfer/admin-token``, ``$PWD/.flexinfer/models``,
-``k8s/examples/…`` and ``.venv/bin/flexinfer`` mean in a block what they mean to a reader.
-Only the documented default ports differ: ``127.0.0.1:8080`` (and the other services'
-defaults) are rewritten to the stack's free ports, and ``flexinfer mx``, which dials
-``localhost:8001`` when given no address, gets the stack's through ``MODEL_EXPRESS_URL``.
-curl reads a ``.curlrc`` with ``fail-with-body``: an HTTP error fails the block, as the
-reader would see it fail, instead of exiting 0.
+own ``.flexinfer`` data directory, and whose ``.venv/bin`` is the running interpreter's. So
+``.flexinfer/admin-token``, ``$PWD/.flexinfer/models``, ``k8s/examples/…`` and
+``.venv/bin/flexinfer`` mean in a block what they mean to a reader. Only the documented
+default ports differ: ``127.0.0.1:8080`` (and the other services' defaults) are rewritten
+to the stack's free ports, and ``flexinfer mx``, which dials ``localhost:8001`` when given
+no address, gets the stack's through ``MODEL_EXPRESS_URL``. curl reads a ``.curlrc`` with
+``fail-with-body``: an HTTP error fails the block, as the reader would see it fail,
+instead of exiting 0.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from urllib.parse import urlsplit
 
 import openai
 
+from flexinfer_cli.demo import DEMO_NAME
 from flexinfer_cli.up import DEFAULT_PORTS
 from flexinfer_testing.doc_blocks import DocBlock
 from flexinfer_testing.stack import Stack, start_process, stop_stack
@@ -33,7 +35,6 @@ Env = tuple[tuple[str, str], ...]
 
 BLOCK_TIMEOUT_S = 120.0
 """A block's longest run: a cold start and a few requests take seconds."""
-DEMO = "tiny"
 CURLRC = "fail-with-body\nmax-time = 100\n"
 _ADDRESS = re.compile(r"\b(?:127\.0\.0\.1|localhost):(?P<port>\d{2,5})\b")
 
@@ -116,7 +117,7 @@ class DocStack:
             max_retries=0,
         ) as client:
             reply = client.chat.completions.create(
-                model=DEMO, messages=[{"role": "user", "content": "Hello"}], max_tokens=1
+                model=DEMO_NAME, messages=[{"role": "user", "content": "Hello"}], max_tokens=1
             )
         assert reply.choices, f"the demo model answered without choices: {reply}"
 
@@ -131,11 +132,17 @@ def _kill_group(pgid: int) -> bool:
 
 
 def reader_workdir(workdir: Path, repo: Path) -> Path:
-    """A directory that looks like the checkout at ``repo`` but for its own ``.flexinfer``."""
+    """A directory that looks like the checkout at ``repo`` but for its own ``.flexinfer``.
+
+    Its ``.venv/bin`` is the running interpreter's, so ``.venv/bin/flexinfer`` in a block is
+    the code under test even where the suite does not run from the checkout's ``.venv``.
+    """
     workdir.mkdir(parents=True)
     for entry in repo.iterdir():
-        if entry.name != ".flexinfer":
+        if entry.name not in (".flexinfer", ".venv"):
             (workdir / entry.name).symlink_to(entry)
+    (workdir / ".venv").mkdir()
+    (workdir / ".venv" / "bin").symlink_to(Path(sys.executable).parent)
     return workdir
 
 
@@ -149,7 +156,7 @@ def start_doc_stack(root: Path, repo: Path, env: Env) -> DocStack:
     data_dir.mkdir()
     shell_env = dict(env)
     stack_env = {**os.environ, "FLEXINFER_LOG_LEVEL": "INFO", **shell_env}
-    stack = Stack("embedded", data_dir, data_dir / "models" / DEMO, stack_env)
+    stack = Stack("embedded", data_dir, data_dir / "models" / DEMO_NAME, stack_env)
     try:
         args = ["up", "--data-dir", str(data_dir), "--port", "0"]
         start_process(stack, "up", args, data_dir / "endpoints.json")
