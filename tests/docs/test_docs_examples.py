@@ -39,7 +39,9 @@ def _blocks(*kinds: str) -> list[DocBlock]:
 def _params(*kinds: str) -> list[object]:
     """The blocks of ``kinds`` as test parameters; a skip marker makes a pytest skip."""
     return [
-        pytest.param(block, id=block.id, marks=[pytest.mark.skip(reason=block.skip)])
+        pytest.param(
+            block, id=block.id, marks=[pytest.mark.skip(reason=f"{block.id}: {block.skip}")]
+        )
         if block.skip
         else pytest.param(block, id=block.id)
         for block in _blocks(*kinds)
