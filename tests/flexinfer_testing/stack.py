@@ -154,6 +154,38 @@ class Stack:
             time.sleep(0.1)
 
 
+def start_process(stack: Stack, name: str, args: list[str], ready: Path) -> None:
+    """Run ``flexinfer ARGS`` as the stack's process ``name``; wait until ``ready`` is written."""
+    ready.unlink(missing_ok=True)
+    env = dict(stack.env)
+    if name != "up":
+        env["FLEXINFER_READY_FILE"] = str(ready)
+    log = (stack.data_dir / f"{name}.log").open("ab")
+    proc = subprocess.Popen(
+        flexinfer_command(*args), env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL
+    )
+    log.close()
+    stack.procs[name] = proc
+    urls = wait_for_file(ready, proc, START_TIMEOUT_S)
+    if name == "up":
+        stack.urls.update(urls)
+    else:
+        stack.urls[name] = next(iter(urls.values()))
+
+
+def stop_stack(stack: Stack) -> None:
+    """Stop the stack's processes; kill and report any engine that outlived them."""
+    for proc in reversed(list(stack.procs.values())):
+        stop_process(proc)
+    orphans = stack.all_engine_processes()
+    for engine in orphans:
+        engine.kill()
+    if orphans:
+        # An engine that outlives its stack is an orphan: a bug the tests must see.
+        pids = ", ".join(str(engine.pid) for engine in orphans)
+        raise AssertionError(f"engine pids {pids} outlived their stack")
+
+
 def delete_redis_keys(url: str, prefix: str) -> None:
     """Delete the streams a distributed stack left in Redis under ``prefix``."""
     import redis
@@ -186,7 +218,7 @@ class StackFactory:
         if self.mode == "distributed":
             self._distributed_env(stack, env)
         # Last registered, first run: processes stop before their database and streams go.
-        self.exit_stack.callback(self._cleanup, stack)
+        self.exit_stack.callback(stop_stack, stack)
         self.launch(stack)
         return stack
 
@@ -208,7 +240,7 @@ class StackFactory:
     def launch(self, stack: Stack) -> None:
         """Start (or restart) every process of the stack and wait until it serves."""
         if self.mode == "embedded":
-            self._start(
+            start_process(
                 stack,
                 "up",
                 ["up", "--data-dir", str(stack.data_dir), "--port", "0", "--no-demo"],
@@ -216,7 +248,7 @@ class StackFactory:
             )
         else:
             self.start_controller(stack)
-            self._start(
+            start_process(
                 stack, "proxy", ["proxy", "--port", "0"], stack.data_dir / "proxy.ready.json"
             )
 
@@ -225,7 +257,7 @@ class StackFactory:
         if self.mode == "embedded":
             self.launch(stack)
             return
-        self._start(
+        start_process(
             stack,
             "controller",
             ["controller", "--port", "0", "--data-dir", str(stack.data_dir / "controller")],
@@ -235,35 +267,6 @@ class StackFactory:
     def controller_process(self, stack: Stack) -> subprocess.Popen[bytes]:
         """The process that runs the controller."""
         return stack.procs["up" if self.mode == "embedded" else "controller"]
-
-    def _start(self, stack: Stack, name: str, args: list[str], ready: Path) -> None:
-        ready.unlink(missing_ok=True)
-        env = dict(stack.env)
-        if name != "up":
-            env["FLEXINFER_READY_FILE"] = str(ready)
-        log = (stack.data_dir / f"{name}.log").open("ab")
-        proc = subprocess.Popen(
-            flexinfer_command(*args), env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL
-        )
-        log.close()
-        stack.procs[name] = proc
-        urls = wait_for_file(ready, proc, START_TIMEOUT_S)
-        if name == "up":
-            stack.urls.update(urls)
-        else:
-            stack.urls[name] = next(iter(urls.values()))
-
-    @staticmethod
-    def _cleanup(stack: Stack) -> None:
-        for proc in reversed(list(stack.procs.values())):
-            stop_process(proc)
-        orphans = stack.all_engine_processes()
-        for engine in orphans:
-            engine.kill()
-        if orphans:
-            # An engine that outlives its stack is an orphan: a bug the tests must see.
-            pids = ", ".join(str(engine.pid) for engine in orphans)
-            raise AssertionError(f"engine pids {pids} outlived their stack")
 
 
 @contextmanager
