@@ -21,7 +21,7 @@ _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
-    404: "not_found_error",
+    404: "invalid_request_error",  # OpenAI types an unknown model or URL so, too
     409: "conflict_error",
     413: "invalid_request_error",
     422: "invalid_request_error",
@@ -175,6 +175,9 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, HTTPException)
         phrase = HTTPStatus(exc.status_code).phrase
         message = exc.detail if isinstance(exc.detail, str) and exc.detail else phrase
+        if exc.status_code in (404, 405) and message == phrase:
+            # Routing's own refusal: say which request, as OpenAI's "Invalid URL" does.
+            message = f"Invalid URL ({request.method} {request.url.path}): {phrase.lower()}"
         code = phrase.lower().replace(" ", "_")
         headers = dict(exc.headers) if exc.headers else {}
         if exc.status_code == 405:
