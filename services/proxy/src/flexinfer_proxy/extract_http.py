@@ -127,7 +127,14 @@ def _from_body(
     more: bool,
     length: int | None,
 ) -> IncomingRequest:
-    content_type = (ds.header(b"content-type") or b"").lower()
+    content_type = (ds.header(b"content-type") or b"").strip().lower()
+    if not content_type:
+        # Every proxied route takes JSON (or a multipart form): a body of no declared type
+        # is a client bug, answered here rather than guessed at or forwarded.
+        raise BadRequestError(
+            "The request has no Content-Type header: send the body as JSON with "
+            "Content-Type: application/json (or multipart/form-data for uploads)."
+        )
     scanned: ScannedBody | None = None
     if content_type.startswith(b"multipart/form-data"):
         if name is None:
