@@ -9,6 +9,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
@@ -145,7 +146,8 @@ def health_router(ready: ReadyCheck | None = None) -> APIRouter:
 def _allowed_methods(request: Request) -> str:
     """Every method some route serves at this path: Starlette's 405 names only one route's."""
     methods: set[str] = set()
-    for route in request.app.router.routes:
+    # FastAPI keeps an included router as one route: its own routes are listed flat here.
+    for route in iter_route_contexts(request.app.router.routes):
         match, _ = route.matches(request.scope)
         if match is not Match.NONE:
             methods |= set(getattr(route, "methods", None) or ())
