@@ -10,13 +10,12 @@ import pytest
 from openai.types import completion_create_params
 from openai.types.chat import completion_create_params as chat_create_params
 
-from flexinfer_engine.app import create_app
 from flexinfer_engine.core.engine import InferenceEngine
 from flexinfer_engine.core.parameters import ACCEPTED, CHAT_REFUSED, COMPLETION_REFUSED
 from flexinfer_engine.core.requests import ChatCompletionRequest, CompletionRequest
 from flexinfer_engine.core.weights import generate_model
 from flexinfer_engine.settings import EngineSettings
-from flexinfer_transfer import create_loader_chain
+from flexinfer_testing.engines import app_client, loaded_engine
 
 NAME = "tiny-params"
 USER = [{"role": "user", "content": "Hi"}]
@@ -74,17 +73,13 @@ CHAT_ACCEPTED: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> InferenceEngine:
-    model_dir = generate_model(tmp_path_factory.mktemp("tiny"), name="params", preset="tiny")
-    engine = InferenceEngine(model_dir, create_loader_chain(["safetensors"]))
-    engine.load()
-    return engine
+    return loaded_engine(generate_model(tmp_path_factory.mktemp("tiny"), name="p", preset="tiny"))
 
 
 @pytest.fixture
 async def client(engine: InferenceEngine) -> AsyncIterator[httpx.AsyncClient]:
     settings = EngineSettings(model_dir=engine.model_dir, served_model_name=NAME)
-    transport = httpx.ASGITransport(app=create_app(settings, engine=engine))
-    async with httpx.AsyncClient(transport=transport, base_url="http://engine") as http:
+    async with app_client(settings, engine) as http:
         yield http
 
 
