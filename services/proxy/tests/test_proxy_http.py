@@ -92,6 +92,8 @@ async def test_unknown_model_is_404_for_the_openai_sdk(stack: ProxyStack) -> Non
         (b"[1, 2]", "JSON object"),
         (b'{"messages": []}', "model"),
         (b'{"model": 7}', "model"),
+        (b'{"model": "tiny", "stream": "yes"}', "'stream'"),
+        (b'{"stream": 1, "model": "tiny"}', "'stream'"),
         (b"[" * 100_000 + b"]" * 100_000, "JSON"),
     ],
 )

@@ -16,6 +16,7 @@ from flexinfer_proxy.core.errors import BadRequestError
 from flexinfer_proxy.core.extract import (
     ScannedBody,
     check_model_name,
+    check_stream,
     insert_model,
     multipart_model,
     parse_json_body,
@@ -141,6 +142,7 @@ def _from_body(
             name = multipart_model(content_type, prefix)
     elif name is None or (prefix and not prefix.isspace()):
         scanned = parse_json_body(prefix) if not more else scan_json_prefix(prefix)
+        check_stream(scanned.data)
         if name is None:
             name = scanned.model
     if name is None:
