@@ -246,6 +246,19 @@ async def test_models_are_listed_and_retrieved(stack: ProxyStack) -> None:
     assert one.model_extra == {"parent": None}
 
 
+async def test_a_route_the_models_backend_lacks_is_openais_not_found(
+    stack: ProxyStack, upstream: tuple[FakeUpstream, str]
+) -> None:
+    fake, url = upstream
+    await stack.set_endpoints("default/tiny", [url])
+    async with stack.openai() as client:
+        with pytest.raises(openai.NotFoundError) as raised:
+            await client.embeddings.create(model="tiny", input="hello")
+    assert (raised.value.type, raised.value.code) == ("invalid_request_error", "not_found")
+    assert "Invalid URL (POST /v1/embeddings)" in raised.value.message
+    assert fake.seen == []
+
+
 async def test_model_created_after_start_is_found(
     stack: ProxyStack, upstream: tuple[FakeUpstream, str]
 ) -> None:
