@@ -9,13 +9,13 @@ from flexinfer_common.web import install_error_handlers
 
 
 def _app() -> FastAPI:
-    router = APIRouter()
+    router = APIRouter(prefix="/v1")
 
-    @router.post("/v1/things")
+    @router.post("/things")
     async def make() -> dict[str, str]:
         return {}
 
-    @router.delete("/v1/things")
+    @router.delete("/things")
     async def drop() -> dict[str, str]:
         return {}
 
@@ -41,5 +41,5 @@ async def test_404_and_405_are_openai_errors_naming_the_request() -> None:
     }
     assert wrong.status_code == 405
     assert wrong.json()["error"]["type"] == "invalid_request_error"
-    # Every method of the path, though they come from an included router's two routes.
+    # Every method of the path, though they come from two routes of an included, prefixed router.
     assert wrong.headers["allow"] == "DELETE, POST"
