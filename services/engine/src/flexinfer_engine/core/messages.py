@@ -1,9 +1,9 @@
 """Chat messages as OpenAI defines them, one model per role, and their prompt text.
 
-Every role OpenAI's chat API accepts is accepted here (``function`` aside: it is
-deprecated and has no ``name``-less form in this API). Content is text; image, audio and
-file parts are well-formed but this engine cannot read them, so they are refused with the
-part's path as ``param`` (see ``unreadable_parts``) rather than dropped.
+Every role OpenAI's chat API accepts is accepted here but ``function``, which OpenAI
+deprecated in favour of ``tool``. Content is text: image, audio and file parts are valid
+shapes this engine cannot read, so they are refused with the part's path as ``param``
+(see ``unreadable_parts``) rather than dropped.
 """
 
 from __future__ import annotations
