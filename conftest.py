@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from flexinfer_testing.contract import Target, start_engine, start_proxy
+from flexinfer_testing.engines import Process
 from flexinfer_testing.stack import StackFactory, stack_factory
 
 
@@ -31,3 +33,28 @@ def stacks(
     """Starts stacks in each mode: embedded (flexinfer up) and distributed (Redis, PostgreSQL)."""
     with stack_factory(str(request.param), tmp_path, tiny_model_dir) as factory:
         yield factory
+
+
+@pytest.fixture(scope="session")
+def contract_engine(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Process]:
+    """The OpenAI contract's first target: the reference engine, as its own process."""
+    with start_engine(tiny_model_dir, tmp_path_factory.mktemp("contract-engine")) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def contract_proxy(
+    contract_engine: Process, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Process]:
+    """The second: the same engine behind the real proxy (``flexinfer proxy --static``)."""
+    with start_proxy(contract_engine, tmp_path_factory.mktemp("contract-proxy")) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="session", params=["engine", "proxy"])
+def target(request: pytest.FixtureRequest) -> Target:
+    """Each contract target in turn: a contract test runs against both."""
+    process: Process = request.getfixturevalue(f"contract_{request.param}")
+    return Target(str(request.param), process.url)

@@ -3,6 +3,7 @@
 For fault tests that put something (a FaultProxy) between the FlexInfer proxy and an
 engine: ``reference_engine`` runs ``python -m flexinfer_engine serve`` and waits for its
 ready line, ``static_proxy`` runs ``flexinfer proxy --static NAME=URL ...``.
+``loaded_engine`` and ``app_client`` serve an engine in-process, through its ASGI app.
 ``many_shard_model`` writes a valid sharded model whose load takes long enough (thousands
 of shard files) for a test to catch an engine in the middle of loading it.
 """
@@ -14,13 +15,18 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import psutil
+
+if TYPE_CHECKING:
+    from flexinfer_engine.core.engine import InferenceEngine
+    from flexinfer_engine.settings import EngineSettings
 
 from flexinfer_testing.stack import START_TIMEOUT_S, flexinfer_command, stop_process, wait_for_file
 
@@ -147,3 +153,25 @@ def many_shard_model(out: Path, layers: int = 500) -> Path:
     (out / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     (out / "config.json").write_text(json.dumps(config.to_hf_dict()))
     return out
+
+
+def loaded_engine(model_dir: Path) -> InferenceEngine:
+    """An engine with its weights loaded from ``model_dir`` (plain safetensors)."""
+    from flexinfer_engine.core.engine import InferenceEngine
+    from flexinfer_transfer import create_loader_chain
+
+    engine = InferenceEngine(model_dir, create_loader_chain(["safetensors"]))
+    engine.load()
+    return engine
+
+
+@asynccontextmanager
+async def app_client(
+    settings: EngineSettings, engine: InferenceEngine
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of the engine's app serving ``engine``, in-process (no socket)."""
+    from flexinfer_engine.app import create_app
+
+    transport = httpx.ASGITransport(app=create_app(settings, engine=engine))
+    async with httpx.AsyncClient(transport=transport, base_url="http://engine") as client:
+        yield client

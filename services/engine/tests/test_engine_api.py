@@ -10,11 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from flexinfer_engine.app import create_app
 from flexinfer_engine.core.engine import InferenceEngine
 from flexinfer_engine.core.weights import generate_model
 from flexinfer_engine.settings import EngineSettings
-from flexinfer_transfer import create_loader_chain
+from flexinfer_testing.engines import app_client, loaded_engine
 
 NAME = "tiny-test"
 
@@ -24,15 +23,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generate_model(tmp_path_factory.mktemp("tiny"), name="api", preset="tiny")
 
 
-def _engine(model_dir: Path) -> InferenceEngine:
-    engine = InferenceEngine(model_dir, create_loader_chain(["safetensors"]))
-    engine.load()
-    return engine
-
-
 @pytest.fixture(scope="module")
 def engine(model_dir: Path) -> InferenceEngine:
-    return _engine(model_dir)
+    return loaded_engine(model_dir)
 
 
 def _settings(model_dir: Path) -> EngineSettings:
@@ -41,9 +34,7 @@ def _settings(model_dir: Path) -> EngineSettings:
 
 @pytest.fixture
 async def client(model_dir: Path, engine: InferenceEngine) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(_settings(model_dir), engine=engine)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://engine") as http:
+    async with app_client(_settings(model_dir), engine) as http:
         yield http
 
 
@@ -199,10 +190,8 @@ async def test_health_info_and_metrics(client: httpx.AsyncClient) -> None:
 
 @pytest.mark.parametrize("level", [1, 2])
 async def test_sleep_and_wake(model_dir: Path, level: int) -> None:
-    engine = _engine(model_dir)
-    app = create_app(_settings(model_dir), engine=engine)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://engine") as http:
+    engine = loaded_engine(model_dir)
+    async with app_client(_settings(model_dir), engine) as http:
         request = _chat(max_tokens=8, seed=4)
         before = (await http.post("/v1/chat/completions", json=request)).json()
         assert (await http.post(f"/sleep?level={level}")).status_code == 200

@@ -21,6 +21,8 @@ from flexinfer_proxy.core.target import parse_target
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_stack import proxy_stack, upstreams
 
+JSON = {"content-type": "application/json"}
+
 
 def test_scan_finds_model_in_a_prefix_and_splices_it() -> None:
     body = b'{"stream": true, "model": "caf\xc3\xa9", "messages": [{"role": "user", "content": "'
@@ -142,7 +144,9 @@ async def test_large_body_streams_through_with_model_spliced(tmp_path: Path) -> 
                 yield data[i : i + 8192]
 
         async with httpx.AsyncClient() as client:
-            reply = await client.post(f"{stack.url}/v1/chat/completions", content=chunks())
+            reply = await client.post(
+                f"{stack.url}/v1/chat/completions", content=chunks(), headers=JSON
+            )
         assert reply.status_code == 200, reply.text
         sent = fake.seen[-1].json()
         assert sent["model"] == "backend-tiny"
@@ -159,7 +163,9 @@ async def test_model_beyond_the_parse_cap_is_a_400(tmp_path: Path) -> None:
                 await asyncio.sleep(0.002)  # separate receive() messages on the proxy
 
         async with httpx.AsyncClient(timeout=5) as client:
-            reply = await client.post(f"{stack.url}/v1/chat/completions", content=slowly())
+            reply = await client.post(
+                f"{stack.url}/v1/chat/completions", content=slowly(), headers=JSON
+            )
         assert reply.status_code == 400
         assert "first 1024 bytes" in reply.json()["error"]["message"]
 
@@ -184,7 +190,7 @@ async def test_a_large_body_without_a_model_gets_one_inserted(tmp_path: Path) ->
 
         async with httpx.AsyncClient() as client:
             reply = await client.post(
-                f"{stack.url}/model/tiny/v1/chat/completions", content=chunks()
+                f"{stack.url}/model/tiny/v1/chat/completions", content=chunks(), headers=JSON
             )
         assert reply.status_code == 200, reply.text
         sent = fake.seen[-1].json()

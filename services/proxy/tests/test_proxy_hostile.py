@@ -19,6 +19,8 @@ from flexinfer_proxy.core.backoff import Backoff
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_stack import proxy_stack, upstreams, wait_until
 
+JSON = {"Content-Type": "application/json"}
+
 KEY = "default/tiny"
 
 
@@ -69,7 +71,7 @@ async def test_hostile_inputs(tmp_path: Path) -> None:
             ]
             for headers, body, status in cases:
                 started = time.monotonic()
-                reply = await client.post(url, content=body, headers=headers)
+                reply = await client.post(url, content=body, headers={**JSON, **headers})
                 assert reply.status_code == status, (body[:40], reply.text)
                 error = reply.json()["error"]
                 assert set(error) == {"message", "type", "param", "code"}

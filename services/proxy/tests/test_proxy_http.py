@@ -17,6 +17,8 @@ from flexinfer_common.serving import serve_in_background as serve_asgi
 from flexinfer_proxy.testing import FakeUpstream, make_model
 from flexinfer_proxy.testing_stack import ProxyStack, proxy_stack, wait_until
 
+JSON = {"content-type": "application/json"}
+
 
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[ProxyStack]:
@@ -55,7 +57,7 @@ async def test_body_bytes_untouched_when_no_rewrite(
     await stack.set_endpoints("default/tiny", [url])
     raw = b'{"model":   "tiny", "input": "x",  "extra": [1, 2]}'
     async with httpx.AsyncClient() as client:
-        response = await client.post(f"{stack.url}/v1/completions?x=1", content=raw)
+        response = await client.post(f"{stack.url}/v1/completions?x=1", content=raw, headers=JSON)
     assert response.status_code == 200
     assert response.json()["choices"][0]["message"]["content"] == "hello from upstream"
     assert fake.seen[-1].body == raw
@@ -90,16 +92,40 @@ async def test_unknown_model_is_404_for_the_openai_sdk(stack: ProxyStack) -> Non
         (b"[1, 2]", "JSON object"),
         (b'{"messages": []}', "model"),
         (b'{"model": 7}', "model"),
+        (b'{"model": "tiny", "stream": "yes"}', "'stream'"),
+        (b'{"stream": 1, "model": "tiny"}', "'stream'"),
         (b"[" * 100_000 + b"]" * 100_000, "JSON"),
     ],
 )
 async def test_bad_bodies_are_400(stack: ProxyStack, body: bytes, fragment: str) -> None:
     async with httpx.AsyncClient() as client:
-        response = await client.post(f"{stack.url}/v1/chat/completions", content=body)
+        response = await client.post(f"{stack.url}/v1/chat/completions", content=body, headers=JSON)
     assert response.status_code == 400
     error = response.json()["error"]
     assert fragment in error["message"]
     assert error["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("headers", [{}, {"x-model-id": "tiny"}, {"content-type": ""}])
+async def test_a_body_of_no_declared_type_is_400_and_not_forwarded(
+    stack: ProxyStack, upstream: tuple[FakeUpstream, str], headers: dict[str, str]
+) -> None:
+    fake, url = upstream
+    await stack.set_endpoints("default/tiny", [url])
+    body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            f"{stack.url}/v1/chat/completions", content=body, headers=headers
+        )
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert "no Content-Type header" in error["message"]
+        assert (error["type"], error["param"]) == ("invalid_request_error", None)
+        assert fake.seen == []
+        declared = await client.post(
+            f"{stack.url}/v1/chat/completions", content=body, headers={**headers, **JSON}
+        )
+    assert declared.status_code == 200
 
 
 async def test_body_too_large_is_413(tmp_path: Path) -> None:
@@ -111,8 +137,10 @@ async def test_body_too_large_is_413(tmp_path: Path) -> None:
                 yield big[start : start + 500]
 
         async with httpx.AsyncClient() as client:
-            declared = await client.post(f"{stack.url}/v1/completions", content=big)
-            streamed = await client.post(f"{stack.url}/v1/completions", content=chunked())
+            declared = await client.post(f"{stack.url}/v1/completions", content=big, headers=JSON)
+            streamed = await client.post(
+                f"{stack.url}/v1/completions", content=chunked(), headers=JSON
+            )
     for response in (declared, streamed):
         assert response.status_code == 413
         assert response.json()["error"]["code"] == "request_too_large"
@@ -215,6 +243,20 @@ async def test_models_are_listed_and_retrieved(stack: ProxyStack) -> None:
     assert sorted(m.id for m in page.data) == ["tiny", "tiny-alias"]
     assert all(m.owned_by == "flexinfer" and m.object == "model" for m in page.data)
     assert one.id == "tiny-alias"
+    assert one.model_extra == {"parent": None}
+
+
+async def test_a_route_the_models_backend_lacks_is_openais_not_found(
+    stack: ProxyStack, upstream: tuple[FakeUpstream, str]
+) -> None:
+    fake, url = upstream
+    await stack.set_endpoints("default/tiny", [url])
+    async with stack.openai() as client:
+        with pytest.raises(openai.NotFoundError) as raised:
+            await client.embeddings.create(model="tiny", input="hello")
+    assert (raised.value.type, raised.value.code) == ("invalid_request_error", "not_found")
+    assert "Invalid URL (POST /v1/embeddings)" in raised.value.message
+    assert fake.seen == []
 
 
 async def test_model_created_after_start_is_found(

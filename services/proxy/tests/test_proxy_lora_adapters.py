@@ -185,3 +185,7 @@ async def test_models_list_shows_adapters_with_their_parent(tmp_path: Path) -> N
             listed = {m.id: m for m in (await client.models.list()).data}
         assert set(listed) == {"llama", "sql-v1"}, "an adapter without its base is not listed"
         assert listed["sql-v1"].model_extra == {"parent": "llama"}
+        assert listed["llama"].model_extra == {"parent": None}
+        async with stack.openai() as client:
+            one = await client.models.retrieve("sql-v1")
+        assert (one.id, one.model_extra) == ("sql-v1", {"parent": "llama"})

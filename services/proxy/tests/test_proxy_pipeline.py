@@ -21,6 +21,8 @@ from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_raw import connect, post, raw_server, read_request
 from flexinfer_proxy.testing_stack import ProxyStack, proxy_stack, upstreams, wait_until
 
+JSON = {"content-type": "application/json"}
+
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 ANSWER = json.dumps({"object": "chat.completion", "choices": []}).encode()
 
@@ -274,7 +276,7 @@ async def test_errors_and_streams_leave_nothing_counted(
         assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
         unknown = await client.post("/v1/chat/completions", json={**CHAT, "model": "nope"})
         assert unknown.status_code == 404
-        broken = await client.post("/v1/chat/completions", content=b"{not json")
+        broken = await client.post("/v1/chat/completions", content=b"{not json", headers=JSON)
         assert broken.status_code == 400
         stream = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
         assert stream.status_code == 200

@@ -15,6 +15,8 @@ from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_raw import connect, post
 from flexinfer_proxy.testing_stack import proxy_stack, upstreams, wait_until
 
+JSON = {"content-type": "application/json"}
+
 CHAT = b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}'
 
 
@@ -127,7 +129,7 @@ async def test_proxy_routes_and_other_routes_share_the_port(tmp_path: Path) -> N
     async with upstreams(1) as ups, proxy_stack(tmp_path, [make_model("tiny")]) as stack:
         await stack.set_endpoints("default/tiny", [ups[0][1]])
         async with httpx.AsyncClient(base_url=stack.url, timeout=5) as client:
-            answer = await client.post("/v1/chat/completions", content=CHAT)
+            answer = await client.post("/v1/chat/completions", content=CHAT, headers=JSON)
             assert answer.json()["choices"][0]["message"]["content"] == "hello from u0"
             assert (await client.get("/v1/models")).json()["data"][0]["id"] == "tiny"
             assert (await client.get("/healthz")).status_code == 200

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
@@ -21,7 +22,7 @@ _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
-    404: "not_found_error",
+    404: "invalid_request_error",  # OpenAI types an unknown model or URL so, too
     409: "conflict_error",
     413: "invalid_request_error",
     422: "invalid_request_error",
@@ -145,7 +146,8 @@ def health_router(ready: ReadyCheck | None = None) -> APIRouter:
 def _allowed_methods(request: Request) -> str:
     """Every method some route serves at this path: Starlette's 405 names only one route's."""
     methods: set[str] = set()
-    for route in request.app.router.routes:
+    # FastAPI keeps an included router as one route: its own routes are listed flat here.
+    for route in iter_route_contexts(request.app.router.routes):
         match, _ = route.matches(request.scope)
         if match is not Match.NONE:
             methods |= set(getattr(route, "methods", None) or ())
@@ -175,6 +177,9 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, HTTPException)
         phrase = HTTPStatus(exc.status_code).phrase
         message = exc.detail if isinstance(exc.detail, str) and exc.detail else phrase
+        if exc.status_code in (404, 405) and message == phrase:
+            # Routing's own refusal: say which request, as OpenAI's "Invalid URL" does.
+            message = f"Invalid URL ({request.method} {request.url.path}): {phrase.lower()}"
         code = phrase.lower().replace(" ", "_")
         headers = dict(exc.headers) if exc.headers else {}
         if exc.status_code == 405:

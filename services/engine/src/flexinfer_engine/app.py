@@ -22,9 +22,10 @@ from flexinfer_engine.api.admin_routes import admin_router
 from flexinfer_engine.api.limits import BodyLimit
 from flexinfer_engine.api.metrics import engine_hooks
 from flexinfer_engine.api.openai_routes import ServedModel, openai_router
+from flexinfer_engine.api.validation import install_request_errors
 from flexinfer_engine.core.config import parameter_count
 from flexinfer_engine.core.engine import InferenceEngine
-from flexinfer_engine.core.requests import InvalidRequestError
+from flexinfer_engine.core.parameters import InvalidRequestError
 from flexinfer_engine.core.runner import AsyncRunner, State
 from flexinfer_engine.core.timing import process_create_time
 from flexinfer_engine.settings import EngineSettings
@@ -75,6 +76,7 @@ def create_app(
     )
     app.state.runner = runner
     install_error_handlers(app)
+    install_request_errors(app)
     app.add_exception_handler(InvalidRequestError, _on_invalid_request)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
 
@@ -119,4 +121,4 @@ def _fingerprint(engine: InferenceEngine) -> str:
 
 async def _on_invalid_request(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, InvalidRequestError)
-    return openai_error(400, str(exc), param=exc.param, code="invalid_request")
+    return openai_error(400, str(exc), param=exc.param, code=exc.code)

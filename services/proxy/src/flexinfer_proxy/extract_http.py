@@ -16,6 +16,7 @@ from flexinfer_proxy.core.errors import BadRequestError
 from flexinfer_proxy.core.extract import (
     ScannedBody,
     check_model_name,
+    check_stream,
     insert_model,
     multipart_model,
     parse_json_body,
@@ -127,13 +128,21 @@ def _from_body(
     more: bool,
     length: int | None,
 ) -> IncomingRequest:
-    content_type = (ds.header(b"content-type") or b"").lower()
+    content_type = (ds.header(b"content-type") or b"").strip().lower()
+    if not content_type:
+        # Every proxied route takes JSON (or a multipart form): a body of no declared type
+        # is a client bug, answered here rather than guessed at or forwarded.
+        raise BadRequestError(
+            "The request has no Content-Type header: send the body as JSON with "
+            "Content-Type: application/json (or multipart/form-data for uploads)."
+        )
     scanned: ScannedBody | None = None
     if content_type.startswith(b"multipart/form-data"):
         if name is None:
             name = multipart_model(content_type, prefix)
     elif name is None or (prefix and not prefix.isspace()):
         scanned = parse_json_body(prefix) if not more else scan_json_prefix(prefix)
+        check_stream(scanned.data)
         if name is None:
             name = scanned.model
     if name is None:

@@ -16,15 +16,21 @@ from flexinfer_proxy.core.service import ProxyCore
 from flexinfer_proxy.error_answers import error_response
 
 
-def model_entry(name: str, model: Model) -> dict[str, Any]:
-    """One OpenAI model object for the name ``name`` of ``model``."""
+def model_entry(name: str, model: Model, parent: str | None = None) -> dict[str, Any]:
+    """One OpenAI model object for the name ``name`` of ``model``; ``parent`` is the base
+    model's name for a LoRA adapter and null otherwise, as vLLM lists them."""
     created = model.metadata.creation_timestamp
     return {
         "id": name,
         "object": "model",
         "created": int(created.timestamp()) if created else 0,
         "owned_by": "flexinfer",
+        "parent": parent,
     }
+
+
+def _is_adapter(core: ProxyCore, name: str) -> bool:
+    return any(adapter.spec.adapter_name == name for adapter in core.catalog.adapters)
 
 
 def adapter_entries(core: ProxyCore, grant: TokenGrant | None) -> list[dict[str, Any]]:
@@ -34,9 +40,8 @@ def adapter_entries(core: ProxyCore, grant: TokenGrant | None) -> list[dict[str,
         target = core.catalog.lookup_target(adapter.spec.adapter_name)
         if target is None or (grant is not None and not grant.allows(target.model)):
             continue
-        entry = model_entry(adapter.spec.adapter_name, target.model)
-        entry["parent"] = target.model.served_names[0]
-        entries.append(entry)
+        name = adapter.spec.adapter_name
+        entries.append(model_entry(name, target.model, target.model.served_names[0]))
     return entries
 
 
@@ -77,6 +82,8 @@ def models_router(core: ProxyCore) -> APIRouter:
             core.auth.authorize(grant, target.model)
         except FlexInferError as exc:
             return error_response(exc)
-        return JSONResponse(model_entry(model_id, target.model))
+        # An alias answers as itself (id = the name asked for), as OpenAI's retrieve does.
+        parent = target.model.served_names[0] if _is_adapter(core, model_id) else None
+        return JSONResponse(model_entry(model_id, target.model, parent))
 
     return router

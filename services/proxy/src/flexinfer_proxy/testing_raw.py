@@ -101,9 +101,9 @@ async def connect(url: str) -> AsyncIterator[Conn]:
 
 
 def post(path: str, body: bytes, extra: bytes = b"") -> bytes:
-    """A POST with a Content-Length body."""
-    return b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n%s\r\n%s" % (
-        path.encode(),
+    """A POST with a Content-Length JSON body."""
+    head = b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n" % path.encode()
+    return head + b"content-length: %d\r\n%s\r\n%s" % (
         len(body),
         extra,
         body,

@@ -11,6 +11,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from flexinfer_common.web import openai_error
+from flexinfer_engine.api.validation import JsonRoute
 from flexinfer_engine.core.requests import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -34,20 +35,27 @@ class ServedModel:
 
 def openai_router(runner: AsyncRunner, served: ServedModel) -> APIRouter:
     """The OpenAI-compatible routes for one model."""
-    router = APIRouter()
+    router = APIRouter(route_class=JsonRoute)
     engine = runner.engine
+    card = {
+        "id": served.name,
+        "object": "model",
+        "created": served.created,
+        "owned_by": "flexinfer",
+        "root": served.name,
+        "parent": None,  # as vLLM lists a base model; a LoRA adapter names its base here
+        "max_model_len": engine.config.max_position_embeddings,
+    }
 
     @router.get("/v1/models")
     async def models() -> dict[str, Any]:
-        card = {
-            "id": served.name,
-            "object": "model",
-            "created": served.created,
-            "owned_by": "flexinfer",
-            "root": served.name,
-            "max_model_len": engine.config.max_position_embeddings,
-        }
         return {"object": "list", "data": [card]}
+
+    @router.get("/v1/models/{model_id:path}", response_model=None)
+    async def model(model_id: str) -> Response:
+        if model_id != served.name:
+            return _unknown_model(model_id)
+        return JSONResponse(card)
 
     @router.post("/v1/completions", response_model=None)
     async def completions(request: CompletionRequest) -> Response:

@@ -130,6 +130,17 @@ def _model_of(data: dict[str, Any]) -> str | None:
     return model
 
 
+def check_stream(data: dict[str, Any]) -> None:
+    """``stream`` is a JSON boolean (or null), as OpenAI requires: the proxy reads it to
+    choose its own answer (an SSE progress stream while a model starts), and a backend
+    that coerced ``"yes"`` or ``1`` would answer otherwise than OpenAI does."""
+    stream = data.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequestError(
+            "Invalid value for 'stream': Input should be a valid boolean.", field="stream"
+        )
+
+
 def insert_model(prefix: bytes, name: str) -> bytes:
     """``prefix`` (the first bytes of a JSON object with members) with ``model`` first."""
     start = prefix.index(b"{") + 1
