@@ -21,12 +21,10 @@ def ensure_demo_model(data_dir: Path) -> Path:
     model_dir = data_dir / "models" / DEMO_NAME
     if (model_dir / "config.json").exists() and (model_dir / "model.safetensors").exists():
         return model_dir
-    from flexinfer_engine.__main__ import main as engine_main
+    from flexinfer_engine.core.weights import generate_model
 
     log.info("generating the demo model in %s", model_dir)
-    code = engine_main(["generate", DEMO_NAME, "--out", str(model_dir), "--preset", "tiny"])
-    if code != 0:
-        raise ConfigError(f"could not generate the demo model in {model_dir}")
+    generate_model(model_dir, name=DEMO_NAME, preset="tiny", seed=0)
     return model_dir
 
 
