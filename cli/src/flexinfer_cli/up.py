@@ -59,11 +59,20 @@ def parse_options(argv: list[str]) -> UpOptions:
         default=DEFAULT_PORTS["proxy"],
         help="proxy port (default 8080); 0 gives every service a free port",
     )
-    p.add_argument("--controller-port", type=int, default=None)
-    p.add_argument("--registry-grpc-port", type=int, default=None)
+    p.add_argument(
+        "--controller-port", type=int, default=None, help="admin API port (default 8090)"
+    )
+    p.add_argument(
+        "--registry-grpc-port", type=int, default=None, help="registry gRPC port (default 8001)"
+    )
     p.add_argument("--no-demo", action="store_true", help="do not generate and apply the demo")
     p.add_argument("--idle-timeout", default="5m", help="demo model idle timeout (default 5m)")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
+    )
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error("--port must be between 0 and 65535")

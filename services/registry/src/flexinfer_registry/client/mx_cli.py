@@ -37,6 +37,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 TOKEN_ENV = "FLEXINFER_REGISTRY_AUTH_TOKEN"
 """The registry's own setting: where server and CLI share the secret, one variable serves both."""
 STRATEGIES = ("SmartFallback", "ServerOnly", "DirectOnly")
+DEFAULT_PROVIDER = "hugging-face"
 
 
 class UsageError(Exception):
@@ -69,29 +70,54 @@ def build_parser(prog: str = "flexinfer mx") -> argparse.ArgumentParser:
         help=f"bearer token for a registry started with one ({TOKEN_ENV}; the variable keeps "
         "it out of the process list)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    commands.add_parser("health", help="check the server's health")
-    commands.add_parser("ping", help="ping the server")
-    model = commands.add_parser("model", help="model cache operations")
-    actions = model.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(
+        dest="command", required=True, parser_class=_Parser, metavar="COMMAND"
+    )
+    for name, text in (("health", "check the server's health"), ("ping", "ping the server")):
+        commands.add_parser(name, help=text, description=_sentence(text))
+    model = commands.add_parser(
+        "model",
+        help="model cache operations",
+        description="Download, list, check or delete cached models.",
+    )
+    actions = model.add_subparsers(
+        dest="action", required=True, parser_class=_Parser, metavar="ACTION"
+    )
     for action, text in (
-        ("download", "download a model"),
-        ("list-files", "list a model's files"),
+        ("download", "download a model into the registry's cache"),
+        ("list-files", "list a cached model's files and sizes"),
         ("clear", "delete a cached model"),
-        ("validate", "check a cached model"),
+        ("validate", "stream a cached model and check every file against its listing"),
     ):
-        sub = actions.add_parser(action, help=text)
+        sub = actions.add_parser(action, help=text, description=_sentence(text))
         sub.add_argument("name", help="model name: org/model, s3://…, gs://…, ngc://…, file://…")
-        sub.add_argument("--provider", default="hugging-face", choices=sorted(PROVIDERS))
+        sub.add_argument(
+            "--provider",
+            default=DEFAULT_PROVIDER,
+            choices=sorted(PROVIDERS),
+            help=f"where an org/model name is looked up (default {DEFAULT_PROVIDER})",
+        )
         if action in ("download", "list-files", "validate"):
             sub.add_argument("--revision", help="branch, tag or commit to pin")
     download = actions.choices["download"]
-    download.add_argument("--strategy", default="SmartFallback", choices=STRATEGIES)
+    download.add_argument(
+        "--strategy",
+        default="SmartFallback",
+        choices=STRATEGIES,
+        help="ServerOnly: through the registry; DirectOnly: from the provider "
+        "into a local cache; SmartFallback (default): the registry, else "
+        "directly",
+    )
     download.add_argument("--ignore-weights", action="store_true", help="skip weight files")
     download.add_argument(
         "--cache-dir", help="DirectOnly/fallback cache (MODEL_EXPRESS_CACHE_DIRECTORY)"
     )
     return parser  # fmt: skip
+
+
+def _sentence(text: str) -> str:
+    """A subcommand's one-line help as its description: capitalised, with a full stop."""
+    return f"{text[0].upper()}{text[1:]}."
 
 
 def _download(args: argparse.Namespace, client: MxClient, out: Output) -> int:
