@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -26,12 +27,13 @@ from flexinfer_registry.client.addresses import TlsNotSupportedError
 from flexinfer_registry.client.mx_client import (
     PROVIDERS,
     MxClient,
+    NotCachedError,
     OperationFailedError,
     ServerUnreachableError,
     server_address,
 )
 from flexinfer_registry.client.mx_direct import cache_dir, download_direct
-from flexinfer_registry.client.mx_output import Output
+from flexinfer_registry.client.mx_output import Output, byte_counts
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 TOKEN_ENV = "FLEXINFER_REGISTRY_AUTH_TOKEN"
@@ -144,7 +146,15 @@ def _download_server(args: argparse.Namespace, client: MxClient, out: Output, pr
     with out.progress(f"{args.name} (server)") as sink:
         for update in client.ensure(args.name, provider, args.revision, args.ignore_weights):
             last = update
-            sink.status(update.get("message") or update["status"])
+            text = update.get("message") or update["status"]
+            counts = byte_counts(text)
+            if counts is None:
+                sink.status(text)
+            else:  # the bar shows them: the text would only repeat it
+                sink.bytes(*counts)
+                sink.status("")
+        if last.get("status") == "DOWNLOADED":
+            sink.finished()
     status = last.get("status", "ERROR")
     if status != "DOWNLOADED":
         message = last.get("message") or "the server ended the stream without a final status"
@@ -155,10 +165,33 @@ def _download_server(args: argparse.Namespace, client: MxClient, out: Output, pr
     return EXIT_OK
 
 
+def _listing(args: argparse.Namespace, client: MxClient) -> dict[str, Any]:
+    """ListModelFiles; a model not in the cache says which command puts it there."""
+    try:
+        return client.list_files(args.name, PROVIDERS[args.provider], args.revision)
+    except NotCachedError:
+        raise NotCachedError(
+            f"{args.name} is not in the registry's cache; run '{_download_command(args)}' first"
+        ) from None
+
+
+def _download_command(args: argparse.Namespace) -> str:
+    """The ``flexinfer mx model download`` command line for the model ``args`` name."""
+    words = ["flexinfer mx"]
+    if args.server:
+        words.append(f"--server {shlex.quote(args.server)}")
+    words += ["model download", shlex.quote(args.name)]
+    if args.provider != DEFAULT_PROVIDER:
+        words.append(f"--provider {args.provider}")
+    if args.revision:
+        words.append(f"--revision {shlex.quote(args.revision)}")
+    return " ".join(words)
+
+
 def _validate(args: argparse.Namespace, client: MxClient, out: Output) -> int:
     """Stream every file and check offsets and sizes against the server's listing."""
     provider = PROVIDERS[args.provider]
-    listing = client.list_files(args.name, provider, args.revision)
+    listing = _listing(args, client)
     expected = {f["path"]: f["size"] for f in listing["files"]}
     received: dict[str, int] = {}
     problems: list[str] = []
@@ -184,7 +217,7 @@ def _validate(args: argparse.Namespace, client: MxClient, out: Output) -> int:
 
 
 def _list_files(args: argparse.Namespace, client: MxClient, out: Output) -> int:
-    data = client.list_files(args.name, PROVIDERS[args.provider], args.revision)
+    data = _listing(args, client)
     lines = [f"{f['size']:>14}  {f['path']}" for f in data["files"]]
     lines.append(f"{data['total_size']:>14}  total ({len(data['files'])} files)")
     out.result({"ok": True, **data}, "\n".join(lines))
