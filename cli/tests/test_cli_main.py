@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,17 +89,6 @@ def test_up_rejects_an_invalid_port(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         parse_options(["--data-dir", str(tmp_path), "--port", "70000"])
     assert exc.value.code == 2
-
-
-def test_up_refuses_invalid_settings_with_one_line(tmp_path: Path) -> None:
-    env = {**os.environ, "FLEXINFER_PROXY_AUTH_TOKENS": '["sk-a","sk-b"]'}
-    cmd = [sys.executable, "-m", "flexinfer_cli", "up", "--data-dir", str(tmp_path), "--port", "0"]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert done.returncode == 2
-    assert (
-        done.stderr.strip().splitlines()[-1].startswith("flexinfer up: invalid setting auth_tokens")
-    )
-    assert "Traceback" not in done.stderr
 
 
 def test_mx_hands_off_to_the_registry_client() -> None:

@@ -86,3 +86,52 @@ def postgres_database(prefix: str = "flexinfer_test") -> Iterator[str]:
     finally:
         with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def absent_postgres_database(prefix: str = "flexinfer_test") -> Iterator[tuple[str, str]]:
+    """(SQLAlchemy URL, name) of a database that does not exist yet, after checking that the
+    server answers; whatever created it meanwhile, it is dropped when the block ends."""
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin_url = _libpq_url(POSTGRES_URL)
+    try:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        unavailable(f"PostgreSQL at {POSTGRES_URL}", exc)
+    parts = urlsplit(POSTGRES_URL)
+    try:
+        yield urlunsplit(parts._replace(path=f"/{name}")), name
+    finally:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def postgres_role(prefix: str = "flexinfer_test") -> Iterator[str]:
+    """A login role without CREATEDB for the block (the server's trust auth lets it in)."""
+    import psycopg
+
+    role = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin_url = _libpq_url(POSTGRES_URL)
+    try:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f'CREATE ROLE "{role}" LOGIN NOCREATEDB')
+    except psycopg.Error as exc:
+        unavailable(f"PostgreSQL at {POSTGRES_URL}", exc)
+    try:
+        yield role
+    finally:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def database_exists(name: str) -> bool:
+    """Whether the test PostgreSQL server has a database called ``name``."""
+    import psycopg
+
+    with psycopg.connect(_libpq_url(POSTGRES_URL), autocommit=True, connect_timeout=3) as conn:
+        row = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    return row is not None

@@ -18,7 +18,8 @@ SERVICES = ("proxy", "controller", "scheduler", "registry", "agent", "engine")
 def _service_main(service: str) -> Callable[[list[str]], int]:
     def run(argv: list[str]) -> int:
         module = importlib.import_module(f"flexinfer_{service}.__main__")
-        result: int = module.main(argv)
+        # The service's own parser, named as the user called it ("flexinfer proxy").
+        result: int = module.main(argv, prog=f"flexinfer {service}")
         return result
 
     return run
@@ -39,15 +40,19 @@ def _usage() -> str:
         "  crd generate       regenerate k8s/crds from the API types (--check: verify only)\n"
         "  mx                 ModelExpress-compatible registry client (health, ping, model ...)\n"
         + "".join(f"  {name:<18} run the {name} service on its own\n" for name in SERVICES)
+        + "\nRun 'flexinfer COMMAND --help' for the options of a command.\n"
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch ``flexinfer COMMAND ...``; returns the process exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help", "help"):
-        print(_usage())
-        return 0 if args else 2
+    if not args:
+        print(_usage(), file=sys.stderr, end="")
+        return 2
+    if args[0] in ("-h", "--help", "help"):
+        print(_usage(), end="")
+        return 0
     command, rest = args[0], args[1:]
     handlers = _tools()
     handlers.update({name: _service_main(name) for name in SERVICES})

@@ -21,12 +21,10 @@ def ensure_demo_model(data_dir: Path) -> Path:
     model_dir = data_dir / "models" / DEMO_NAME
     if (model_dir / "config.json").exists() and (model_dir / "model.safetensors").exists():
         return model_dir
-    from flexinfer_engine.__main__ import main as engine_main
+    from flexinfer_engine.core.weights import generate_model
 
     log.info("generating the demo model in %s", model_dir)
-    code = engine_main(["generate", DEMO_NAME, "--out", str(model_dir), "--preset", "tiny"])
-    if code != 0:
-        raise ConfigError(f"could not generate the demo model in {model_dir}")
+    generate_model(model_dir, name=DEMO_NAME, preset="tiny", seed=0)
     return model_dir
 
 
@@ -52,14 +50,37 @@ def demo_manifest(model_dir: Path, idle_timeout: str) -> dict[str, Any]:
 async def apply_demo(
     urls: dict[str, str], model_dir: Path, idle_timeout: str, admin_token: AdminToken | None
 ) -> None:
-    """Apply the demo Model through the controller's admin API and print how to call it."""
-    manifest = demo_manifest(model_dir, idle_timeout)
+    """Create the demo Model unless it exists, then print how to call it."""
+    # Only created, never replaced: a restart must keep whatever the user changed in it.
     headers = {"Authorization": f"Bearer {admin_token.value}"} if admin_token else {}
-    async with httpx.AsyncClient(base_url=urls["controller"], timeout=30) as client:
-        response = await client.put(f"/v1/admin/models/{DEMO_NAME}", json=manifest, headers=headers)
+    async with httpx.AsyncClient(
+        base_url=urls["controller"], headers=headers, timeout=30
+    ) as client:
+        created = await _create_unless_present(client, demo_manifest(model_dir, idle_timeout))
+    if not created:
+        log.info(
+            "kept the existing Model default/%s as it is (delete it and restart to get the "
+            "demo's again)",
+            DEMO_NAME,
+        )
+    print(banner(urls["proxy"], created) + admin_help(urls["controller"], admin_token), flush=True)
+
+
+async def _create_unless_present(client: httpx.AsyncClient, manifest: dict[str, Any]) -> bool:
+    """Create ``manifest``'s Model when there is none; False when one exists already."""
+    item = f"/v1/admin/models/{DEMO_NAME}"
+    found = await client.get(item)
+    if found.status_code == 200:
+        return False
+    if found.status_code != 404:
+        raise ConfigError(f"reading the demo model failed: {found.status_code} {found.text}")
+    # POST creates only: a Model created between the GET and here is kept, not overwritten.
+    response = await client.post("/v1/admin/models", json=manifest)
+    if response.status_code == 409:
+        return False
     if response.status_code >= 400:
         raise ConfigError(f"applying the demo model failed: {response.status_code} {response.text}")
-    print(banner(urls["proxy"]) + admin_help(urls["controller"], admin_token), flush=True)
+    return True
 
 
 def admin_help(controller: str, admin_token: AdminToken | None) -> str:
@@ -76,10 +97,15 @@ def admin_help(controller: str, admin_token: AdminToken | None) -> str:
 """
 
 
-def banner(proxy: str) -> str:
+def banner(proxy: str, created: bool = True) -> str:
     """How to call the demo model with curl and with the openai SDK."""
+    state = (
+        "is scaled to zero; the first request starts it"
+        if created
+        else "is kept as it was (its spec is yours to edit)"
+    )
     return f"""
-FlexInfer is up. The demo model '{DEMO_NAME}' is scaled to zero; the first request starts it.
+FlexInfer is up. The demo model '{DEMO_NAME}' {state}.
 
   curl {proxy}/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{{"model": "{DEMO_NAME}", "messages": [{{"role": "user", "content": "Hello"}}]}}'

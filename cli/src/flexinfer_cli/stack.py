@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
@@ -21,6 +21,12 @@ from flexinfer_common.bus import create_bus
 from flexinfer_common.serving import ServerGroup, bind_socket, write_json_atomic
 from flexinfer_common.settings import BusSettings, StoreSettings
 from flexinfer_common.store import create_store
+
+if TYPE_CHECKING:  # the services load when the stack is built, not with the CLI
+    from flexinfer_controller.settings import ControllerSettings
+    from flexinfer_proxy.settings import ProxySettings
+    from flexinfer_registry.settings import RegistrySettings
+    from flexinfer_scheduler.settings import SchedulerSettings
 
 log = logging.getLogger("flexinfer.up")
 
@@ -45,8 +51,9 @@ class EmbeddedStack:
         self.host = host
         self.ports = ports
         self._hooks: list[ReadyHook] = []
+        self._settings: _Settings | None = None
         self.admin_token: AdminToken | None = None
-        """The token guarding the admin API (set when the apps are built; None: open)."""
+        """The token guarding the admin API (set by ``configure``; None: open)."""
 
     def on_ready(self, hook: ReadyHook) -> None:
         """Run ``hook(urls)`` once every service is serving."""
@@ -59,6 +66,7 @@ class EmbeddedStack:
         endpoints_file = self.data_dir / ENDPOINTS_FILE
         endpoints_file.unlink(missing_ok=True)
         try:
+            await store.open()
             group = ServerGroup(log_level="warning", ready_file=None)
             apps = self._build_apps(bus=bus, store=store)
             urls = {
@@ -99,15 +107,15 @@ class EmbeddedStack:
             )  # fmt: skip
         return {"auth_token": SecretStr(token.value)}
 
-    def _build_apps(self, **deps: Any) -> dict[str, _App]:
-        from flexinfer_controller.app import create_app as controller_app
+    def configure(self) -> _Settings:
+        """Build and check every service's settings (ValidationError, ConfigError).
+
+        ``flexinfer up`` calls it before anything runs, so that a bad setting costs no model
+        generation and starts no service.
+        """
         from flexinfer_controller.settings import ControllerSettings
-        from flexinfer_proxy.app import create_app as proxy_app
-        from flexinfer_proxy.serve import protocol_for
         from flexinfer_proxy.settings import ProxySettings
-        from flexinfer_registry.app import create_app as registry_app
         from flexinfer_registry.settings import RegistrySettings
-        from flexinfer_scheduler.app import create_app as scheduler_app
         from flexinfer_scheduler.settings import SchedulerSettings
 
         host, ports = self.host, self.ports
@@ -127,8 +135,6 @@ class EmbeddedStack:
         )
         # One admin token guards the embedded stack: controller, scheduler and registry.
         guard = self._guard()
-        controller = ControllerSettings(**controller_values, **guard)
-        scheduler = SchedulerSettings(host=host, port=ports["scheduler"], **guard)
         registry_values: dict[str, Any] = {
             "host": host,
             "port": ports["registry_http"],
@@ -146,10 +152,36 @@ class EmbeddedStack:
             defaults["file_roots"] = [self.data_dir / "models"]
         if defaults:
             registry = RegistrySettings(**registry_values, **defaults)
+        self._settings = _Settings(
+            proxy=proxy,
+            controller=ControllerSettings(**controller_values, **guard),
+            scheduler=SchedulerSettings(host=host, port=ports["scheduler"], **guard),
+            registry=registry,
+        )
+        return self._settings
+
+    def _build_apps(self, **deps: Any) -> dict[str, _App]:
+        from flexinfer_controller.app import create_app as controller_app
+        from flexinfer_proxy.app import create_app as proxy_app
+        from flexinfer_proxy.serve import protocol_for
+        from flexinfer_registry.app import create_app as registry_app
+        from flexinfer_scheduler.app import create_app as scheduler_app
+
+        settings = self._settings if self._settings is not None else self.configure()
         return {
             # The proxy serves with its own HTTP protocol, as it does on its own.
-            "proxy": _App(proxy_app(proxy, **deps), protocol_for(proxy.server)),
-            "controller": _App(controller_app(controller, **deps)),
-            "scheduler": _App(scheduler_app(scheduler)),
-            "registry_http": _App(registry_app(registry)),
+            "proxy": _App(proxy_app(settings.proxy, **deps), protocol_for(settings.proxy.server)),
+            "controller": _App(controller_app(settings.controller, **deps)),
+            "scheduler": _App(scheduler_app(settings.scheduler)),
+            "registry_http": _App(registry_app(settings.registry)),
         }
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """Every embedded service's settings, built and checked by ``configure``."""
+
+    proxy: ProxySettings
+    controller: ControllerSettings
+    scheduler: SchedulerSettings
+    registry: RegistrySettings

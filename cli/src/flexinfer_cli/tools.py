@@ -5,29 +5,38 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from flexinfer_cli.args import parser
+from flexinfer_cli.args import subcommands
 
 
 def model_main(argv: list[str]) -> int:
-    """``flexinfer model generate NAME [...]``: delegate to the engine's generator."""
-    if not argv or argv[0] != "generate":
-        print(
-            "usage: flexinfer model generate NAME [--out DIR] [--preset P] [--seed N]",
-            file=sys.stderr,
-        )
-        return 2
-    from flexinfer_engine.__main__ import main as engine_main
+    """``flexinfer model generate NAME [...]``: the engine's reference-model generator."""
+    # The engine (and torch) loads only for this command: the other commands start faster.
+    from flexinfer_engine.__main__ import (
+        GENERATE_DESCRIPTION,
+        GENERATE_HELP,
+        add_generate_arguments,
+        generate,
+    )
 
-    return engine_main(["generate", *argv[1:]])
+    top, commands = subcommands("model", "Reference models for the FlexInfer engine.")
+    add_generate_arguments(
+        commands.add_parser("generate", help=GENERATE_HELP, description=GENERATE_DESCRIPTION)
+    )
+    args = top.parse_args(argv)
+    return generate(args, prog="flexinfer model generate")
 
 
 def crd_main(argv: list[str]) -> int:
     """``flexinfer crd generate [--check] [--out DIR]``: write or verify k8s/crds."""
-    p = parser("crd generate", "Generate the CRDs in k8s/crds from the pydantic API types.")
-    p.add_argument("action", choices=["generate"])
+    top, commands = subcommands("crd", "The Kubernetes CustomResourceDefinitions of FlexInfer.")
+    p = commands.add_parser(
+        "generate",
+        help="write k8s/crds from the pydantic API types (--check: verify only)",
+        description="Generate the CRDs in k8s/crds from the pydantic API types.",
+    )
     p.add_argument("--out", type=Path, default=Path("k8s/crds"), help="output directory")
     p.add_argument("--check", action="store_true", help="write nothing; fail if out of date")
-    args = p.parse_args(argv)
+    args = top.parse_args(argv)
     from flexinfer_common.crd import write_crds
 
     changed = write_crds(args.out, check=args.check)

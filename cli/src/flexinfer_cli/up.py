@@ -14,14 +14,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from flexinfer_cli import demo
 from flexinfer_cli.args import parser
 from flexinfer_cli.stack import EmbeddedStack
-from flexinfer_common.errors import ConfigError
 from flexinfer_common.malloc import keep_large_buffers
-from flexinfer_common.service import invalid_settings, run_async
+from flexinfer_common.service import exit_code, run_async
 
 log = logging.getLogger("flexinfer.up")
 
@@ -62,11 +59,20 @@ def parse_options(argv: list[str]) -> UpOptions:
         default=DEFAULT_PORTS["proxy"],
         help="proxy port (default 8080); 0 gives every service a free port",
     )
-    p.add_argument("--controller-port", type=int, default=None)
-    p.add_argument("--registry-grpc-port", type=int, default=None)
+    p.add_argument(
+        "--controller-port", type=int, default=None, help="admin API port (default 8090)"
+    )
+    p.add_argument(
+        "--registry-grpc-port", type=int, default=None, help="registry gRPC port (default 8001)"
+    )
     p.add_argument("--no-demo", action="store_true", help="do not generate and apply the demo")
     p.add_argument("--idle-timeout", default="5m", help="demo model idle timeout (default 5m)")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
+    )
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error("--port must be between 0 and 65535")
@@ -103,21 +109,19 @@ def _configure_logging(level: str, log_file: Path) -> None:
 def main(argv: list[str]) -> int:
     """Run the embedded stack until SIGINT/SIGTERM."""
     options = parse_options(argv)
+    return exit_code("flexinfer up", lambda: _run(options))
+
+
+def _run(options: UpOptions) -> int:
     options.data_dir.mkdir(parents=True, exist_ok=True)
     _configure_logging(options.log_level, options.data_dir / "logs" / "flexinfer.log")
     keep_large_buffers()  # the embedded registry streams model files in 1 MiB messages
     stack = EmbeddedStack(options.data_dir, options.host, options.ports)
+    stack.configure()
     if options.demo:
         model_dir = demo.ensure_demo_model(options.data_dir)
         stack.on_ready(
             lambda urls: demo.apply_demo(urls, model_dir, options.idle_timeout, stack.admin_token)
         )
-    try:
-        run_async(stack.run())
-    except ValidationError as exc:
-        print(f"flexinfer up: {invalid_settings(exc)}", file=sys.stderr)
-        return 2
-    except (OSError, ConfigError) as exc:
-        print(f"flexinfer up: {exc}", file=sys.stderr)
-        return 1
+    run_async(stack.run())
     return 0

@@ -90,7 +90,10 @@ async def test_server_download_list_validate_clear(server: str, hub: ProviderFix
     assert cleared.code == 0, cleared.err
     gone = await acli("--server", server, "model", "list-files", "org/model")
     assert gone.code == 1
-    assert gone.err.startswith("error: NOT_FOUND")
+    assert gone.err == (
+        "error: org/model is not in the registry's cache; "
+        f"run 'flexinfer mx --server {server} model download org/model' first\n"
+    )
 
 
 async def test_server_download_error_exits_1(server: str) -> None:

@@ -23,6 +23,7 @@ from flexinfer_common.bus import EventBus, open_bus
 from flexinfer_common.errors import ConfigError, FlexInferError
 from flexinfer_common.serving import ServerGroup, bind_socket
 from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings
+from flexinfer_common.settings_errors import describe_settings_error
 from flexinfer_common.store import ModelStore, create_store
 
 
@@ -70,34 +71,47 @@ def run_main(
     serve: Callable[[SettingsT], Coroutine[Any, Any, None]],
 ) -> int:
     """Build settings, configure logging, run ``serve`` until stopped; return the exit code."""
-    try:
+
+    def run() -> int:
         settings = build_settings()
+        configure_logging(settings.log)
+        run_async(serve(settings))
+        return 0
+
+    return exit_code(prog, run)
+
+
+def exit_code(prog: str, run: Callable[[], int]) -> int:
+    """``run()``'s exit code; a failure a user can act on becomes one line on stderr.
+
+    Settings are validated in more places than ``main``: groups read their own environment
+    when built (the bus client's inside the event loop, a store's in an app's lifespan),
+    so every start-up path of every service ends here rather than in a traceback.
+    """
+    try:
+        return run()
     except ValidationError as exc:
         print(f"{prog}: {invalid_settings(exc)}", file=sys.stderr)
         return 2
     except ConfigError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log)
-    try:
-        run_async(serve(settings))
     except (FlexInferError, OSError, RuntimeError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
-    except SystemExit:
-        # uvicorn exits with SystemExit(3) when an app's lifespan fails, after logging why.
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            return 0
+        # uvicorn exits with SystemExit when a server cannot start, after logging why.
         print(f"{prog}: startup failed (see the log above)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
-    return 0
 
 
 def invalid_settings(exc: ValidationError) -> str:
     """One readable line for settings that failed validation (never the values given)."""
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
-    return f"invalid setting {where}: {first['msg']}"
+    return describe_settings_error(exc)
 
 
 def run_async(coro: Coroutine[Any, Any, None]) -> None:
@@ -140,6 +154,7 @@ async def bus_and_store(
     try:
         store = create_store(store_settings)
         try:
+            await store.open()  # a store that cannot serve fails the start, as the bus does
             yield bus, store
         finally:
             await store.close()

@@ -21,15 +21,26 @@ from pathlib import Path
 import uvicorn
 from starlette.types import ASGIApp
 
+from flexinfer_common.lifespan import AppLifespan
+
 log = logging.getLogger(__name__)
 
 
 class _Server(uvicorn.Server):
-    """A uvicorn server that leaves signal handling to its ServerGroup."""
+    """A uvicorn server that leaves signal handling and the lifespan to its ServerGroup."""
+
+    def __init__(self, config: uvicorn.Config, lifespan: AppLifespan) -> None:
+        super().__init__(config)
+        self.app_lifespan = lifespan
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # Requests see what the lifespan (run by the group) put in its state, as under uvicorn.
+        self.lifespan.state.update(self.app_lifespan.state)
+        await super().startup(sockets=sockets)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -104,7 +115,7 @@ class ServerGroup:
             app,
             log_level=self.log_level,
             access_log=False,
-            lifespan="on",
+            lifespan="off",  # the group runs it (AppLifespan): startup errors are raised
             timeout_graceful_shutdown=10,
             timeout_keep_alive=int(keepalive_s) if keepalive_s >= 1 else 1,
             ws="none",
@@ -113,7 +124,7 @@ class ServerGroup:
         if keepalive_s < 1:
             # uvicorn's setting is typed int but used as seconds; tests want shorter.
             config.timeout_keep_alive = keepalive_s  # type: ignore[assignment]
-        self._servers.append((name, _Server(config), sock))
+        self._servers.append((name, _Server(config, AppLifespan(name, app)), sock))
         return socket_url(sock)
 
     def urls(self) -> dict[str, str]:
@@ -140,7 +151,25 @@ class ServerGroup:
         self.stop()
 
     async def run(self, on_ready: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Serve until ``stop``; ``on_ready`` runs once every app has started."""
+        """Serve until ``stop``; ``on_ready`` runs once every app has started.
+
+        Every app's lifespan starts before any server accepts; a startup that fails is
+        raised here (after the apps that did start are shut down again).
+        """
+        lifespans = [server.app_lifespan for _, server, _ in self._servers]
+        try:
+            await _start_all(lifespans)
+            await self._serve(on_ready)
+        finally:
+            for sock in (s for _, _, s in self._servers):
+                sock.close()
+            for lifespan in reversed(lifespans):
+                await lifespan.shutdown()
+        for name, server, _ in self._servers:
+            if not server.started:
+                raise RuntimeError(f"{name} failed to start (see the log above)")
+
+    async def _serve(self, on_ready: Callable[[], Awaitable[None]] | None) -> None:
         tasks = [
             asyncio.create_task(server.serve(sockets=[sock]), name=f"serve-{name}")
             for name, server, sock in self._servers
@@ -160,20 +189,23 @@ class ServerGroup:
         finally:
             self.stop()
             results = await asyncio.gather(*tasks, return_exceptions=True)
-            for sock in (s for _, _, s in self._servers):
-                sock.close()
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 raise result
-        for name, server, _ in self._servers:
-            if not server.started:
-                raise RuntimeError(f"{name} failed to start (see the log above)")
 
     async def _wait_started(self, tasks: list[asyncio.Task[None]]) -> None:
         while not all(server.started for _, server, _ in self._servers):
             if any(task.done() for task in tasks):
                 raise RuntimeError("a server failed to start (see the log above)")
             await asyncio.sleep(0.01)
+
+
+async def _start_all(lifespans: list[AppLifespan]) -> None:
+    """Start every lifespan at once; raise the first failure (the caller shuts all down)."""
+    results = await asyncio.gather(*(x.startup() for x in lifespans), return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        raise errors[0]
 
 
 @contextlib.asynccontextmanager

@@ -7,7 +7,9 @@ its default is what it is.
 
 from __future__ import annotations
 
-from pydantic import Field
+import logging
+
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -80,6 +82,15 @@ class LogSettings(BaseSettings):
 
     level: str = "INFO"
     """Root log level: INFO shows lifecycle events without per-request noise."""
+
+    @field_validator("level")
+    @classmethod
+    def _known_level(cls, level: str) -> str:
+        # Checked here, not when logging is configured: an unknown level is a settings error.
+        names = [n for n in logging.getLevelNamesMapping() if n != "NOTSET"]
+        if level.upper() not in names:
+            raise ValueError(f"unknown log level {level!r}; use one of: {', '.join(names)}")
+        return level.upper()
 
     json_format: bool = False
     """One JSON object per line, for log shippers; plain text reads better on a terminal."""

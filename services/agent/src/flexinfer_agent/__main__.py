@@ -13,8 +13,12 @@ from flexinfer_common.service import flag_overrides, run_main, serve_app
 PROG = "flexinfer-agent"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="FlexInfer node agent.")
+def _parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="FlexInfer node agent: GPU discovery, node labels, heartbeats "
+        "(settings: FLEXINFER_AGENT_*).",
+    )
     parser.add_argument("--host", help="listen address (FLEXINFER_AGENT_HOST)")
     parser.add_argument(
         "--port", type=int, help="metrics/health port, 0 = any (FLEXINFER_AGENT_PORT)"
@@ -33,10 +37,10 @@ def _checked(settings: AgentSettings) -> AgentSettings:
     return settings
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Parse flags, build settings from FLEXINFER_AGENT_*, serve until SIGTERM."""
-    args = _parser().parse_args(argv)
-    return run_main(PROG, lambda: _checked(AgentSettings(**flag_overrides(args))), _serve)
+    args = _parser(prog).parse_args(argv)
+    return run_main(prog, lambda: _checked(AgentSettings(**flag_overrides(args))), _serve)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ from flexinfer_controller.settings import ControllerSettings
 PROG = "flexinfer-controller"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG,
+        prog=prog,
         description="Reconcile declared Models onto a runtime (settings: FLEXINFER_CONTROLLER_*).",
     )
     parser.add_argument("--host", help="admin API listen address")
@@ -42,10 +42,10 @@ async def _serve(settings: ControllerSettings) -> None:
         await serve_app("controller", app, settings.host, settings.port)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Entry point; returns the exit status."""
-    args = _parser().parse_args(argv)
-    return run_main(PROG, lambda: _checked(ControllerSettings(**flag_overrides(args))), _serve)
+    args = _parser(prog).parse_args(argv)
+    return run_main(prog, lambda: _checked(ControllerSettings(**flag_overrides(args))), _serve)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 
 from flexinfer_common.errors import FlexInferError  # noqa: E402
+from flexinfer_common.service import exit_code  # noqa: E402
 from flexinfer_common.serving import ServerGroup, bind_socket, socket_url  # noqa: E402
+from flexinfer_common.settings import LogSettings  # noqa: E402
 from flexinfer_engine.app import create_app, engine_info  # noqa: E402
 from flexinfer_engine.core.config import PRESETS, parameter_count  # noqa: E402
 from flexinfer_engine.core.runner import AsyncRunner  # noqa: E402
@@ -29,10 +31,21 @@ from flexinfer_engine.settings import EngineSettings  # noqa: E402
 log = logging.getLogger("flexinfer_engine")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flexinfer-engine", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve a model over the OpenAI API")
+PROG = "flexinfer-engine"
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="The FlexInfer reference engine: serve a model over the OpenAI API, or "
+        "generate a deterministic model to serve.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = commands.add_parser(
+        "serve",
+        help="serve a model over the OpenAI API",
+        description="Serve a model directory over the OpenAI API (settings: FLEXINFER_ENGINE_*).",
+    )
     serve.add_argument("--model-dir", type=Path, help="directory with config.json + weights")
     serve.add_argument("--served-model-name", help="model name clients use")
     serve.add_argument("--host", help="listen address (default 127.0.0.1)")
@@ -40,29 +53,45 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--ready-fd", type=int, help="fd to write one JSON ready line to")
     serve.add_argument("--device", help="torch device (default cpu)")
     serve.add_argument("--log-level", help="log level (default from FLEXINFER_LOG_LEVEL)")
-    generate = commands.add_parser("generate", help="write a deterministic random model")
-    generate.add_argument("name", help="model name (part of the weights' seed)")
-    generate.add_argument("--out", type=Path, required=True, help="output directory")
-    generate.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
-    generate.add_argument("--seed", type=int, default=0)
+    add_generate_arguments(
+        commands.add_parser("generate", help=GENERATE_HELP, description=GENERATE_DESCRIPTION)
+    )
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+GENERATE_HELP = "write a deterministic random model"
+GENERATE_DESCRIPTION = (
+    "Write a deterministic reference model (config.json, tokenizer, model.safetensors) in "
+    "Hugging Face layout; the same name, preset and seed always give the same weights."
+)
+
+
+def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``generate`` (also those of ``flexinfer model generate``)."""
+    parser.add_argument("name", help="model name (part of the weights' seed)")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument(
+        "--preset", choices=sorted(PRESETS), default="tiny", help="model size (default tiny)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="weights' seed (default 0)")
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Entry point; returns the process exit code."""
-    args = _parser().parse_args(argv)
-    try:
-        if args.command == "generate":
-            return _generate(args)
-        return _serve(args)
-    except (FlexInferError, OSError) as exc:
-        print(f"flexinfer-engine: error: {exc}", file=sys.stderr)
-        return 1
+    args = _parser(prog).parse_args(argv)
+    if args.command == "generate":
+        return generate(args, prog)
+    return exit_code(prog, lambda: _serve(args))
 
 
-def _generate(args: argparse.Namespace) -> int:
+def generate(args: argparse.Namespace, prog: str = PROG) -> int:
+    """Write the model ``args`` describe and print a JSON summary; returns the exit code."""
     started = time.perf_counter()
-    path = generate_model(args.out, name=args.name, preset=args.preset, seed=args.seed)
+    try:
+        path = generate_model(args.out, name=args.name, preset=args.preset, seed=args.seed)
+    except (FlexInferError, OSError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
     summary = {
         "path": str(path),
         "name": args.name,
@@ -83,9 +112,11 @@ def _serve(args: argparse.Namespace) -> int:
         "port": args.port,
         "device": args.device,
     }
+    if args.log_level is not None:
+        overrides["log"] = LogSettings(level=args.log_level)  # checked like the variable
     settings = EngineSettings(**{k: v for k, v in overrides.items() if v is not None})
     logging.basicConfig(
-        level=(args.log_level or settings.log.level).upper(),
+        level=settings.log.level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if settings.torch_threads:

@@ -30,8 +30,10 @@ def _static_arg(value: str) -> StaticEndpoint:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="FlexInfer OpenAI-compatible proxy")
+def _parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="FlexInfer OpenAI-compatible proxy (settings: FLEXINFER_PROXY_*)."
+    )
     parser.add_argument("--host", help="listen address (FLEXINFER_PROXY_HOST)")
     parser.add_argument("--port", type=int, help="listen port, 0 = any (FLEXINFER_PROXY_PORT)")
     parser.add_argument("--log-level", help="log level (FLEXINFER_LOG_LEVEL)")
@@ -80,11 +82,11 @@ def _serve_static(
     return serve
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Parse flags over FLEXINFER_PROXY_* settings and serve until SIGINT/SIGTERM."""
-    args = _parser().parse_args(argv)
+    args = _parser(prog).parse_args(argv)
     serve = _serve_static(args.static) if args.static else _serve
-    return run_main(PROG, lambda: build_settings(args), serve)
+    return run_main(prog, lambda: build_settings(args), serve)
 
 
 if __name__ == "__main__":

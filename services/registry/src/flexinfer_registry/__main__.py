@@ -15,8 +15,12 @@ from flexinfer_registry.settings import RegistrySettings
 PROG = "flexinfer-registry"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="FlexInfer model registry.")
+def _parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="FlexInfer model registry: caches model weights, speaks ModelExpress gRPC "
+        "(settings: FLEXINFER_REGISTRY_*, MX_*).",
+    )
     parser.add_argument("--host", help="HTTP listen address (FLEXINFER_REGISTRY_HOST)")
     parser.add_argument("--port", type=int, help="HTTP port, 0 = any (FLEXINFER_REGISTRY_PORT)")
     parser.add_argument("--grpc-host", help="gRPC listen address (FLEXINFER_REGISTRY_GRPC_HOST)")
@@ -41,11 +45,11 @@ async def _serve(settings: RegistrySettings) -> None:
     await serve_app("registry", app, settings.host, settings.port, on_ready=ready)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Parse flags, build settings from FLEXINFER_REGISTRY_*, serve until SIGTERM."""
-    args = _parser().parse_args(argv)
+    args = _parser(prog).parse_args(argv)
     keep_large_buffers()  # StreamModelFiles sends 1 MiB messages: see flexinfer_common.malloc
-    return run_main(PROG, lambda: RegistrySettings(**flag_overrides(args)), _serve)
+    return run_main(prog, lambda: RegistrySettings(**flag_overrides(args)), _serve)
 
 
 if __name__ == "__main__":

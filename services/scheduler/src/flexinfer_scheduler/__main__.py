@@ -13,8 +13,11 @@ from flexinfer_scheduler.settings import SchedulerSettings
 PROG = "flexinfer-scheduler"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="FlexInfer scheduler extender.")
+def _parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="FlexInfer Kubernetes scheduler extender (settings: FLEXINFER_SCHEDULER_*).",
+    )
     parser.add_argument("--host", help="listen address (FLEXINFER_SCHEDULER_HOST)")
     parser.add_argument("--port", type=int, help="listen port, 0 = any (FLEXINFER_SCHEDULER_PORT)")
     return parser
@@ -30,10 +33,10 @@ def _checked(settings: SchedulerSettings) -> SchedulerSettings:
     return settings
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Parse flags, build settings from FLEXINFER_SCHEDULER_*, serve until SIGTERM."""
-    args = _parser().parse_args(argv)
-    return run_main(PROG, lambda: _checked(SchedulerSettings(**flag_overrides(args))), _serve)
+    args = _parser(prog).parse_args(argv)
+    return run_main(prog, lambda: _checked(SchedulerSettings(**flag_overrides(args))), _serve)
 
 
 if __name__ == "__main__":

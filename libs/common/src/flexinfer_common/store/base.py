@@ -79,6 +79,14 @@ class ModelStore(ABC):
     async def close(self) -> None:
         """Dispose of connections."""
 
+    async def open(self) -> None:
+        """Make the store ready to serve (database, tables); StoreError when it cannot be.
+
+        Services call it before they serve, so a wrong URL fails the start with one line.
+        Other methods prepare the store on first use too: calling it is never required.
+        """
+        return  # a store with nothing to prepare (a static catalog) is ready as built
+
     # LoRAAdapters: the same resourceVersion/generation rules as Models. The defaults are a
     # store that holds none (a static, read-only catalog); the SQL store overrides them all.
 

@@ -56,6 +56,10 @@ class SqlModelStore(ModelStore):
         """A store on ``settings.url`` (sqlite:///path, sqlite://, postgresql+psycopg://)."""
         return cls(build_engine(settings))
 
+    async def open(self) -> None:
+        """Create the database (PostgreSQL, when the role may) and the tables if missing."""
+        await self._call(lambda: None)
+
     @property
     def engine(self) -> Engine:
         """The underlying SQLAlchemy engine."""

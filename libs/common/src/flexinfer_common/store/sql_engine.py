@@ -11,12 +11,13 @@ from sqlalchemy import Connection, Engine, Insert, MetaData, Table, create_engin
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from flexinfer_common.errors import ConfigError
 from flexinfer_common.settings import StoreSettings
+from flexinfer_common.store.pg_database import ensure_database
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 """How long a SQLite writer waits for another writer (another process) before failing:
@@ -125,14 +126,20 @@ def ensure_schema(engine: Engine, create: Callable[[Connection], None], attempts
 
     PostgreSQL can still reject a concurrent ``CREATE TABLE IF NOT EXISTS`` (a unique
     violation in its catalog), and SQLite a write while another holds the lock: both go
-    away once the other creator commits, so a few short retries settle it.
+    away once the other creator commits, so a few short retries settle it. A PostgreSQL
+    database that does not exist yet is created first (see :mod:`.pg_database`).
     """
+    database_checked = engine.dialect.name != "postgresql"
     for attempt in range(attempts):
         try:
             with engine.begin() as conn:
                 create(conn)
             return
-        except SQLAlchemyError:
+        except SQLAlchemyError as exc:
+            if not database_checked and isinstance(exc, OperationalError):
+                database_checked = True  # once: a server that is down is not a missing database
+                if ensure_database(engine.url, PG_CONNECT_TIMEOUT_S) is not None:
+                    continue  # created now, or by a concurrent creator: connect again
             if attempt == attempts - 1:
                 raise
             time.sleep(0.02 * (attempt + 1))

@@ -31,7 +31,12 @@ from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sources import SourceState, resolve_source
-from flexinfer_controller.core.status import Verdict, build_external_status, build_status
+from flexinfer_controller.core.status import (
+    Verdict,
+    build_external_status,
+    build_status,
+    phase_change,
+)
 from flexinfer_controller.runtime import Replica, ReplicaState, Runtime
 
 log = logging.getLogger(__name__)
@@ -155,6 +160,10 @@ class Reconciler:
                 status,
                 resource_version=model.metadata.resource_version,
             )
+            # Told after the write: a write that lost a conflict is redone, and told then.
+            change = phase_change(model.key, model.status, status)
+            if change is not None:
+                log.log(*change)
         if self._metrics is not None:
             self._metrics.observe_replicas(self._runtime.list())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -137,3 +138,31 @@ def build_external_status(model: Model, *, last_active: datetime | None) -> Mode
             "message": None,
         }
     )
+
+
+_BLOCKED = frozenset({ModelPhase.FAILED, ModelPhase.PENDING})
+"""Phases in which the model waits on something a person may have to fix."""
+
+
+def phase_change(key: str, old: ModelStatus, new: ModelStatus) -> tuple[int, str] | None:
+    """The log level and line for a status change worth telling (None: nothing to tell).
+
+    A phase change is told once, with its reason; so is a new reason for a model that
+    stays Failed or Pending (another wrong source, say). Anything else, the replica
+    counts or timestamps that every reconcile refreshes, is not.
+    """
+    phase_changed = old.phase is not new.phase or old.observed_generation is None
+    if not phase_changed and not (new.phase in _BLOCKED and new.message != old.message):
+        return None
+    before = old.phase.value if old.observed_generation is not None else "new"
+    if new.phase in _BLOCKED and new.message:
+        level = logging.WARNING if new.phase is ModelPhase.FAILED else logging.INFO
+        return level, f"{key}: {before} → {new.phase.value}: {new.message}"
+    return logging.INFO, f"{key}: {before} → {new.phase.value} ({_why(new)})"
+
+
+def _why(status: ModelStatus) -> str:
+    if status.phase is ModelPhase.READY:
+        return f"{status.ready_replicas} of {status.desired_replicas} replicas ready"
+    loaded = next((c for c in status.conditions if c.type == ConditionType.LOADED.value), None)
+    return (loaded.message if loaded is not None and loaded.message else None) or "no reason given"

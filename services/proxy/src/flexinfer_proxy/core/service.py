@@ -110,6 +110,8 @@ class ProxyCore:
         )
         self.dispatcher = Dispatcher(self.table, self.queue)
         self._hot: dict[str, HotModel] = {}
+        self._demand_told: dict[str, int] = {}
+        """The waiting count last logged per model (one entry per model that waited)."""
 
     def hot(self, target: Target) -> HotModel:
         """What the request path reads of ``target``'s Model, worked out once per Model.
@@ -181,9 +183,15 @@ class ProxyCore:
     def _cold_start(self, model: str) -> None:
         self.progress.restart(model)
         self.metrics.cold_starts.labels(model).inc()
+        self._demand_told.pop(model, None)
 
     async def _publish_demand(self, event: DemandEvent) -> None:
-        log.info("demand for %s (%d waiting)", event.model, event.queue_depth)
+        # Re-sent every couple of seconds while requests wait: told when the count changes;
+        # why the model is not serving yet is the controller's to log (its phase changes).
+        told = self._demand_told.get(event.model)
+        level = logging.DEBUG if told == event.queue_depth else logging.INFO
+        self._demand_told[event.model] = event.queue_depth
+        log.log(level, "demand for %s (%d waiting)", event.model, event.queue_depth)
         await self.bus.publish(topics.DEMAND, event.model_dump(mode="json"))
 
     async def _publish_activity(self, event: ActivityEvent) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -26,17 +27,19 @@ from flexinfer_registry.client.addresses import TlsNotSupportedError
 from flexinfer_registry.client.mx_client import (
     PROVIDERS,
     MxClient,
+    NotCachedError,
     OperationFailedError,
     ServerUnreachableError,
     server_address,
 )
 from flexinfer_registry.client.mx_direct import cache_dir, download_direct
-from flexinfer_registry.client.mx_output import Output
+from flexinfer_registry.client.mx_output import Output, byte_counts
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 TOKEN_ENV = "FLEXINFER_REGISTRY_AUTH_TOKEN"
 """The registry's own setting: where server and CLI share the secret, one variable serves both."""
 STRATEGIES = ("SmartFallback", "ServerOnly", "DirectOnly")
+DEFAULT_PROVIDER = "hugging-face"
 
 
 class UsageError(Exception):
@@ -69,29 +72,54 @@ def build_parser(prog: str = "flexinfer mx") -> argparse.ArgumentParser:
         help=f"bearer token for a registry started with one ({TOKEN_ENV}; the variable keeps "
         "it out of the process list)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    commands.add_parser("health", help="check the server's health")
-    commands.add_parser("ping", help="ping the server")
-    model = commands.add_parser("model", help="model cache operations")
-    actions = model.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(
+        dest="command", required=True, parser_class=_Parser, metavar="COMMAND"
+    )
+    for name, text in (("health", "check the server's health"), ("ping", "ping the server")):
+        commands.add_parser(name, help=text, description=_sentence(text))
+    model = commands.add_parser(
+        "model",
+        help="model cache operations",
+        description="Download, list, check or delete cached models.",
+    )
+    actions = model.add_subparsers(
+        dest="action", required=True, parser_class=_Parser, metavar="ACTION"
+    )
     for action, text in (
-        ("download", "download a model"),
-        ("list-files", "list a model's files"),
+        ("download", "download a model into the registry's cache"),
+        ("list-files", "list a cached model's files and sizes"),
         ("clear", "delete a cached model"),
-        ("validate", "check a cached model"),
+        ("validate", "stream a cached model and check every file against its listing"),
     ):
-        sub = actions.add_parser(action, help=text)
+        sub = actions.add_parser(action, help=text, description=_sentence(text))
         sub.add_argument("name", help="model name: org/model, s3://…, gs://…, ngc://…, file://…")
-        sub.add_argument("--provider", default="hugging-face", choices=sorted(PROVIDERS))
+        sub.add_argument(
+            "--provider",
+            default=DEFAULT_PROVIDER,
+            choices=sorted(PROVIDERS),
+            help=f"where an org/model name is looked up (default {DEFAULT_PROVIDER})",
+        )
         if action in ("download", "list-files", "validate"):
             sub.add_argument("--revision", help="branch, tag or commit to pin")
     download = actions.choices["download"]
-    download.add_argument("--strategy", default="SmartFallback", choices=STRATEGIES)
+    download.add_argument(
+        "--strategy",
+        default="SmartFallback",
+        choices=STRATEGIES,
+        help="ServerOnly: through the registry; DirectOnly: from the provider "
+        "into a local cache; SmartFallback (default): the registry, else "
+        "directly",
+    )
     download.add_argument("--ignore-weights", action="store_true", help="skip weight files")
     download.add_argument(
         "--cache-dir", help="DirectOnly/fallback cache (MODEL_EXPRESS_CACHE_DIRECTORY)"
     )
     return parser  # fmt: skip
+
+
+def _sentence(text: str) -> str:
+    """A subcommand's one-line help as its description: capitalised, with a full stop."""
+    return f"{text[0].upper()}{text[1:]}."
 
 
 def _download(args: argparse.Namespace, client: MxClient, out: Output) -> int:
@@ -118,7 +146,15 @@ def _download_server(args: argparse.Namespace, client: MxClient, out: Output, pr
     with out.progress(f"{args.name} (server)") as sink:
         for update in client.ensure(args.name, provider, args.revision, args.ignore_weights):
             last = update
-            sink.status(update.get("message") or update["status"])
+            text = update.get("message") or update["status"]
+            counts = byte_counts(text)
+            if counts is None:
+                sink.status(text)
+            else:  # the bar shows them: the text would only repeat it
+                sink.bytes(*counts)
+                sink.status("")
+        if last.get("status") == "DOWNLOADED":
+            sink.finished()
     status = last.get("status", "ERROR")
     if status != "DOWNLOADED":
         message = last.get("message") or "the server ended the stream without a final status"
@@ -129,10 +165,33 @@ def _download_server(args: argparse.Namespace, client: MxClient, out: Output, pr
     return EXIT_OK
 
 
+def _listing(args: argparse.Namespace, client: MxClient) -> dict[str, Any]:
+    """ListModelFiles; a model not in the cache says which command puts it there."""
+    try:
+        return client.list_files(args.name, PROVIDERS[args.provider], args.revision)
+    except NotCachedError:
+        raise NotCachedError(
+            f"{args.name} is not in the registry's cache; run '{_download_command(args)}' first"
+        ) from None
+
+
+def _download_command(args: argparse.Namespace) -> str:
+    """The ``flexinfer mx model download`` command line for the model ``args`` name."""
+    words = ["flexinfer mx"]
+    if args.server:
+        words.append(f"--server {shlex.quote(args.server)}")
+    words += ["model download", shlex.quote(args.name)]
+    if args.provider != DEFAULT_PROVIDER:
+        words.append(f"--provider {args.provider}")
+    if args.revision:
+        words.append(f"--revision {shlex.quote(args.revision)}")
+    return " ".join(words)
+
+
 def _validate(args: argparse.Namespace, client: MxClient, out: Output) -> int:
     """Stream every file and check offsets and sizes against the server's listing."""
     provider = PROVIDERS[args.provider]
-    listing = client.list_files(args.name, provider, args.revision)
+    listing = _listing(args, client)
     expected = {f["path"]: f["size"] for f in listing["files"]}
     received: dict[str, int] = {}
     problems: list[str] = []
@@ -158,7 +217,7 @@ def _validate(args: argparse.Namespace, client: MxClient, out: Output) -> int:
 
 
 def _list_files(args: argparse.Namespace, client: MxClient, out: Output) -> int:
-    data = client.list_files(args.name, PROVIDERS[args.provider], args.revision)
+    data = _listing(args, client)
     lines = [f"{f['size']:>14}  {f['path']}" for f in data["files"]]
     lines.append(f"{data['total_size']:>14}  total ({len(data['files'])} files)")
     out.result({"ok": True, **data}, "\n".join(lines))

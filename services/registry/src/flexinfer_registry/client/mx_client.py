@@ -42,6 +42,10 @@ class OperationFailedError(Exception):
     """The server answered, but the operation failed (exit code 1)."""
 
 
+class NotCachedError(OperationFailedError):
+    """The model is not in the registry's cache (NOT_FOUND): download it first."""
+
+
 def server_address(flag: str | None, env: Mapping[str, str] | None = None) -> str:
     """--server, else MODEL_EXPRESS_URL (it wins, as in ModelExpress), else MX_SERVER_ADDRESS;
     TlsNotSupportedError for an ``https://`` address (it used to be dialled in cleartext)."""
@@ -207,5 +211,7 @@ def _status_error(code: grpc.StatusCode | None, details: str, address: str) -> E
     """The CLI's error for a failed call: unreachable (exit 3) or failed (exit 1)."""
     if code in UNREACHABLE:
         return ServerUnreachableError(f"cannot reach the registry at {address}: {details}")
+    if code is grpc.StatusCode.NOT_FOUND:
+        return NotCachedError(details)
     name = code.name if code is not None else "ERROR"
     return OperationFailedError(f"{name}: {details}")

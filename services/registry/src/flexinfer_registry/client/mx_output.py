@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,7 +78,28 @@ class ProgressSink:
         if self._progress is not None:
             self._progress.update(self._task, completed=done, total=total)
 
+    def finished(self) -> None:
+        """The download is complete: a bar whose total is known is drawn full."""
+        if self._progress is not None:
+            task = self._progress.tasks[self._task]
+            if task.total is not None:  # the final line says the rest
+                self._progress.update(self._task, completed=task.total, status="")
+
     def status(self, text: str) -> None:
         """A status line from the server (server downloads report no byte counts)."""
         if self._progress is not None:
             self._progress.update(self._task, status=text[:60])
+
+
+_BYTES = re.compile(r"^downloading: (\d+)(?: of (\d+))? bytes")
+"""The registry's progress message (``core.download_status.Progress.describe``): the
+ModelExpress status stream carries no byte counts of its own, only this text."""
+
+
+def byte_counts(message: str) -> tuple[int, int | None] | None:
+    """(bytes done, total or None) from a server's DOWNLOADING message; None if it has none."""
+    match = _BYTES.match(message)
+    if match is None:
+        return None
+    total = match.group(2)
+    return int(match.group(1)), int(total) if total is not None else None
