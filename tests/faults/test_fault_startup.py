@@ -74,7 +74,8 @@ def check_one_line_exit(outcome: dict[str, str], *needles: str) -> None:
         assert result.startswith("exit "), (service, result)
         assert not result.startswith("exit 0:"), (service, result)
         line = result.split(": ", 1)[1]
-        assert line.startswith(f"flexinfer-{service}: "), (service, result)
+        # Named as it was invoked: `flexinfer controller`, not its script flexinfer-controller.
+        assert line.startswith(f"flexinfer {service}: "), (service, result)
         for needle in needles:
             assert needle in line, (service, result)
 

@@ -115,7 +115,6 @@ class EmbeddedStack:
         """
         from flexinfer_controller.settings import ControllerSettings
         from flexinfer_proxy.settings import ProxySettings
-        from flexinfer_registry.settings import RegistrySettings
         from flexinfer_scheduler.settings import SchedulerSettings
 
         host, ports = self.host, self.ports
@@ -135,14 +134,25 @@ class EmbeddedStack:
         )
         # One admin token guards the embedded stack: controller, scheduler and registry.
         guard = self._guard()
-        registry_values: dict[str, Any] = {
-            "host": host,
-            "port": ports["registry_http"],
-            "grpc_host": host,
-            "grpc_port": ports["registry_grpc"],
+        self._settings = _Settings(
+            proxy=proxy,
+            controller=ControllerSettings(**controller_values, **guard),
+            scheduler=SchedulerSettings(host=host, port=ports["scheduler"], **guard),
+            registry=self._registry_settings(guard),
+        )
+        return self._settings
+
+    def _registry_settings(self, guard: dict[str, Any]) -> RegistrySettings:
+        from flexinfer_registry.settings import RegistrySettings
+
+        values: dict[str, Any] = {
+            "host": self.host,
+            "port": self.ports["registry_http"],
+            "grpc_host": self.host,
+            "grpc_port": self.ports["registry_grpc"],
             "cache_dir": self.data_dir / "registry",
         }
-        registry = RegistrySettings(**registry_values)
+        registry = RegistrySettings(**values)
         # Its own FLEXINFER_REGISTRY_* settings win; else the stack's admin token, and the
         # stack's models directory as the one root file:// sources may be read under.
         defaults: dict[str, Any] = {}
@@ -150,15 +160,7 @@ class EmbeddedStack:
             defaults.update(guard)
         if not registry.file_roots:
             defaults["file_roots"] = [self.data_dir / "models"]
-        if defaults:
-            registry = RegistrySettings(**registry_values, **defaults)
-        self._settings = _Settings(
-            proxy=proxy,
-            controller=ControllerSettings(**controller_values, **guard),
-            scheduler=SchedulerSettings(host=host, port=ports["scheduler"], **guard),
-            registry=registry,
-        )
-        return self._settings
+        return RegistrySettings(**values, **defaults) if defaults else registry
 
     def _build_apps(self, **deps: Any) -> dict[str, _App]:
         from flexinfer_controller.app import create_app as controller_app

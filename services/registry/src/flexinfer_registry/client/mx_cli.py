@@ -77,11 +77,18 @@ def build_parser(prog: str = "flexinfer mx") -> argparse.ArgumentParser:
     )
     for name, text in (("health", "check the server's health"), ("ping", "ping the server")):
         commands.add_parser(name, help=text, description=_sentence(text))
-    model = commands.add_parser(
-        "model",
-        help="model cache operations",
-        description="Download, list, check or delete cached models.",
+    _add_model_actions(
+        commands.add_parser(
+            "model",
+            help="model cache operations",
+            description="Download, list, check or delete cached models.",
+        )
     )
+    return parser
+
+
+def _add_model_actions(model: argparse.ArgumentParser) -> None:
+    """``flexinfer mx model ACTION``: download, list-files, clear and validate."""
     actions = model.add_subparsers(
         dest="action", required=True, parser_class=_Parser, metavar="ACTION"
     )
@@ -114,7 +121,6 @@ def build_parser(prog: str = "flexinfer mx") -> argparse.ArgumentParser:
     download.add_argument(
         "--cache-dir", help="DirectOnly/fallback cache (MODEL_EXPRESS_CACHE_DIRECTORY)"
     )
-    return parser  # fmt: skip
 
 
 def _sentence(text: str) -> str:
