@@ -69,26 +69,6 @@ def _libpq_url(url: str) -> str:
 
 
 @contextmanager
-def postgres_database(prefix: str = "flexinfer_test") -> Iterator[str]:
-    """A fresh PostgreSQL database for the duration of the block; yields its SQLAlchemy URL."""
-    import psycopg
-
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    admin_url = _libpq_url(POSTGRES_URL)
-    try:
-        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.Error as exc:
-        unavailable(f"PostgreSQL at {POSTGRES_URL}", exc)
-    parts = urlsplit(POSTGRES_URL)
-    try:
-        yield urlunsplit(parts._replace(path=f"/{name}"))
-    finally:
-        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@contextmanager
 def absent_postgres_database(prefix: str = "flexinfer_test") -> Iterator[tuple[str, str]]:
     """(SQLAlchemy URL, name) of a database that does not exist yet, after checking that the
     server answers; whatever created it meanwhile, it is dropped when the block ends."""
@@ -107,6 +87,17 @@ def absent_postgres_database(prefix: str = "flexinfer_test") -> Iterator[tuple[s
     finally:
         with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def postgres_database(prefix: str = "flexinfer_test") -> Iterator[str]:
+    """A fresh PostgreSQL database for the duration of the block; yields its SQLAlchemy URL."""
+    import psycopg
+
+    with absent_postgres_database(prefix) as (url, name):
+        with psycopg.connect(_libpq_url(POSTGRES_URL), autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        yield url
 
 
 @contextmanager
