@@ -101,7 +101,11 @@ class FakeApiServer:
     def __init__(self) -> None:
         self.crds: dict[tuple[str, str, str], Crd] = {}
         for path in sorted(CRD_DIR.glob("*.yaml")):
-            crd = Crd(yaml.safe_load(path.read_text(encoding="utf-8")))
+            document = yaml.safe_load(path.read_text(encoding="utf-8"))
+            # k8s/crds also holds the kustomization that lists these CRDs.
+            if document.get("kind") != "CustomResourceDefinition":
+                continue
+            crd = Crd(document)
             self.crds[(crd.group, crd.version, crd.plural)] = crd
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.version = 0
