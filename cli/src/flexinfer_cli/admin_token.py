@@ -58,7 +58,7 @@ def _create(path: Path) -> bool:
     except FileExistsError:
         return False
     with os.fdopen(fd, "w", encoding="ascii") as out:
-        out.write(secrets.token_urlsafe(32) + "\n")
+        out.write("fxa_" + secrets.token_urlsafe(32) + "\n")
     return True
 
 
