@@ -12,7 +12,7 @@ import select
 import struct
 import termios
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
@@ -49,6 +49,7 @@ class Terminal:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
         self.stream = open(slave, "w", encoding="utf-8", buffering=1)  # noqa: SIM115
         self._seen = bytearray()
+        self._drawn = threading.Condition()  # notified each time the reader takes bytes
         self._done = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -58,14 +59,24 @@ class Terminal:
             ready, _, _ = select.select([self._master], [], [], 0.05)
             if ready:
                 try:
-                    self._seen += os.read(self._master, 65536)
+                    data = os.read(self._master, 65536)
                 except OSError:
                     return
+                with self._drawn:
+                    self._seen += data
+                    self._drawn.notify_all()
 
     @property
     def text(self) -> str:
         """Everything drawn so far, without the escape sequences."""
-        return ANSI.sub("", bytes(self._seen).decode(errors="replace"))
+        with self._drawn:
+            return ANSI.sub("", bytes(self._seen).decode(errors="replace"))
+
+    def wait_for(self, needle: str, timeout_s: float = 30.0) -> None:
+        """Block until ``needle`` has been drawn; AssertionError after ``timeout_s``."""
+        with self._drawn:
+            if not self._drawn.wait_for(lambda: needle in self.text, timeout_s):
+                raise AssertionError(f"no {needle!r} drawn within {timeout_s}s")
 
     def close(self) -> None:
         """Stop reading and close both ends."""
@@ -84,14 +95,6 @@ def terminal(monkeypatch: pytest.MonkeyPatch) -> Iterator[Terminal]:
         yield term
     finally:
         term.close()
-
-
-async def _wait_for(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{what} within {timeout_s}s")
-        await asyncio.sleep(0.05)
 
 
 @asynccontextmanager
@@ -131,7 +134,7 @@ async def test_the_progress_bar_shows_the_total_the_registry_knows(
                     "ServerOnly"]  # fmt: skip
             cli = asyncio.create_task(asyncio.to_thread(_cli, argv, term.stream))
             try:
-                await _wait_for(lambda: shown_total in term.text, f"no {shown_total!r} drawn")
+                await asyncio.to_thread(term.wait_for, shown_total)
             finally:
                 gate.set()
             code, out, _ = await cli
