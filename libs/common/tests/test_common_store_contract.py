@@ -19,7 +19,13 @@ from sqlalchemy import text
 
 from flexinfer_common.api import Condition, Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import set_condition
-from flexinfer_common.errors import ConfigError, ConflictError, NotFoundError, StoreError
+from flexinfer_common.errors import (
+    ConfigError,
+    ConflictError,
+    InvalidSpecError,
+    NotFoundError,
+    StoreError,
+)
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import create_store
 from flexinfer_common.store.base import EndpointRecord
@@ -292,6 +298,49 @@ async def test_delete_and_recreate(store: SqlModelStore) -> None:
     assert int(second.metadata.resource_version or 0) > int(first.metadata.resource_version or 0)
     with pytest.raises(ConflictError):
         await store.replace_model(first)
+
+
+async def test_finalizers_hold_a_deleted_model_until_the_last_is_removed(
+    store: SqlModelStore,
+) -> None:
+    model = make_model()
+    model.metadata.finalizers = ["flexinfer.ai/model-cleanup", "example.com/other"]
+    created = await store.create_model(model)
+    now = datetime.now(UTC)
+    await store.put_endpoint(EndpointRecord("default/llama", "r1", "http://a", True, None, now))
+    await store.delete_model("default", "llama")
+    held = await store.get_model("default", "llama")
+    assert held.metadata.deletion_timestamp is not None
+    assert int(held.metadata.resource_version or 0) > int(created.metadata.resource_version or 0)
+    await store.delete_model("default", "llama")  # a second delete changes nothing
+    assert await store.get_model("default", "llama") == held
+    # A client can neither clear the stamp nor add a finalizer while the model is deleted.
+    cleared = held.model_copy(deep=True)
+    cleared.metadata.deletion_timestamp = None
+    kept = await store.replace_model(cleared)
+    assert kept.metadata.deletion_timestamp == held.metadata.deletion_timestamp
+    kept.metadata.finalizers.append("example.com/late")
+    with pytest.raises(InvalidSpecError, match="being deleted"):
+        await store.replace_model(kept)
+    kept.metadata.finalizers = ["example.com/other"]
+    await store.replace_model(kept)
+    assert len(await store.list_endpoints("default/llama")) == 1
+    last = await store.get_model("default", "llama")
+    last.metadata.finalizers = []
+    await store.replace_model(last)
+    with pytest.raises(NotFoundError):
+        await store.get_model("default", "llama")
+    assert await store.list_endpoints("default/llama") == []
+
+
+async def test_a_replace_never_stamps_a_deletion(store: SqlModelStore) -> None:
+    model = make_model()
+    model.metadata.deletion_timestamp = datetime.now(UTC)
+    model.metadata.finalizers = ["flexinfer.ai/model-cleanup"]
+    assert (await store.create_model(model)).metadata.deletion_timestamp is None
+    stored = await store.replace_model(model)
+    assert stored.metadata.deletion_timestamp is None
+    assert stored.metadata.finalizers == ["flexinfer.ai/model-cleanup"]
 
 
 async def test_endpoint_crud(store: SqlModelStore) -> None:

@@ -47,7 +47,8 @@ class ModelStore(ABC):
 
     @abstractmethod
     async def replace_model(self, model: Model) -> Model:
-        """Replace metadata labels/annotations and spec; bumps generation when spec changed.
+        """Replace metadata (labels, annotations, finalizers) and spec; bumps generation when
+        spec changed. ``deletionTimestamp`` is kept as stored (``store.lifecycle``).
 
         ``model.metadata.resource_version``, when set, must match the stored one
         (ConflictError otherwise); when None the write is unconditional.
@@ -61,7 +62,11 @@ class ModelStore(ABC):
 
     @abstractmethod
     async def delete_model(self, namespace: str, name: str) -> None:
-        """Delete the Model and its endpoints; NotFoundError if absent."""
+        """Delete the Model and its endpoints; NotFoundError if absent.
+
+        While ``metadata.finalizers`` hold it, only ``deletionTimestamp`` is stamped; the
+        replace that removes the last finalizer then deletes it (``store.lifecycle``).
+        """
 
     @abstractmethod
     async def put_endpoint(self, record: EndpointRecord) -> None:
@@ -117,5 +122,5 @@ class ModelStore(ABC):
         raise PermanentError(f"{type(self).__name__} does not keep LoRAAdapters")
 
     async def delete_adapter(self, namespace: str, name: str) -> None:
-        """Delete the LoRAAdapter; NotFoundError if absent."""
+        """Delete the LoRAAdapter (finalizers hold it back, as Models); NotFoundError if absent."""
         raise NotFoundError(f"loraadapter {namespace}/{name} not found")

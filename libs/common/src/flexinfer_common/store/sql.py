@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from flexinfer_common.api import LoRAAdapter, LoRAAdapterStatus, Model, ModelStatus
 from flexinfer_common.errors import ConflictError, FlexInferError, NotFoundError, StoreError
 from flexinfer_common.settings import StoreSettings
+from flexinfer_common.store import lifecycle
 from flexinfer_common.store import sql_schema as schema
 from flexinfer_common.store.base import EndpointRecord, ModelStore
 from flexinfer_common.store.sql_engine import build_engine, create_tables, ensure_schema, upsert
@@ -105,7 +106,8 @@ class SqlModelStore(ModelStore):
             "uid": str(uuid.uuid4()),
             "generation": 1,
             "created_at": schema.now_utc(),
-            "meta": schema.meta_json(obj),
+            # A new object is never being deleted, whatever the client sent.
+            "meta": lifecycle.replace_meta(obj.key, {}, schema.meta_json(obj)).meta,
             "spec": spec,
             "spec_hash": schema.spec_hash(spec),
             "status": schema.dump(obj.status),
@@ -160,32 +162,48 @@ class SqlModelStore(ModelStore):
         key = f"{namespace}/{name}"
         old = _parse_version(what, key, expected)
         c = table.c
+        where = (c.namespace == namespace, c.name == name)
         with self._engine.begin() as conn:
-            stmt = update(table).where(c.namespace == namespace, c.name == name)
-            if old is not None:
-                stmt = stmt.where(c.resource_version == old)
-            stmt = stmt.values(**values, resource_version=_bump(conn))
-            row = conn.execute(stmt.returning(*table.c)).first()
-            if row is None:
-                exists = conn.execute(
-                    select(c.resource_version).where(c.namespace == namespace, c.name == name)
-                ).first()
-                if exists is None:
-                    raise NotFoundError(f"{what} {key} not found")
+            version = _bump(conn)  # holds the write lock from here on
+            current = conn.execute(select(c.resource_version, c.meta).where(*where)).first()
+            if current is None:
+                raise NotFoundError(f"{what} {key} not found")
+            if old is not None and current.resource_version != old:
                 raise ConflictError(
                     f"{what} {key} changed: resourceVersion {expected} is stale"
-                    f" (now {exists[0]}); read it again and retry"
+                    f" (now {current.resource_version}); read it again and retry"
                 )
+            finish = False
+            if "meta" in values:
+                write = lifecycle.replace_meta(f"{what} {key}", current.meta, values["meta"])
+                values, finish = {**values, "meta": write.meta}, write.delete
+            stmt = update(table).where(*where).values(**values, resource_version=version)
+            row = conn.execute(stmt.returning(*table.c)).one()
+            if finish:  # the last finalizer is gone: the deletion completes
+                self._delete_rows(conn, table, namespace, name)
         return out(dict(row._mapping))
 
     def _delete(self, table: Table, what: str, namespace: str, name: str) -> None:
+        c = table.c
+        where = (c.namespace == namespace, c.name == name)
         with self._engine.begin() as conn:
-            c = table.c
-            result = conn.execute(delete(table).where(c.namespace == namespace, c.name == name))
-            if result.rowcount == 0:
+            version = _bump(conn)
+            current = conn.execute(select(c.meta).where(*where)).first()
+            if current is None:
                 raise NotFoundError(f"{what} {namespace}/{name} not found")
-            if table is schema.MODELS:
-                conn.execute(delete(schema.ENDPOINTS).where(_E.model == f"{namespace}/{name}"))
+            stamped = lifecycle.delete_meta(current.meta)
+            if stamped is None:
+                self._delete_rows(conn, table, namespace, name)
+            elif stamped != current.meta:  # finalizers hold it: mark it as being deleted
+                stamp = update(table).where(*where).values(meta=stamped, resource_version=version)
+                conn.execute(stamp)
+
+    @staticmethod
+    def _delete_rows(conn: Connection, table: Table, namespace: str, name: str) -> None:
+        c = table.c
+        conn.execute(delete(table).where(c.namespace == namespace, c.name == name))
+        if table is schema.MODELS:
+            conn.execute(delete(schema.ENDPOINTS).where(_E.model == f"{namespace}/{name}"))
 
     # -- models -----------------------------------------------------------------------
 
