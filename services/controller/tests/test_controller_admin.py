@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from flexinfer_common.bus import topics
-from flexinfer_controller.testing import Harness, error_of, model_doc, run_controller
+from flexinfer_controller.testing import Harness, error_of, eventually, model_doc, run_controller
 
 YAML_DOC = """
 apiVersion: ai.flexinfer/v1alpha2
@@ -202,7 +202,13 @@ async def test_health_and_metrics(h: Harness) -> None:
     assert (await h.client.get("/readyz")).status_code == 200
     await h.client.post("/v1/admin/models", json=model_doc("tiny", "HF://org/tiny"))
     await h.wait_phase("tiny", "Pending")
+    counted = 'flexinfer_controller_reconciles_total{result="ok"}'
+
+    # The status is written inside the reconcile; the counter moves once it returns.
+    async def reconcile_counted() -> bool:
+        return counted in (await h.client.get("/metrics")).text
+
+    await eventually(reconcile_counted)
     metrics = (await h.client.get("/metrics")).text
-    assert 'flexinfer_controller_reconciles_total{result="ok"}' in metrics
     assert "flexinfer_controller_replicas" in metrics
     assert (await h.client.get("/v1/admin/endpoints")).json() == {"items": []}

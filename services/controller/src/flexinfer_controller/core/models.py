@@ -9,6 +9,7 @@ from flexinfer_common.bus import EventBus, topics
 from flexinfer_common.errors import BusError, ConflictError, NotFoundError
 from flexinfer_common.store import EndpointRecord, ModelStore
 from flexinfer_controller.core.controller import Controller
+from flexinfer_controller.core.finalizer import MODEL_FINALIZER
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class ModelService:
         meta = model.metadata
         for _ in range(3):
             try:
-                await self._store.get_model(meta.namespace, meta.name)
+                current = await self._store.get_model(meta.namespace, meta.name)
             except NotFoundError:
                 if meta.resource_version is not None:
                     raise ConflictError(
@@ -49,7 +50,7 @@ class ModelService:
                     continue  # created concurrently: replace it instead
                 await self._changed(stored)
                 return stored, True
-            stored = await self._store.replace_model(model)
+            stored = await self._store.replace_model(_keep_finalizer(model, current))
             await self._changed(stored)
             return stored, False
         raise ConflictError(f"model {model.key} is being changed concurrently; retry")
@@ -63,7 +64,11 @@ class ModelService:
         return await self._store.list_models(namespace)
 
     async def delete(self, namespace: str, name: str) -> None:
-        """Delete the Model and wait (briefly) until its engines are being stopped."""
+        """Delete the Model and wait (briefly) until its engines are being stopped.
+
+        The store only stamps the deletion while the cleanup finalizer holds the Model; the
+        reconcile this waits for tears its engines down and releases it.
+        """
         await self._store.delete_model(namespace, name)
         key = f"{namespace}/{name}"
         await self._publish(topics.ModelChangedEvent(model=key, generation=0, deleted=True))
@@ -84,3 +89,12 @@ class ModelService:
         except BusError as exc:
             # The store is the source of truth and the periodic resync catches up.
             log.warning("could not publish %s change: %s", event.model, exc)
+
+
+def _keep_finalizer(model: Model, current: Model) -> Model:
+    """A client's document keeps the controller's finalizer: it is not the client's to drop."""
+    held = MODEL_FINALIZER in current.metadata.finalizers
+    if held and MODEL_FINALIZER not in model.metadata.finalizers:
+        model = model.model_copy(deep=True)
+        model.metadata.finalizers.append(MODEL_FINALIZER)
+    return model

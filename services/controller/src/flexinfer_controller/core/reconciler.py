@@ -27,6 +27,7 @@ from flexinfer_controller.backends import (
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.desired import busy_until, desired_replicas
 from flexinfer_controller.core.endpoints import EndpointPublisher
+from flexinfer_controller.core.finalizer import ensure_finalizer, release_finalizer
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
@@ -91,7 +92,11 @@ class Reconciler:
                 await self._teardown(key)
                 return
             try:
-                await self._reconcile_model(model)
+                if model.metadata.deletion_timestamp is not None:
+                    await self._teardown(key)
+                    await release_finalizer(self._store, model)
+                    return
+                await self._reconcile_model(await ensure_finalizer(self._store, model))
                 return
             except ConflictError:
                 log.debug("status of %s changed while reconciling; retrying", key)

@@ -239,7 +239,12 @@ class ModelCatalog:
         ``read_started``: when the store read began (monotonic), so that news which came
         by event since then is not overwritten by this older view.
         """
-        ours = [m for m in models if m.metadata.namespace == self._namespace]
+        # A Model being deleted serves no one, even while its finalizer holds the record.
+        ours = [
+            m
+            for m in models
+            if m.metadata.namespace == self._namespace and m.metadata.deletion_timestamp is None
+        ]
         if adapters is not None:
             self._adapters = sorted(
                 (a for a in adapters if a.metadata.namespace == self._namespace),
