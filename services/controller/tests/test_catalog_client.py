@@ -58,7 +58,7 @@ async def test_ping_catalog_and_tags_follow_link_pagination(
     registry.requests.clear()
     assert await client.catalog(page_size=100) == sorted(names)
     # The server caps pages at 2: five repositories take three pages, each a request.
-    assert [p for _, p in registry.requests] == ["/v2/_catalog"] * 3
+    assert [p for _, p, _ in registry.requests] == ["/v2/_catalog"] * 3
     assert await client.tags("models/a") == ["v1", "v2", "v3", "v4"]
 
 

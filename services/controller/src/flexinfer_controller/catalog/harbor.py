@@ -27,6 +27,7 @@ class HarborAdapter(DistributionAdapter):
     """The catalog when it answers, else Harbor's projects and repositories API."""
 
     name = "harbor"
+    api_page_size = PAGE_SIZE
 
     async def list_repositories(self) -> list[str]:
         """Named repositories, else the catalog, else the Harbor API; under the prefix."""
@@ -53,7 +54,7 @@ class HarborAdapter(DistributionAdapter):
     async def _api_names(self, path: str) -> list[str]:
         names: list[str] = []
         for page in range(1, MAX_PAGES + 1):
-            params = {"page": str(page), "page_size": str(PAGE_SIZE)}
+            params = {"page": str(page), "page_size": str(self.api_page_size)}
             doc, next_link = await self.client.api_json(path, params)
             names += _names(self.location.registry, path, doc)
             if next_link is None or not doc:

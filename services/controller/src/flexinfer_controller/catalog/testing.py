@@ -102,7 +102,8 @@ class TestRegistry:
     tags: dict[str, dict[str, str]] = field(default_factory=dict)
     grants: dict[str, _Grant] = field(default_factory=dict)
     token_requests: list[dict[str, Any]] = field(default_factory=list)
-    requests: list[tuple[str, str]] = field(default_factory=list)
+    requests: list[tuple[str, str, str]] = field(default_factory=list)
+    """(method, path, query) of every request, in order."""
     tampered: dict[str, bytes] = field(default_factory=dict)
     manifest_gate: asyncio.Event | None = None
     """When set, manifest GETs wait on it: lets a test see how many run at once."""
@@ -152,7 +153,7 @@ class TestRegistry:
         return _error(401, "UNAUTHORIZED", "authentication required", {"WWW-Authenticate": header})
 
     def _check(self, request: Request, scope: str) -> Response | None:
-        self.requests.append((request.method, request.url.path))
+        self.requests.append((request.method, request.url.path, request.url.query))
         if self._throttle:
             retry_after = self._throttle.pop(0)
             return _error(429, "TOOMANYREQUESTS", "slow down", {"Retry-After": retry_after})
@@ -305,7 +306,7 @@ class TestRegistry:
     # -- Harbor API ---------------------------------------------------------------------
 
     async def _harbor(self, request: Request) -> Response:
-        self.requests.append((request.method, request.url.path))
+        self.requests.append((request.method, request.url.path, request.url.query))
         if self.auth != "none" and self._basic_user(request) is None:
             return _error(401, "UNAUTHORIZED", "unauthorized")
         project = request.path_params.get("project")
