@@ -10,6 +10,9 @@ from email.utils import format_datetime
 import httpx
 import pytest
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from flexinfer_common.errors import NotFoundError, PermanentError, TemporaryError
 from flexinfer_common.serving import serve_in_background
@@ -157,3 +160,16 @@ async def test_a_server_without_v2_is_not_a_registry() -> None:
         async with client:
             with pytest.raises(RegistryProtocolError, match="not an OCI registry"):
                 await client.ping()
+
+
+async def test_pagination_never_follows_a_link_off_the_registry() -> None:
+    async def catalog(request: Request) -> Response:
+        link = '<https://elsewhere.example/v2/_catalog?last=a>; rel="next"'
+        return JSONResponse({"repositories": ["a"]}, headers={"Link": link})
+
+    app = Starlette(routes=[Route("/v2/_catalog", catalog)])
+    async with serve_in_background(app) as base:
+        client = OciClient(parse_registry_url(base))
+        async with client:
+            with pytest.raises(RegistryProtocolError, match="pagination leaves the registry"):
+                await client.catalog()

@@ -136,7 +136,8 @@ class OciClient:
 
     async def manifest(self, repository: str, reference: str) -> Manifest:
         """``GET`` a manifest by tag or digest; its digest verified against its bytes."""
-        what = f"manifest {repository}:{reference}" if ":" not in reference else reference
+        sep = "@" if ":" in reference else ":"
+        what = f"manifest {repository}{sep}{reference}"
         response, body = await self._manifest_request("GET", repository, reference, what)
         requested = reference if ":" in reference else None
         header = response.headers.get("docker-content-digest")
