@@ -44,7 +44,8 @@ CLEANUP_EXIT_CODES = """exit codes:
   2  usage error (bad option or name)"""
 
 
-def _copy_parser(prog: str) -> argparse.ArgumentParser:
+def copy_parser(prog: str) -> argparse.ArgumentParser:
+    """The copy command's parser (flags that are not given leave the settings' value)."""
     parser = argparse.ArgumentParser(
         prog=prog,
         description=COPY_HELP.format(prog=prog),
@@ -109,7 +110,8 @@ def _copy_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _cleanup_parser(prog: str) -> argparse.ArgumentParser:
+def cleanup_parser(prog: str) -> argparse.ArgumentParser:
+    """The cleanup command's parser."""
     parser = argparse.ArgumentParser(
         prog=f"{prog} cleanup",
         description=CLEANUP_HELP,
@@ -147,7 +149,7 @@ def _coded(prog: str, run: Callable[[], int]) -> int:
 
 
 def _copy(argv: list[str], prog: str) -> int:
-    args = _copy_parser(prog).parse_args(argv)
+    args = copy_parser(prog).parse_args(argv)
     overrides: dict[str, Any] = {
         key: value
         for key, value in vars(args).items()
@@ -168,7 +170,7 @@ def _copy(argv: list[str], prog: str) -> int:
 
 
 def _cleanup(argv: list[str], prog: str) -> int:
-    args = _cleanup_parser(prog).parse_args(argv)
+    args = cleanup_parser(prog).parse_args(argv)
 
     def run() -> int:
         report = cleanup(args.dest, args.keep)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from flexinfer_controller.flashload import locks, manifest
 from flexinfer_controller.flashload.cleanup import remove_copy, temp_path
-from flexinfer_controller.flashload.copiers import RangeCopier, make_copier
+from flexinfer_controller.flashload.copiers import RangeCopier, UnsupportedError, make_copier
 from flexinfer_controller.flashload.errors import FlashLoadError
 from flexinfer_controller.flashload.plan import CopyPlan, PlannedFile, make_plan, safe_name
 from flexinfer_controller.flashload.settings import FlashLoadSettings
@@ -146,8 +147,19 @@ def _create_tree(temp: Path, plan: CopyPlan) -> None:
 
 
 def _run_all(pool: ThreadPoolExecutor, tasks: list[Callable[[], None]]) -> None:
-    """Run ``tasks`` on ``pool``; on the first failure cancel the rest and raise it."""
-    futures: list[Future[None]] = [pool.submit(task) for task in tasks]
+    """Run ``tasks`` on ``pool``; on the first failure skip the rest and raise it."""
+    failed = threading.Event()
+
+    def guarded(task: Callable[[], None]) -> None:
+        if failed.is_set():
+            return  # the copy is lost already: copying more only delays the error
+        try:
+            task()
+        except BaseException:
+            failed.set()
+            raise
+
+    futures: list[Future[None]] = [pool.submit(guarded, task) for task in tasks]
     _done, pending = wait(futures, return_when=FIRST_EXCEPTION)
     for future in pending:
         future.cancel()
@@ -166,6 +178,11 @@ def _copy_range(
             dst = os.open(temp / found.path, os.O_WRONLY | os.O_CLOEXEC)
             try:
                 copier.copy(src, dst, offset, length)
+            except UnsupportedError as exc:
+                raise FlashLoadError(
+                    f"the {copier.name} copy method cannot copy {found.path} to "
+                    f"{plan.dest_root} ({exc}); method auto falls back to one that can"
+                ) from exc
             finally:
                 os.close(dst)
         finally:

@@ -32,8 +32,8 @@ def safe_name(key: str) -> str:
 
     Kubernetes names never contain ``_``, so the result maps back to one key only.
     """
-    namespace, _, name = key.rpartition("/")
-    if (namespace and not _NAMESPACE.match(namespace)) or not _NAME.match(name):
+    namespace, slash, name = key.rpartition("/")
+    if (slash and not _NAMESPACE.match(namespace)) or not _NAME.match(name):
         raise ConfigError(f"model name {key!r} is not namespace/name with lowercase RFC 1123 names")
     return f"{namespace}_{name}" if namespace else name
 
