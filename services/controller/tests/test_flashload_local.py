@@ -19,8 +19,10 @@ def source(tmp_path: Path) -> Path:
     return make_model(tmp_path / "models" / "Llama-3.2_1B", [300_000])
 
 
-def on(tmp_path: Path, **changes: object) -> FlashLoadSettings:
-    return FlashLoadSettings(enabled=True, dest=tmp_path / "shm", margin_mb=0, **changes)
+def on(tmp_path: Path, *, fallback: bool = True) -> FlashLoadSettings:
+    return FlashLoadSettings(
+        enabled=True, dest=tmp_path / "shm", margin_mb=0, fallback_to_source=fallback
+    )
 
 
 def test_off_launches_from_the_model_directory(source: Path, tmp_path: Path) -> None:
@@ -64,7 +66,7 @@ def test_no_room_falls_back_to_the_source(
 
 
 def test_no_room_without_the_fallback_is_an_error(source: Path, tmp_path: Path) -> None:
-    settings = on(tmp_path, fallback_to_source=False)
+    settings = on(tmp_path, fallback=False)
     with pytest.raises(InsufficientSpaceError):
         prepare(source, settings, key="default/llama", space=FixedSpace(0))
 
