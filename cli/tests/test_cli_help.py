@@ -25,6 +25,8 @@ COMMANDS = [
     ("mx", "model", "list-files"),
     ("mx", "model", "clear"),
     ("mx", "model", "validate"),
+    ("flash-load",),
+    ("flash-load", "cleanup"),
     ("proxy",),
     ("controller",),
     ("scheduler",),

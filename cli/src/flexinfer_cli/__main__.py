@@ -28,7 +28,13 @@ def _service_main(service: str) -> Callable[[list[str]], int]:
 def _tools() -> dict[str, Callable[[list[str]], int]]:
     from flexinfer_cli import tools, up
 
-    return {"up": up.main, "model": tools.model_main, "crd": tools.crd_main, "mx": tools.mx_main}
+    return {
+        "up": up.main,
+        "model": tools.model_main,
+        "crd": tools.crd_main,
+        "mx": tools.mx_main,
+        "flash-load": tools.flash_load_main,
+    }
 
 
 def _usage() -> str:
@@ -39,6 +45,7 @@ def _usage() -> str:
         "  model generate     write a deterministic reference model\n"
         "  crd generate       regenerate k8s/crds from the API types (--check: verify only)\n"
         "  mx                 ModelExpress-compatible registry client (health, ping, model ...)\n"
+        "  flash-load         copy a model to tmpfs for a fast engine start (or cleanup)\n"
         + "".join(f"  {name:<18} run the {name} service on its own\n" for name in SERVICES)
         + "\nRun 'flexinfer COMMAND --help' for the options of a command.\n"
     )

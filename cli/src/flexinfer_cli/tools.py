@@ -1,4 +1,4 @@
-"""Developer subcommands: ``flexinfer model generate`` and ``flexinfer crd generate``."""
+"""Tool subcommands: ``flexinfer model generate``, ``crd generate``, ``mx`` and ``flash-load``."""
 
 from __future__ import annotations
 
@@ -56,3 +56,10 @@ def mx_main(argv: list[str]) -> int:
     from flexinfer_registry.client.mx_cli import main as mx
 
     return mx(argv)
+
+
+def flash_load_main(argv: list[str]) -> int:
+    """``flexinfer flash-load [cleanup] ...``: the controller's flash loader (PVC -> tmpfs)."""
+    from flexinfer_controller.flashload.__main__ import main as flash_load
+
+    return flash_load(argv, prog="flexinfer flash-load")
