@@ -17,7 +17,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from flexinfer_common.api.conversion_config import canonical_backend, settings_for
-from flexinfer_common.api.model import GPU_VENDOR_NODE_LABEL, GPUVendor, ModelSpec
+from flexinfer_common.api.model import (
+    GPU_RESOURCE_NAMES,
+    GPU_VENDOR_NODE_LABEL,
+    GPUVendor,
+    ModelSpec,
+)
 from flexinfer_common.api.modeldeployment import (
     INT32_MAX,
     DeploymentPhase,
@@ -73,7 +78,7 @@ def _gpu_to_v2(md: ModelDeploymentSpec) -> tuple[Doc, Doc | None]:
             if name in GPU_RESOURCES:
                 gpu.setdefault("count", _gpu_count(qty))
                 gpu["vendor"] = GPU_RESOURCES[name].value
-            else:
+            elif name not in GPU_RESOURCE_NAMES:  # i915 has no vendor: the annotation keeps it
                 resources[part][name] = qty
     label = (md.node_selector or {}).get(GPU_VENDOR_NODE_LABEL)
     if label is not None and label != gpu["vendor"]:
