@@ -30,7 +30,14 @@ ROOT = repo_root()
 CRD_DIR = ROOT / "k8s" / "crds"
 EXAMPLES = sorted((ROOT / "k8s" / "examples").glob("model-*.yaml"))
 LORA_EXAMPLES = sorted((ROOT / "k8s" / "examples").glob("loraadapter-*.yaml"))
-GENERATED = ["ai.flexinfer_models.yaml", "ai.flexinfer_loraadapters.yaml"]
+GENERATED = [
+    "ai.flexinfer_models.yaml",
+    "ai.flexinfer_loraadapters.yaml",
+    "ai.flexinfer_modelcatalogs.yaml",
+    "ai.flexinfer_modeldeployments.yaml",
+    "ai.flexinfer_modelcaches.yaml",
+    "ai.flexinfer_gpugroups.yaml",
+]
 
 
 def _schema(crd: dict[str, Any] | None = None) -> dict[str, Any]:

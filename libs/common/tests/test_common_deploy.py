@@ -38,7 +38,15 @@ DOCKERFILES = {svc: ROOT / "services" / svc / "Dockerfile" for svc in SERVICE_PO
     "cli": ROOT / "cli" / "Dockerfile"
 }
 # Custom kinds have no schema in kubernetes-validate; test_common_crd validates them.
-CUSTOM_KINDS = {"Model", "LoRAAdapter", "Kustomization"}
+CUSTOM_KINDS = {
+    "Model",
+    "LoRAAdapter",
+    "ModelCatalog",
+    "ModelDeployment",
+    "ModelCache",
+    "GPUGroup",
+    "Kustomization",
+}
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:

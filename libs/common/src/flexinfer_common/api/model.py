@@ -18,7 +18,13 @@ from flexinfer_common.api.status import ModelStatus
 
 API_GROUP = "ai.flexinfer"
 API_VERSION: Literal["ai.flexinfer/v1alpha2"] = "ai.flexinfer/v1alpha2"
+API_VERSION_V1ALPHA1: Literal["ai.flexinfer/v1alpha1"] = "ai.flexinfer/v1alpha1"
+"""The legacy version: ModelDeployment, ModelCache and GPUGroup, still served."""
 KIND: Literal["Model"] = "Model"
+MODEL_FINALIZER = "flexinfer.ai/model-cleanup"
+"""Added to a Model before anything is created for it; removed once that is cleaned up."""
+
+GPU_VENDOR_NODE_LABEL = "node.flexstack.io/gpu-vendor"
 
 GPU_RESOURCE_NAMES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915")
 
@@ -206,6 +212,17 @@ class ModelSpec(ApiModel):
     def _pvc_cache_strategy(self) -> ModelSpec:
         if self.source.startswith("pvc://") and self.cache and self.cache.strategy == "Memory":
             raise ValueError("a pvc:// source needs cache.strategy SharedPVC, Local or None")
+        return self
+
+    @model_validator(mode="after")
+    def _node_selector_vendor(self) -> ModelSpec:
+        # The operator's CEL rule: a pinned vendor label must agree with a pinned gpu.vendor.
+        label = (self.node_selector or {}).get(GPU_VENDOR_NODE_LABEL)
+        vendor = self.gpu.vendor if self.gpu else None
+        if label is not None and vendor not in (None, GPUVendor.AUTO) and label != vendor:
+            raise ValueError(
+                f"nodeSelector[{GPU_VENDOR_NODE_LABEL!r}]={label!r} contradicts gpu.vendor={vendor}"
+            )
         return self
 
     @property

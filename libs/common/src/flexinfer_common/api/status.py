@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
@@ -69,6 +70,24 @@ class CacheStatus(ApiModel):
     job_phase: str | None = None
     message: str | None = None
     size_bytes: int | None = None
+    quantization: dict[str, Any] | None = Field(
+        default=None, description="the operator's QuantizationStatus, kept as written"
+    )
+
+
+class KVCacheStatus(ApiModel):
+    """status.kvCache: KV-cache pressure and what the controller did about it (vLLM only)."""
+
+    utilization: str | None = Field(default=None, description="ratio 0-1, as a string")
+    pressure: bool | None = None
+    last_pressure_time: datetime | None = None
+    last_action: str | None = None
+    reconfigured: bool | None = None
+    reconfigured_at: datetime | None = None
+    original_max_num_seqs: int | None = None
+    reconfigured_max_num_seqs: int | None = None
+    evicted: bool | None = None
+    evicted_at: datetime | None = None
 
 
 class ModelStatus(ApiModel):
@@ -90,6 +109,7 @@ class ModelStatus(ApiModel):
     metrics: MetricsStatus | None = None
     shared_group: SharedGroupStatus | None = None
     cache: CacheStatus | None = None
+    kv_cache: KVCacheStatus | None = None
     message: str | None = None
 
 
