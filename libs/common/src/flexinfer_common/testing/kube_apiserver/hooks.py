@@ -62,7 +62,7 @@ class _Fault:
 @dataclass
 class _After:
     match: Match
-    action: Callable[[], None]
+    action: Callable[[], object]
     remaining: int
 
 
@@ -82,7 +82,7 @@ class Hooks:
         """Answer the next ``times`` matching calls with ``error`` instead of handling them."""
         self._faults.append(_Fault(match, error, times))
 
-    def after(self, match: Match, action: Callable[[], None], times: int) -> None:
+    def after(self, match: Match, action: Callable[[], object], times: int) -> None:
         """Run ``action`` after each of the next ``times`` matching calls was handled."""
         self._afters.append(_After(match, action, times))
 
@@ -94,7 +94,7 @@ class Hooks:
                 return fault.error
         return None
 
-    def afters_for(self, call: Call) -> list[Callable[[], None]]:
+    def afters_for(self, call: Call) -> list[Callable[[], object]]:
         """The after-actions due for this call (consumes one use of each)."""
         due = []
         for after in self._afters:

@@ -110,9 +110,6 @@ class KubeApiServer:
             handler.send_json(rest.Answer(exc.code, exc.status()))
             return
         store, name = self._store, request.rt.qualified
-        with store.cond:
-            store.open_watches[name] += 1
-            store.notify()
         try:
             handler.start_stream()
             for event in initial:
@@ -298,7 +295,7 @@ class KubeApiServer:
 
     def after(
         self,
-        action: Callable[[], None],
+        action: Callable[[], object],
         *,
         verb: str = ANY,
         resource: str = ANY,

@@ -40,6 +40,9 @@ class WatchRequest:
     resource_version: str | None
     bookmarks: bool
     timeout_s: float | None
+    bookmark_seen: int = 0
+    drop_seen: int = 0
+    """The epochs when the watch was registered: later bookmarks and drops apply to it."""
 
     def matches(self, obj: dict[str, Any] | None) -> bool:
         """Whether the watch selects ``obj``."""
@@ -72,23 +75,29 @@ def _bookmark(rt: ResourceType, rv: int) -> Event:
 
 
 def start(store: ObjectStore, request: WatchRequest) -> tuple[int, list[Event]]:
-    """The resourceVersion the stream starts after, and its initial events (400 if bad RV)."""
+    """Register the watch: the resourceVersion it starts after, and its initial events.
+
+    Counted in ``store.open_watches`` (the caller decrements it when the stream ends) in
+    the same critical section that fixes its epochs, so a test that saw the watch open
+    can be sure a drop or bookmark it asks for next reaches it. 400 for a bad RV.
+    """
     text = request.resource_version
     with store.cond:
+        if text and text != "0" and not text.isdigit():
+            raise ApiError(400, f"invalid resource version {text!r}")
+        request.bookmark_seen, request.drop_seen = store.bookmark_epoch, store.drop_epoch
+        store.open_watches[request.rt.qualified] += 1
+        store.notify()
         if not text or text == "0":
             objs = store.items(request.rt, request.namespace)
             return store.rv, [{"type": "ADDED", "object": o} for o in objs if request.matches(o)]
-        try:
-            return int(text), []
-        except ValueError:
-            raise ApiError(400, f"invalid resource version {text!r}") from None
+        return int(text), []
 
 
 def stream(store: ObjectStore, request: WatchRequest, since: int) -> Iterator[Event | Drop]:
     """The events of one watch, until it ends (call ``start`` first)."""
     deadline = None if request.timeout_s is None else time.monotonic() + request.timeout_s
-    with store.cond:
-        bookmark_seen, drop_seen = store.bookmark_epoch, store.drop_epoch
+    bookmark_seen, drop_seen = request.bookmark_seen, request.drop_seen
     while True:
         pending: list[StoredEvent] = []
         bookmark: int | None = None
