@@ -1,0 +1,1 @@
+"""Adapters to systems outside the controller (the only place foreign clients are imported)."""

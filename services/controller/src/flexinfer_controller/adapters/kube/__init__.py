@@ -1,0 +1,1 @@
+"""The controller on the Kubernetes API: the Model store, the informer, finalizers."""

@@ -1,0 +1,198 @@
+"""The official ``kubernetes`` client, in worker threads, with errors mapped at the boundary.
+
+404 NotFoundError, 409 ConflictError (name taken, stale resourceVersion), 422
+InvalidSpecError, 410 ResourceExpiredError (a watch's resourceVersion was compacted), anything
+else (and an unreachable apiserver) StoreError, which is temporary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import anyio.to_thread
+import urllib3.exceptions
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from kubernetes.watch.watch import iter_resp_lines
+
+from flexinfer_common.errors import (
+    ConfigError,
+    ConflictError,
+    InvalidSpecError,
+    NotFoundError,
+    StoreError,
+)
+
+T = TypeVar("T")
+Obj = dict[str, Any]
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+REQUEST_TIMEOUT = (5.0, 30.0)
+"""(connect, read) seconds per call: an unreachable apiserver fails fast."""
+POOL_SIZE = 16
+
+
+class ResourceExpiredError(StoreError):
+    """410: the resourceVersion a watch asked for is older than the apiserver's history."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A custom resource type: where its REST paths live and what its objects are called."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        """``group/version``, as objects carry it."""
+        return f"{self.group}/{self.version}"
+
+
+def configuration(host: str | None = None, token: str | None = None) -> Any:
+    """Client settings: ``host`` if given, else in-cluster, else $KUBECONFIG or ~/.kube/config."""
+    if host is not None:
+        config = kube_client.Configuration(host=host)
+        if token:
+            config.api_key = {"authorization": f"Bearer {token}"}
+    else:
+        config = kube_client.Configuration()
+        try:
+            kube_config.load_incluster_config(client_configuration=config)
+        except ConfigException:
+            try:
+                path = os.environ.get("KUBECONFIG") or None
+                kube_config.load_kube_config(config_file=path, client_configuration=config)
+            except (ConfigException, OSError) as exc:
+                raise ConfigError(f"no Kubernetes configuration found: {exc}") from exc
+    config.connection_pool_maxsize = POOL_SIZE
+    config.retries = 1
+    return config
+
+
+def _reason(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        return str(exc.reason)
+
+
+@contextlib.contextmanager
+def api_errors(what: str) -> Iterator[None]:
+    """Map the client's errors to flexinfer_common.errors."""
+    try:
+        yield
+    except ApiException as exc:
+        message = f"kubernetes {what}: {exc.status} {_reason(exc)}"
+        mapped = {404: NotFoundError, 409: ConflictError, 410: ResourceExpiredError}.get(exc.status)
+        if mapped is not None:
+            raise mapped(message) from exc
+        if exc.status == 422:
+            raise InvalidSpecError(message) from exc
+        raise StoreError(message) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise StoreError(
+            f"kubernetes {what}: apiserver unreachable or stream broken: {exc}"
+        ) from exc
+
+
+class WatchStream:
+    """One watch request's events (blocking; iterate in a worker thread), stoppable."""
+
+    def __init__(self, open_response: Callable[[], Any], what: str) -> None:
+        self._open = open_response
+        self._what = what
+        self._response: Any = None
+        self._stopped = threading.Event()
+
+    def __iter__(self) -> Iterator[Obj]:
+        with api_errors(self._what):
+            self._response = response = self._open()
+            try:
+                if self._stopped.is_set():
+                    return
+                for line in iter_resp_lines(response):
+                    if line:
+                        yield cast(Obj, json.loads(line))
+            finally:
+                response.close()
+                response.release_conn()
+
+    def stop(self) -> None:
+        """Unblock the reading thread (the socket is shut down) and end the stream."""
+        self._stopped.set()
+        response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):  # already closed or released
+                response.shutdown()
+
+
+class KubeClient:
+    """One API client (connection pool) for custom objects and ConfigMaps."""
+
+    def __init__(self, host: str | None = None, token: str | None = None) -> None:
+        self._api_client = kube_client.ApiClient(configuration(host, token))
+        self.custom = kube_client.CustomObjectsApi(self._api_client)
+        self.core = kube_client.CoreV1Api(self._api_client)
+        self._closed = False
+
+    async def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` in a worker thread, its errors mapped."""
+        call = functools.partial(fn, *args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+
+        def run() -> T:
+            with api_errors(what):
+                return call()
+
+        return await anyio.to_thread.run_sync(run)
+
+    def watch(
+        self, resource: Resource, namespace: str | None, resource_version: str, timeout_s: int
+    ) -> WatchStream:
+        """A watch of ``resource`` after ``resource_version``, with bookmarks."""
+        r = resource
+        kwargs: dict[str, Any] = {
+            "watch": True,
+            "resource_version": resource_version,
+            "allow_watch_bookmarks": True,
+            "timeout_seconds": timeout_s,
+            "_preload_content": False,
+            # The read timeout outlasts the server's own end of the stream.
+            "_request_timeout": (REQUEST_TIMEOUT[0], timeout_s + 30),
+        }
+        if namespace is None:
+            opener = functools.partial(
+                self.custom.list_cluster_custom_object, r.group, r.version, r.plural, **kwargs
+            )
+        else:
+            opener = functools.partial(
+                self.custom.list_namespaced_custom_object,
+                r.group,
+                r.version,
+                namespace,
+                r.plural,
+                **kwargs,
+            )
+        return WatchStream(opener, f"watch {r.plural}")
+
+    async def close(self) -> None:
+        """Close the connection pool; idempotent."""
+        if not self._closed:
+            self._closed = True
+            await anyio.to_thread.run_sync(self._close)
+
+    def _close(self) -> None:
+        self._api_client.close()
+        # ApiClient.close only stops its thread pool; the sockets live in urllib3's pool.
+        self._api_client.rest_client.pool_manager.clear()
