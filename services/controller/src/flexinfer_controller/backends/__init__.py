@@ -15,6 +15,7 @@ from flexinfer_controller.backends.launch import (
     InstallProbe,
     LaunchContext,
     LaunchSpec,
+    StaticProbe,
     SystemProbe,
 )
 from flexinfer_controller.backends.launchers import launch
@@ -34,6 +35,7 @@ __all__ = [
     "Probe",
     "RenderRequest",
     "SleepEndpoints",
+    "StaticProbe",
     "SystemProbe",
     "UnsupportedBackendError",
     "backend_factories",

@@ -55,6 +55,22 @@ class SystemProbe:
 
 
 @dataclass(frozen=True, slots=True)
+class StaticProbe:
+    """Answers fixed in advance: which executables exist (name -> path), which modules."""
+
+    executables: Mapping[str, str] = field(default_factory=dict)
+    modules: frozenset[str] = frozenset()
+
+    def which(self, executable: str) -> str | None:
+        """The path given for ``executable``."""
+        return self.executables.get(executable)
+
+    def has_module(self, python: str, module: str) -> bool:
+        """Whether ``module`` was listed (for any interpreter)."""
+        return module in self.modules
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchContext:
     """What a backend may know about the runtime it launches on."""
 
