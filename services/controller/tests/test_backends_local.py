@@ -100,6 +100,9 @@ def test_llama_cpp_python_gets_the_same_settings_as_its_own_flags() -> None:
         "--clip_model_path", "/models/demo/mmproj.gguf", "--embedding", "true",
         "--model_alias", "demo",
     )  # fmt: skip
+    assert spec.http_ready is not None
+    assert spec.http_ready.path == "/v1/models"  # its server has no /health
+    assert spec.health_path == "/v1/models"
 
 
 def test_a_setting_llama_cpp_python_lacks_is_refused_not_dropped() -> None:

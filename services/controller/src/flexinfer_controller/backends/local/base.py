@@ -48,6 +48,10 @@ class HttpLocalServer(LocalServer):
     def install_hint(self, backend: str) -> str:
         """What to install, for the not-installed error."""
 
+    def readiness_path(self, spec: EngineSpec, argv: tuple[str, ...]) -> str:
+        """The path polled for readiness: the rendered probe's (TCP-only servers: ``/``)."""
+        return spec.readiness.path or "/"
+
     def readiness_posts(self, spec: EngineSpec) -> tuple[tuple[str, str], ...]:
         """POSTs that complete readiness (none but for Ollama)."""
         return ()
@@ -71,14 +75,14 @@ class HttpLocalServer(LocalServer):
         command = self.command(spec, ctx, probe)
         if command is None:
             raise BackendNotInstalledError(self.install_hint(backend.name))
-        path = spec.readiness.path or "/"
+        argv, env = command
+        path = self.readiness_path(spec, argv)
         ready = HttpReadiness(
             url=f"http://{ctx.host}:{port}",
             path=path,
             timeout_s=spec.startup_timeout_s,
             then=self.readiness_posts(spec),
         )
-        argv, env = command
         return LaunchSpec(
             argv=argv, served_name=spec.served_name, env=env, health_path=path, http_ready=ready
         )

@@ -73,6 +73,12 @@ class LlamaCppLocal(HttpLocalServer):
             return (python, "-m", "llama_cpp.server", *args), spec.env
         return None
 
+    def readiness_path(self, spec: EngineSpec, argv: tuple[str, ...]) -> str:
+        """llama-server's /health; llama-cpp-python's server has none: /v1/models."""
+        if argv[1:3] == ("-m", "llama_cpp.server"):
+            return "/v1/models"
+        return super().readiness_path(spec, argv)
+
     def install_hint(self, backend: str) -> str:
         """llama-cpp-python with its server extra, or llama-server."""
         return (
