@@ -200,7 +200,7 @@ async def test_spec_change_replaces_replica(tmp_path: Path) -> None:
     [
         # spec.gpu omitted is the CPU, as in the operator; vLLM needs a GPU.
         ("vllm", "Schedulable", "'vllm' does not support GPU vendor 'cpu'"),
-        ("comfy", "Schedulable", "'comfyui' has no local server"),  # alias, canonical name
+        ("comfy", "Schedulable", "'comfyui' does not support GPU vendor"),  # alias: canonical
         ("nope", "ConfigValid", "unknown backend 'nope'"),
     ],
 )
