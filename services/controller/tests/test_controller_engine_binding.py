@@ -6,6 +6,7 @@ do start (the stand-in and the real reference engine) are checked for what they 
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import subprocess
 import sys
@@ -17,7 +18,14 @@ import pytest
 
 from flexinfer_common.api import Model
 from flexinfer_controller.app import controller_config
-from flexinfer_controller.backends import UnsupportedBackendError, default_backends
+from flexinfer_controller.backends import (
+    LaunchContext,
+    LaunchSpec,
+    StaticProbe,
+    UnsupportedBackendError,
+    default_backends,
+    launch,
+)
 from flexinfer_controller.settings import ControllerSettings
 from flexinfer_controller.testing import (
     engine_pids,
@@ -38,40 +46,63 @@ def no_leftovers(tmp_path: Path) -> Iterator[None]:
 
 
 def _model(backend: str) -> Model:
-    return Model.model_validate(model_doc("tiny", "HF://org/tiny", backend=backend))
+    doc = model_doc("tiny", "HF://org/tiny", backend=backend)
+    doc["spec"]["gpu"] = {"vendor": "auto"}  # a vendor every backend supports
+    return Model.model_validate(doc)
+
+
+EVERYTHING = StaticProbe(
+    executables={"vllm": "/opt/bin/vllm", "ollama": "/opt/bin/ollama"},
+    modules=frozenset({"vllm", "llama_cpp", "sse_starlette"}),
+)
+"""A machine where every server we can run locally is installed (llama.cpp only as
+llama-cpp-python, so its translated flags are read too)."""
+
+
+def _ctx(tmp_path: Path, probe: StaticProbe) -> LaunchContext:
+    base = controller_config(ControllerSettings(data_dir=tmp_path)).launch
+    return dataclasses.replace(base, probe=probe)
+
+
+def _launches(backend: str, tmp_path: Path, probe: StaticProbe) -> list[LaunchSpec]:
+    """The launch as planned and as bound to two picked ports; [] when refused."""
+    implementation = default_backends().get(backend)
+    assert implementation is not None
+    try:
+        spec = launch(implementation, _model(backend), tmp_path, _ctx(tmp_path, probe))
+    except UnsupportedBackendError:
+        return []  # nothing is launched at all
+    if spec.for_port is None:
+        return [spec]
+    return [spec, spec.for_port(41000), spec.for_port(41001)]
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0] if address.count(":") == 1 else address
+    return ipaddress.ip_address(host).is_loopback
 
 
 @pytest.mark.parametrize("backend", default_backends().names())
 def test_every_local_launch_binds_loopback_or_is_refused(backend: str, tmp_path: Path) -> None:
-    ctx = controller_config(ControllerSettings(data_dir=tmp_path)).launch
-    implementation = default_backends().get(backend)
-    assert implementation is not None
-    try:
-        spec = implementation.launch(_model(backend), tmp_path, ctx)
-    except UnsupportedBackendError:
-        return  # nothing is launched at all
-    argv = list(spec.argv)
-    addresses = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in BIND_FLAGS]
-    assert addresses, f"{backend}: the launch names no listen address, so the engine picks"
-    for address in addresses:
-        assert ipaddress.ip_address(address).is_loopback, (backend, address)
-    assert not any(arg in ("0.0.0.0", "::", "[::]") for arg in argv), argv
-    assert not any(key.endswith(("_HOST", "_LISTEN")) for key in spec.env), spec.env
+    for spec in _launches(backend, tmp_path, EVERYTHING):
+        argv = list(spec.argv)
+        addresses = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in BIND_FLAGS]
+        hosts = [v for k, v in spec.env.items() if k.endswith(("_HOST", "_LISTEN"))]
+        assert addresses or hosts, f"{backend}: the launch names no listen address"
+        for address in addresses + hosts:
+            assert _is_loopback(address), (backend, address)
+        assert not any(arg in ("0.0.0.0", "::", "[::]") for arg in argv), argv
+        if spec.http_ready is not None:
+            assert spec.http_ready.url.startswith("http://127.0.0.1:"), spec.http_ready
 
 
-def test_only_the_reference_backend_runs_locally() -> None:
+def test_which_backends_run_locally_depends_on_what_is_installed(tmp_path: Path) -> None:
     """If a backend becomes runnable locally, the test above starts reading its argv."""
-    ctx = controller_config(ControllerSettings()).launch
-    runnable = []
-    for name in default_backends().names():
-        backend = default_backends().get(name)
-        assert backend is not None
-        try:
-            backend.launch(_model(name), Path("/nonexistent"), ctx)
-        except UnsupportedBackendError:
-            continue
-        runnable.append(name)
-    assert runnable == ["reference"]
+    names = default_backends().names()
+    nothing = [n for n in names if _launches(n, tmp_path, StaticProbe())]
+    assert nothing == ["reference"]
+    everything = [n for n in names if _launches(n, tmp_path, EVERYTHING)]
+    assert everything == ["llamacpp", "ollama", "reference", "vllm"]
 
 
 def _listening(pid: int) -> list[str]:

@@ -198,8 +198,9 @@ async def test_spec_change_replaces_replica(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("backend", "condition", "mentions"),
     [
-        ("vllm", "Schedulable", "'vllm' is not runnable on the 'local' runtime"),
-        ("llama.cpp", "Schedulable", "'llamacpp' is not runnable"),  # alias, canonical name
+        # spec.gpu omitted is the CPU, as in the operator; vLLM needs a GPU.
+        ("vllm", "Schedulable", "'vllm' does not support GPU vendor 'cpu'"),
+        ("comfy", "Schedulable", "'comfyui' does not support GPU vendor"),  # alias: canonical
         ("nope", "ConfigValid", "unknown backend 'nope'"),
     ],
 )

@@ -1,19 +1,44 @@
-"""Backends: how a Model's engine is launched; a name->factory registry with aliases."""
+"""Backends: each renders its engine for a Model; a name->factory registry with aliases."""
 
 from flexinfer_controller.backends.base import (
     Backend,
     BackendRegistry,
-    LaunchContext,
-    LaunchSpec,
+    EngineSpec,
+    ModelPassing,
+    Probe,
+    RenderRequest,
+    SleepEndpoints,
     UnsupportedBackendError,
 )
-from flexinfer_controller.backends.registry import default_backends
+from flexinfer_controller.backends.launch import (
+    HttpReadiness,
+    InstallProbe,
+    LaunchContext,
+    LaunchSpec,
+    StaticProbe,
+    SystemProbe,
+)
+from flexinfer_controller.backends.launchers import launch
+from flexinfer_controller.backends.local.base import BackendNotInstalledError
+from flexinfer_controller.backends.registry import backend_factories, default_backends
 
 __all__ = [
     "Backend",
+    "BackendNotInstalledError",
     "BackendRegistry",
+    "EngineSpec",
+    "HttpReadiness",
+    "InstallProbe",
     "LaunchContext",
     "LaunchSpec",
+    "ModelPassing",
+    "Probe",
+    "RenderRequest",
+    "SleepEndpoints",
+    "StaticProbe",
+    "SystemProbe",
     "UnsupportedBackendError",
+    "backend_factories",
     "default_backends",
+    "launch",
 ]

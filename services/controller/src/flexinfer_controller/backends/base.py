@@ -1,52 +1,148 @@
-"""The Backend interface and its registry."""
+"""The Backend interface: static facts plus one render method, and its registry.
+
+A backend knows how its server is started for a Model: image, command, args, env, port,
+probes, where the model goes. ``render`` turns a Model into a runtime-neutral EngineSpec;
+each runtime then makes of it what it runs (a local subprocess, a Deployment's container).
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from enum import StrEnum
+from typing import ClassVar
 
 from flexinfer_common.api import Model
+from flexinfer_common.backends import BackendFacts
 from flexinfer_common.errors import PermanentError
+
+VENDORS = frozenset({"nvidia", "amd", "intel", "cpu"})
+"""GPU vendors a backend may support (``cpu``: no accelerator)."""
 
 
 class UnsupportedBackendError(PermanentError):
-    """The backend is known but cannot run on this runtime (yet)."""
+    """The backend is known but cannot run here: wrong vendor, runtime, or not installed."""
+
+
+class ModelPassing(StrEnum):
+    """How a backend's server is told which model to serve."""
+
+    FLAG = "flag"
+    """``--model <location>``."""
+    POSITIONAL = "positional"
+    """The location as a positional argument."""
+    ENV = "env"
+    """Environment variables (``MODEL_ID``)."""
+    PULL = "pull"
+    """No volume: the server pulls the model itself (Ollama)."""
+    VOLUME = "volume"
+    """Only through the mounted volume and the server's own config (ComfyUI)."""
 
 
 @dataclass(frozen=True, slots=True)
-class LaunchContext:
-    """What a backend may know about the runtime it launches on."""
+class Probe:
+    """A readiness or startup check, with Kubernetes' timings (seconds)."""
 
-    runtime: str
-    engine_python: str
-    host: str = "127.0.0.1"
+    port: int
+    path: str | None
+    """HTTP GET path answering 200; None: a TCP connect."""
+    initial_delay_s: int
+    period_s: int
+    timeout_s: int
+    failure_threshold: int
 
 
 @dataclass(frozen=True, slots=True)
-class LaunchSpec:
-    """A runtime-neutral description of one engine process."""
+class SleepEndpoints:
+    """Admin routes that free and restore accelerator memory without a restart."""
 
-    argv: tuple[str, ...]
-    """Command line, without the readiness flag (the runtime appends it)."""
+    sleep: str
+    wake: str
+
+
+@dataclass(frozen=True, slots=True)
+class RenderRequest:
+    """What a runtime tells a backend to render an engine for one Model."""
+
+    model: Model
+    model_location: str | None
+    """Where the weights are as the engine sees them (a path in the container or a local
+    dir); None when there is none yet, or the backend pulls the model itself."""
+    vendor: str | None = None
+    """``nvidia``, ``amd``, ``intel`` or ``cpu``; None when unknown."""
+    arch: str | None = None
+    """GPU architecture (``sm_89``, ``gfx1100``); None when unknown."""
+    host: str = "0.0.0.0"
+    """Address to bind: the local runtime binds 127.0.0.1, Kubernetes 0.0.0.0."""
+    port: int | None = None
+    """Port to bind; None: the backend's own port."""
+    environ: Mapping[str, str] = field(default_factory=dict)
+    """Where image overrides (``DEFAULT_VLLM_IMAGE``...) are read: injected, never os.environ."""
+    lora_adapters: int = 0
+    """LoRAAdapters bound to the model (vLLM enables LoRA when there are any)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSpec:
+    """A runtime-neutral engine: everything a Deployment's container or a subprocess needs."""
+
+    backend: str
+    image: str
+    command: tuple[str, ...]
+    """Empty: the image's entrypoint."""
+    args: tuple[str, ...]
+    env: dict[str, str]
+    host: str
+    port: int
     served_name: str
-    ready_fd_flag: str = "--ready-fd"
-    """Flag through which the engine is told which fd to write its ready line to."""
-    env: Mapping[str, str] = field(default_factory=dict)
-    health_path: str = "/readyz"
-    """HTTP path answering 200 while the engine serves (used to verify adopted engines)."""
+    readiness: Probe
+    startup: Probe | None
+    startup_timeout_s: float
+    model_mount: str | None
+    """Where the model volume is mounted (the rendered location); None: no volume."""
+    pull: str | None = None
+    """A model the server must pull before it serves (Ollama's tag); None: nothing to pull."""
 
 
 class Backend(ABC):
-    """One inference engine family (reference, vllm, ollama, ...)."""
+    """One inference server family (reference, vllm, ollama, ...)."""
 
-    name: str = ""
-    aliases: tuple[str, ...] = ()
+    facts: ClassVar[BackendFacts]
+    """Name, aliases, port and inference routes, from the table the proxy reads too."""
+    vendors: ClassVar[frozenset[str]] = frozenset({"nvidia", "amd"})
+    model_passing: ClassVar[ModelPassing] = ModelPassing.FLAG
+    needs_volume: ClassVar[bool] = True
+    sleep: ClassVar[SleepEndpoints | None] = None
+    metrics_path: ClassVar[str | None] = None
+    default_idle_timeout_s: ClassVar[float] = 300.0
+    """The operator's DefaultIdleTimeout: 5m for LLMs, 10m for image backends."""
+    startup_timeout_s: ClassVar[float] = 60.0
+
+    @property
+    def name(self) -> str:
+        """The canonical name."""
+        return self.facts.name
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """Other names ``spec.backend`` may use."""
+        return self.facts.aliases
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on in its container."""
+        return self.facts.port
+
+    @property
+    def routes(self) -> frozenset[str]:
+        """Inference routes the proxy forwards to it."""
+        return self.facts.routes
 
     @abstractmethod
-    def launch(self, model: Model, model_dir: Path, ctx: LaunchContext) -> LaunchSpec:
-        """The engine command for ``model``; UnsupportedBackendError if ``ctx.runtime`` can't."""
+    def render(self, request: RenderRequest) -> EngineSpec:
+        """The engine for ``request``; InvalidSpecError for a bad config value,
+        UnsupportedBackendError for a vendor this backend does not support."""
 
 
 BackendFactory = Callable[[], Backend]

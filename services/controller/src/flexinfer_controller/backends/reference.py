@@ -1,42 +1,66 @@
-"""The reference engine (``python -m flexinfer_engine serve``): runnable on the local runtime."""
+"""The reference engine (``python -m flexinfer_engine serve``): FlexInfer's own server.
+
+It has no config keys (spec.config is ignored): everything it needs is the model
+directory and the served name. Locally it reports readiness on a file descriptor.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import ClassVar
 
-from flexinfer_common.api import Model
+from flexinfer_common.backends import backend_facts
 from flexinfer_controller.backends.base import (
     Backend,
-    LaunchContext,
-    LaunchSpec,
-    UnsupportedBackendError,
+    EngineSpec,
+    RenderRequest,
+    SleepEndpoints,
+)
+from flexinfer_controller.backends.render import (
+    ImageRule,
+    bind,
+    http_probe,
+    http_startup_probe,
+    model_arg,
+    require_vendor,
+    resolve_image,
+    served_name,
 )
 
-
-def served_name(model: Model) -> str:
-    """spec.litellm.servedModelName, or the Model's name."""
-    litellm = model.spec.litellm
-    return (litellm.served_model_name if litellm else None) or model.metadata.name
+IMAGES = (ImageRule("DEFAULT_FLEXINFER_ENGINE_IMAGE", "flexinfer/engine:latest"),)
+COMMAND = ("python", "-m", "flexinfer_engine", "serve")
 
 
 class ReferenceBackend(Backend):
-    """FlexInfer's own small engine; it reports readiness on a file descriptor."""
+    """FlexInfer's PyTorch engine: any vendor PyTorch runs on, readiness GET /readyz."""
 
-    name = "reference"
-    aliases = ("flexinfer", "flexinfer-engine")
+    facts = backend_facts("reference")
+    vendors: ClassVar[frozenset[str]] = frozenset({"nvidia", "amd", "cpu"})
+    sleep: ClassVar[SleepEndpoints | None] = SleepEndpoints("/sleep", "/wake_up")
+    metrics_path: ClassVar[str | None] = "/metrics"
+    startup_timeout_s: ClassVar[float] = 300.0
 
-    def launch(self, model: Model, model_dir: Path, ctx: LaunchContext) -> LaunchSpec:
-        """``engine_python -m flexinfer_engine serve`` on a free loopback port."""
-        if ctx.runtime != "local":
-            raise UnsupportedBackendError(
-                f"backend {self.name!r} is not runnable on the {ctx.runtime!r} runtime yet"
-            )
-        name = served_name(model)
-        argv = (
-            ctx.engine_python, "-m", "flexinfer_engine", "serve",
-            "--model-dir", str(model_dir),
+    def render(self, request: RenderRequest) -> EngineSpec:
+        """``python -m flexinfer_engine serve --model-dir D --served-model-name N``."""
+        require_vendor(self.name, self.vendors, request)
+        host, port = bind(request, self.port)
+        name = served_name(request.model)
+        args = (
+            "--model-dir", model_arg(request),
             "--served-model-name", name,
-            "--host", ctx.host,
-            "--port", "0",
+            "--host", host,
+            "--port", str(port),
         )  # fmt: skip
-        return LaunchSpec(argv=argv, served_name=name)
+        return EngineSpec(
+            backend=self.name,
+            image=resolve_image(IMAGES, request),
+            command=COMMAND,
+            args=args,
+            env={},
+            host=host,
+            port=port,
+            served_name=name,
+            readiness=http_probe("/readyz", port, 0, 5, 3),
+            startup=http_startup_probe("/readyz", port, self.startup_timeout_s),
+            startup_timeout_s=self.startup_timeout_s,
+            model_mount=request.model_location,
+        )

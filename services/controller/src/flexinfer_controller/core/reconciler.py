@@ -11,18 +11,24 @@ import logging
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 
 from flexinfer_common.api import Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import utcnow
 from flexinfer_common.api.status import blocked_reason
-from flexinfer_common.errors import ConflictError, FlexInferError, NotFoundError, TemporaryError
+from flexinfer_common.errors import (
+    ConflictError,
+    FlexInferError,
+    InvalidSpecError,
+    NotFoundError,
+    TemporaryError,
+)
 from flexinfer_common.store import ModelStore
 from flexinfer_controller.backends import (
     BackendRegistry,
     LaunchContext,
     LaunchSpec,
     UnsupportedBackendError,
+    launch,
 )
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.desired import busy_until, desired_replicas
@@ -31,7 +37,7 @@ from flexinfer_controller.core.finalizer import ensure_finalizer, release_finali
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
-from flexinfer_controller.core.sources import SourceState, resolve_source
+from flexinfer_controller.core.sources import SourceResolution, SourceState, resolve_source
 from flexinfer_controller.core.status import (
     Verdict,
     build_external_status,
@@ -45,6 +51,9 @@ log = logging.getLogger(__name__)
 _MAX_CONFLICT_RETRIES = 5
 _IDLE_SLACK_S = 0.01
 """Reconcile just after the idle deadline so the comparison sees it expired."""
+_PULLED = SourceResolution(
+    SourceState.READY, reason="Cached", message="the backend pulls the model itself"
+)
 
 
 class Reconciler:
@@ -213,17 +222,20 @@ class Reconciler:
             known = ", ".join(self._backends.names())
             message = f"unknown backend {spec.backend!r}; known backends: {known}"
             return Verdict(config_valid=(False, "BackendUnsupported", message)), None, 0
-        source = resolve_source(spec.source)
+        # A backend that pulls its model itself (Ollama) has no directory to wait for.
+        source = resolve_source(spec.source) if backend.needs_volume else _PULLED
         if source.state is SourceState.INVALID:
             return Verdict(config_valid=(False, source.reason, source.message)), None, 0
         try:
-            launch = backend.launch(model, source.path or Path("/"), self._ctx)
-        except UnsupportedBackendError as exc:
+            launch_spec = launch(backend, model, source.path, self._ctx)
+        except InvalidSpecError as exc:
+            return Verdict(config_valid=(False, "ConfigInvalid", str(exc))), None, 0
+        except UnsupportedBackendError as exc:  # not installed: the message says what to do
             return Verdict(schedulable=(False, "BackendUnsupported", str(exc))), None, 0
         if source.state is SourceState.PENDING:
             # Cache gate, as the operator: no replicas until the weights are in place.
             return Verdict(cached=(False, source.reason, source.message)), None, 0
-        cached = (True, "Cached", f"model directory {source.path}")
+        cached = (True, "Cached", source.message or f"model directory {source.path}")
         generation = model.metadata.generation or 1
         crashes = self._crashes.crash_looping(model.key, generation, time.monotonic())
         if crashes:
@@ -234,7 +246,7 @@ class Reconciler:
         if wanted.idle_at is not None:
             delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
             self._queue.add_after(model.key, delay)
-        return Verdict(cached=cached), launch, wanted.replicas
+        return Verdict(cached=cached), launch_spec, wanted.replicas
 
     async def _scale_up(
         self, model: Model, launch: LaunchSpec, count: int, verdict: Verdict

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flexinfer_controller.backends import LaunchSpec
+import httpx
+
+from flexinfer_controller.backends import HttpReadiness, LaunchSpec
 from flexinfer_controller.runtime import procs
 from flexinfer_controller.runtime.adoption import Adopter
 from flexinfer_controller.runtime.base import (
@@ -73,6 +75,7 @@ class LocalRuntime(Runtime):
         stop_grace_s: float = 10.0,
         probe_timeout_s: float = 2.0,
         poll_interval_s: float = 1.0,
+        ready_poll_interval_s: float = 0.25,
     ) -> None:
         self.id = runtime_id(data_dir)
         self._states = StateDir(data_dir / "engines")
@@ -82,6 +85,8 @@ class LocalRuntime(Runtime):
         self._startup_timeout_s = startup_timeout_s
         self._stop_grace_s = stop_grace_s
         self._poll_interval_s = poll_interval_s
+        self._ready_poll_s = ready_poll_interval_s
+        self._probe_timeout_s = probe_timeout_s
         self._adopter = Adopter(
             self._states, self.id, RUNTIME_ID_ENV, REPLICA_ID_ENV, probe_timeout_s, stop_grace_s
         )
@@ -128,7 +133,12 @@ class LocalRuntime(Runtime):
     async def start(self, model: str, generation: int, spec: LaunchSpec) -> Replica:
         """Spawn one engine; readiness arrives on its ready pipe."""
         rid = replica_id(model)
-        argv = [*spec.argv, spec.ready_fd_flag, str(procs.READY_FD)]
+        if spec.for_port is not None:
+            spec = spec.for_port(procs.free_port("127.0.0.1"))
+        if spec.http_ready is None:
+            argv = [*spec.argv, spec.ready_fd_flag, str(procs.READY_FD)]
+        else:
+            argv = list(spec.argv)  # it reports nothing on the pipe: it is polled instead
         env = engine_environment(
             os.environ, {**spec.env, RUNTIME_ID_ENV: self.id, REPLICA_ID_ENV: rid}
         )
@@ -159,7 +169,11 @@ class LocalRuntime(Runtime):
         engine = _Engine(replica=replica, state=state)
         self._engines[rid] = engine
         self._watch_exit(engine)
-        engine.ready_task = asyncio.create_task(self._await_ready(engine, ready_fd))
+        if spec.http_ready is None:
+            engine.ready_task = asyncio.create_task(self._await_ready(engine, ready_fd))
+        else:
+            os.close(ready_fd)
+            engine.ready_task = asyncio.create_task(self._await_http(engine, spec.http_ready))
         log.info("started engine %s (pid %d) for %s", rid, pid, model)
         return replica
 
@@ -183,6 +197,26 @@ class LocalRuntime(Runtime):
             if not engine.exit_task.done():
                 await self._fail(engine, f"bad ready line {line[:200]!r}")
             return
+        self._mark_ready(engine, url)
+
+    async def _await_http(self, engine: _Engine, ready: HttpReadiness) -> None:
+        """Ready once GET ready.path answers 200 (within its timeout), then the POSTs do."""
+        async with httpx.AsyncClient(timeout=self._probe_timeout_s, trust_env=False) as client:
+            try:
+                await asyncio.wait_for(
+                    _poll_ok(client, ready.url + ready.path, self._ready_poll_s), ready.timeout_s
+                )
+            except TimeoutError:
+                await self._fail(engine, f"GET {ready.path} not 200 within {ready.timeout_s:g}s")
+                return
+            for path, body in ready.then:
+                problem = await _post(client, ready.url + path, body, ready.then_timeout_s)
+                if problem is not None:
+                    await self._fail(engine, f"POST {path} {problem}")
+                    return
+        self._mark_ready(engine, ready.url)
+
+    def _mark_ready(self, engine: _Engine, url: str) -> None:
         if engine.stopping or engine.replica.id not in self._engines:
             return
         engine.state = engine.state.model_copy(update={"state": "ready", "url": url})
@@ -275,6 +309,30 @@ class LocalRuntime(Runtime):
                     pending.append(watcher)
         await asyncio.gather(*pending, return_exceptions=True)
         self._engines.clear()
+
+
+async def _poll_ok(client: httpx.AsyncClient, url: str, interval_s: float) -> None:
+    """Return once GET ``url`` answers 200; anything else (refused, 503) is tried again."""
+    while True:
+        try:
+            if (await client.get(url)).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass  # not listening yet, or busy loading
+        await asyncio.sleep(interval_s)  # a production poll timer, not a test wait
+
+
+async def _post(client: httpx.AsyncClient, url: str, body: str, timeout_s: float) -> str | None:
+    """POST a JSON ``body``; None when it answered 200, else what went wrong."""
+    try:
+        response = await client.post(
+            url, content=body, headers={"Content-Type": "application/json"}, timeout=timeout_s
+        )
+    except httpx.HTTPError as exc:
+        return f"failed: {exc!r}"
+    if response.status_code != 200:
+        return f"answered {response.status_code}: {response.text[:200]}"
+    return None
 
 
 def _parse_ready_line(line: bytes) -> str | None:

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import os
 import signal
+import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -94,6 +95,16 @@ async def read_ready_line(fd: int) -> bytes:
     finally:
         loop.remove_reader(fd)
         os.close(fd)
+
+
+def free_port(host: str) -> int:
+    """A TCP port nothing listens on at ``host`` now, for an engine that must be told one.
+
+    Another process may take it before the engine binds it; the engine then exits and is
+    restarted (crash backoff), on a new port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def reap(pid: int) -> int | None:

@@ -1,4 +1,4 @@
-"""The one table of what the proxy forwards: each backend's inference routes.
+"""What the proxy forwards: each backend's inference routes (flexinfer_common.backends).
 
 Deny by default: an engine also serves admin routes (vLLM's ``/sleep`` and
 ``/v1/load_lora_adapter``, Ollama's ``/api/pull``, llama.cpp's ``/slots``, the reference
@@ -11,6 +11,8 @@ alone (``/v1/chat/completions``) or under the ``/model/<name>/`` prefix
 
 from __future__ import annotations
 
+from flexinfer_common.backends import EXTERNAL, alias_table, route_table
+
 MODEL_PREFIX = "/model/"
 """A path prefix naming the model: ``/model/<name>/<route>``."""
 
@@ -18,67 +20,6 @@ _RAW_PREFIX = MODEL_PREFIX.encode()
 APP_PATHS = frozenset({b"/v1/models", b"/healthz", b"/readyz", b"/metrics"})
 """Paths the proxy's app answers itself (GET), with ``/v1/models/<id>``: a POST there gets
 the app's 405."""
-
-_LLM = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
-_AUDIO_IN = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations"})
-_IMAGES = frozenset({"/v1/images/generations", "/v1/images/edits"})
-
-OPENAI_ROUTES = (
-    _LLM
-    | _AUDIO_IN
-    | _IMAGES
-    | {"/v1/responses", "/v1/audio/speech", "/v1/moderations", "/v1/images/variations"}
-)
-"""OpenAI's own inference routes: what an OpenAI-compatible external server may serve."""
-
-BACKEND_ROUTES: dict[str, frozenset[str]] = {
-    "reference": frozenset({"/v1/chat/completions", "/v1/completions"}),
-    "vllm": _LLM
-    | _AUDIO_IN
-    | {
-        "/v1/responses",
-        "/v1/rerank",
-        "/v2/rerank",
-        "/rerank",
-        "/v1/score",
-        "/score",
-        "/pooling",
-        "/classify",
-        "/tokenize",
-        "/detokenize",
-    },
-    "ollama": _LLM | {"/api/generate", "/api/chat", "/api/embed", "/api/embeddings"},
-    "llamacpp": _LLM
-    | {
-        "/v1/rerank",
-        "/completion",
-        "/embedding",
-        "/infill",
-        "/tokenize",
-        "/detokenize",
-        "/rerank",
-    },
-    "mlc-llm": _LLM,
-    "diffusers": _IMAGES,
-    "comfyui": frozenset({"/prompt"}),
-    "vllm-omni": _IMAGES | {"/v1/chat/completions", "/v1/audio/speech"},
-    "external": OPENAI_ROUTES,
-}
-"""Inference routes per backend, from each server's documentation (admin routes left out)."""
-
-BACKEND_ALIASES = {
-    "mlc": "mlc-llm",
-    "mlc_llm": "mlc-llm",
-    "llama.cpp": "llamacpp",
-    "llama-cpp": "llamacpp",
-    "llama_cpp": "llamacpp",
-    "comfy": "comfyui",
-    "comfy-ui": "comfyui",
-    "comfy_ui": "comfyui",
-    "vllm-diffusion": "vllm-omni",
-    "vllm_omni": "vllm-omni",
-}
-"""The operator's backend aliases (reference §5)."""
 
 
 class Surface:
@@ -94,7 +35,7 @@ class Surface:
     def routes(self, backend: str, external: bool) -> frozenset[str]:
         """The routes forwarded for a model of ``backend`` (``external``: spec.endpoints)."""
         if external:
-            return self._routes["external"]
+            return self._routes[EXTERNAL]
         routes = self._routes.get(backend)
         if routes is None:
             name = backend.lower()
@@ -122,5 +63,5 @@ class Surface:
 
 
 def default_surface() -> Surface:
-    """The built-in table of backend routes."""
-    return Surface(BACKEND_ROUTES, BACKEND_ALIASES)
+    """The shared table of backend routes and aliases, which the controller's plugins declare."""
+    return Surface(route_table(), alias_table())
