@@ -3,7 +3,6 @@ hint (through the real reconciler), and HTTP readiness runs a real HTTP server."
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import sys
@@ -31,10 +30,10 @@ from flexinfer_controller.backends import (
     launch,
 )
 from flexinfer_controller.core.controller import Controller
-from flexinfer_controller.runtime import ReplicaEvent, create_runtime
+from flexinfer_controller.runtime import create_runtime
 from flexinfer_controller.runtime.local import LocalRuntime, runtime_id
 from flexinfer_controller.settings import ControllerSettings
-from flexinfer_controller.testing import fake_model_dir, kill_marked
+from flexinfer_controller.testing import ReplicaEvents, fake_model_dir, kill_marked
 
 PYTHON = "/venv/bin/python"
 
@@ -210,28 +209,6 @@ async def test_a_hostile_config_value_fails_the_model_as_invalid_config(
 # --- HTTP readiness in the local runtime, with a real HTTP server as the engine ---------
 
 
-class Events:
-    """Collects ReplicaEvents; a test waits for the next one of a kind."""
-
-    def __init__(self) -> None:
-        self.items: list[ReplicaEvent] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, event: ReplicaEvent) -> None:
-        self.items.append(event)
-        self._changed.set()
-
-    async def wait(self, kind: str, timeout_s: float = 20.0) -> ReplicaEvent:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                for event in self.items:
-                    if event.kind == kind:
-                        self.items.remove(event)
-                        return event
-                self._changed.clear()
-                await self._changed.wait()
-
-
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "data"
@@ -259,13 +236,13 @@ async def test_an_http_ready_engine_is_ready_once_its_path_answers_200(
 ) -> None:
     (tmp_path / "www").mkdir()
     (tmp_path / "www" / "health").write_text("ok")
-    events = Events()
+    events = ReplicaEvents()
     runtime = LocalRuntime(data_dir=data_dir, listener=events, stop_grace_s=2.0)
     try:
         started = await runtime.start(
             "default/demo", 1, http_server(tmp_path / "www", "/health", 60)
         )
-        ready = await events.wait("ready")
+        ready = await events.wait("ready", timeout_s=20.0)
         assert ready.replica.id == started.id
         assert ready.replica.url is not None
         assert ready.replica.url.startswith("http://127.0.0.1:")
@@ -273,7 +250,7 @@ async def test_an_http_ready_engine_is_ready_once_its_path_answers_200(
             assert (await client.get(ready.replica.url + "/health")).text == "ok"
         # A second replica gets a port of its own.
         await runtime.start("default/demo", 1, http_server(tmp_path / "www", "/health", 60))
-        second = await events.wait("ready")
+        second = await events.wait("ready", timeout_s=20.0)
         assert second.replica.url != ready.replica.url
     finally:
         await runtime.close(stop_replicas=True)
@@ -283,11 +260,11 @@ async def test_an_engine_whose_path_never_answers_200_is_killed_after_its_timeou
     data_dir: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "www").mkdir()
-    events = Events()
+    events = ReplicaEvents()
     runtime = LocalRuntime(data_dir=data_dir, listener=events, stop_grace_s=2.0)
     try:
         await runtime.start("default/demo", 1, http_server(tmp_path / "www", "/missing", 0.5))
-        exited = await events.wait("exited")
+        exited = await events.wait("exited", timeout_s=20.0)
         assert not exited.expected
         assert "GET /missing not 200 within 0.5s" in exited.message
         assert [e for e in events.items if e.kind == "ready"] == []
@@ -297,12 +274,12 @@ async def test_an_engine_whose_path_never_answers_200_is_killed_after_its_timeou
 
 async def test_a_readiness_post_that_fails_fails_the_start(data_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "www").mkdir()
-    events = Events()
+    events = ReplicaEvents()
     runtime = LocalRuntime(data_dir=data_dir, listener=events, stop_grace_s=2.0)
     pull = (("/api/pull", json.dumps({"model": "x"})),)
     try:
         await runtime.start("default/demo", 1, http_server(tmp_path / "www", "/", 60, pull))
-        exited = await events.wait("exited")
+        exited = await events.wait("exited", timeout_s=20.0)
         assert not exited.expected
         assert "POST /api/pull answered 501" in exited.message
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -16,33 +15,16 @@ import psutil
 import pytest
 
 from flexinfer_controller.backends import LaunchSpec
-from flexinfer_controller.runtime import ReplicaEvent, ReplicaState
+from flexinfer_controller.runtime import ReplicaState
 from flexinfer_controller.runtime.engine_env import engine_environment
 from flexinfer_controller.runtime.local import LocalRuntime, runtime_id
 from flexinfer_controller.runtime.statefile import EngineState, StateDir
-from flexinfer_controller.testing import fake_engine_python, fake_model_dir, kill_marked
-
-
-class Events:
-    """Collects ReplicaEvents and lets a test wait for one."""
-
-    def __init__(self) -> None:
-        self.items: list[ReplicaEvent] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, event: ReplicaEvent) -> None:
-        self.items.append(event)
-        self._changed.set()
-
-    async def wait(self, kind: str, timeout_s: float = 10.0) -> ReplicaEvent:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                for event in self.items:
-                    if event.kind == kind:
-                        self.items.remove(event)
-                        return event
-                self._changed.clear()
-                await self._changed.wait()
+from flexinfer_controller.testing import (
+    ReplicaEvents,
+    fake_engine_python,
+    fake_model_dir,
+    kill_marked,
+)
 
 
 @pytest.fixture
@@ -60,13 +42,13 @@ def launch(tmp_path: Path, **behaviour: object) -> LaunchSpec:
     return LaunchSpec(argv=argv, served_name="tiny")
 
 
-def make_runtime(data_dir: Path, events: Events, **kw: float) -> LocalRuntime:
+def make_runtime(data_dir: Path, events: ReplicaEvents, **kw: float) -> LocalRuntime:
     return LocalRuntime(data_dir=data_dir, listener=events, stop_grace_s=2.0, **kw)
 
 
 @pytest.fixture
-def events() -> Events:
-    return Events()
+def events() -> ReplicaEvents:
+    return ReplicaEvents()
 
 
 def dead_pid() -> int:
@@ -83,7 +65,7 @@ def marked_sleeper(rid: str) -> subprocess.Popen[bytes]:
     )
 
 
-async def test_start_ready_stop(tmp_path: Path, data_dir: Path, events: Events) -> None:
+async def test_start_ready_stop(tmp_path: Path, data_dir: Path, events: ReplicaEvents) -> None:
     runtime = make_runtime(data_dir, events)
     replica = await runtime.start("default/tiny", 1, launch(tmp_path))
     assert replica.state is ReplicaState.STARTING
@@ -111,7 +93,7 @@ async def test_start_ready_stop(tmp_path: Path, data_dir: Path, events: Events) 
 
 
 async def test_crash_before_ready_is_reported(
-    tmp_path: Path, data_dir: Path, events: Events
+    tmp_path: Path, data_dir: Path, events: ReplicaEvents
 ) -> None:
     runtime = make_runtime(data_dir, events)
     replica = await runtime.start("default/tiny", 1, launch(tmp_path, mode="crash"))
@@ -125,7 +107,7 @@ async def test_crash_before_ready_is_reported(
     await runtime.close(stop_replicas=True)
 
 
-async def test_startup_timeout_kills(tmp_path: Path, data_dir: Path, events: Events) -> None:
+async def test_startup_timeout_kills(tmp_path: Path, data_dir: Path, events: ReplicaEvents) -> None:
     runtime = make_runtime(data_dir, events, startup_timeout_s=0.5)
     replica = await runtime.start("default/tiny", 1, launch(tmp_path, mode="never-ready"))
     exited = await events.wait("exited")
@@ -136,7 +118,7 @@ async def test_startup_timeout_kills(tmp_path: Path, data_dir: Path, events: Eve
     await runtime.close(stop_replicas=True)
 
 
-async def test_adopt_after_restart(tmp_path: Path, data_dir: Path, events: Events) -> None:
+async def test_adopt_after_restart(tmp_path: Path, data_dir: Path, events: ReplicaEvents) -> None:
     first = make_runtime(data_dir, events)
     ready_spec = launch(tmp_path)
     replica = await first.start("default/tiny", 3, ready_spec)
@@ -149,7 +131,7 @@ async def test_adopt_after_restart(tmp_path: Path, data_dir: Path, events: Event
     # The starting one was stopped at close: a restarted controller would kill it anyway.
     assert not psutil.pid_exists(starting.pid)
 
-    second_events = Events()
+    second_events = ReplicaEvents()
     second = make_runtime(data_dir, second_events)
     adopted = await second.adopt()
     assert [r.id for r in adopted] == [replica.id]
@@ -165,7 +147,7 @@ async def test_adopt_after_restart(tmp_path: Path, data_dir: Path, events: Event
 
 
 async def test_adoption_cleans_dead_unready_and_orphans(
-    tmp_path: Path, data_dir: Path, events: Events
+    tmp_path: Path, data_dir: Path, events: ReplicaEvents
 ) -> None:
     states = StateDir(data_dir / "engines")
     rid = runtime_id(data_dir)
@@ -180,7 +162,7 @@ async def test_adoption_cleans_dead_unready_and_orphans(
     # A marked process without a state file (controller died between spawn and write).
     orphan = marked_sleeper(rid)
     try:
-        second = make_runtime(data_dir, Events())
+        second = make_runtime(data_dir, ReplicaEvents())
         assert await second.adopt() == []
         orphan.wait(timeout=5)  # the adopter reaps its child itself: the code is lost
         assert not psutil.pid_exists(orphan.pid)
@@ -194,7 +176,9 @@ async def test_adoption_cleans_dead_unready_and_orphans(
             orphan.wait()
 
 
-async def test_stop_escalates_to_sigkill(tmp_path: Path, data_dir: Path, events: Events) -> None:
+async def test_stop_escalates_to_sigkill(
+    tmp_path: Path, data_dir: Path, events: ReplicaEvents
+) -> None:
     ignore = tmp_path / "bin2"
     ignore.mkdir()
     wrapper = ignore / "stubborn"
@@ -241,7 +225,7 @@ def test_engines_inherit_only_an_allow_list_of_the_environment() -> None:
 
 
 async def test_a_started_engine_has_no_secret_of_the_controller(
-    tmp_path: Path, data_dir: Path, events: Events, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, data_dir: Path, events: ReplicaEvents, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FLEXINFER_CONTROLLER_AUTH_TOKEN", "admin-secret-0123456789")
     runtime = make_runtime(data_dir, events)

@@ -30,6 +30,7 @@ from flexinfer_common.bus import Consumer, EventBus, topics
 from flexinfer_common.serving import serve_in_background as serve_asgi
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import ModelStore, create_store
+from flexinfer_controller.runtime.base import ReplicaEvent
 from flexinfer_controller.runtime.local import runtime_id
 from flexinfer_controller.settings import ControllerSettings
 
@@ -174,6 +175,29 @@ def error_of(response_text: str) -> dict[str, object]:
 def demand(model: str = "default/tiny") -> topics.DemandEvent:
     """A DemandEvent for ``model`` as a proxy with one queued request sends it."""
     return topics.DemandEvent(model=model, queue_depth=1, since=datetime.now(UTC), proxy="test")
+
+
+class ReplicaEvents:
+    """Collects a runtime's ReplicaEvents (use it as the listener); a test waits for one."""
+
+    def __init__(self) -> None:
+        self.items: list[ReplicaEvent] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, event: ReplicaEvent) -> None:
+        self.items.append(event)
+        self._changed.set()
+
+    async def wait(self, kind: str, timeout_s: float = 10.0) -> ReplicaEvent:
+        """The next event of ``kind`` (taken from the list); TimeoutError after ``timeout_s``."""
+        async with asyncio.timeout(timeout_s):
+            while True:
+                for event in self.items:
+                    if event.kind == kind:
+                        self.items.remove(event)
+                        return event
+                self._changed.clear()
+                await self._changed.wait()
 
 
 class Harness:
