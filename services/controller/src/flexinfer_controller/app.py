@@ -20,7 +20,7 @@ from flexinfer_controller.core.adapters import AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.models import ModelService
-from flexinfer_controller.runtime import create_runtime
+from flexinfer_controller.runtime import create_prestart, create_runtime
 from flexinfer_controller.settings import ControllerSettings
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore
         runtime_factory=partial(create_runtime, settings),
         backends=default_backends(),
         metrics=metrics,
+        prestart=create_prestart(settings),
     )
     controller_ = controller
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)

@@ -13,6 +13,7 @@ from pydantic_settings import SettingsConfigDict
 
 from flexinfer_common.auth import AdminAuthSettings
 from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings, TelemetrySettings
+from flexinfer_controller.flashload.settings import FlashLoadSettings
 
 
 def default_instance_id() -> str:
@@ -103,3 +104,6 @@ class ControllerSettings(AdminAuthSettings):
     """Metrics and traces (``FLEXINFER_TELEMETRY_*``)."""
     log: LogSettings = Field(default_factory=LogSettings)
     """Logging (``FLEXINFER_LOG_*``)."""
+    flash_loader: FlashLoadSettings = Field(default_factory=FlashLoadSettings)
+    """Local mode's pre-start copy to tmpfs (``FLEXINFER_FLASH_LOADER_*``); a Model's
+    ``spec.cache.flashLoader`` overrides it per model."""

@@ -243,13 +243,18 @@ class Harness:
                         return event
 
     async def wait_phase(self, name: str, phase: str, timeout_s: float = 10.0) -> Model:
-        """Poll the store until the Model reaches ``phase``; returns it."""
+        """Poll the store until a reconcile of the Model's current spec set ``phase``.
+
+        A new Model is Pending before any reconcile: a status the controller wrote carries
+        the generation it observed, so an unreconciled one is never taken for an answer.
+        """
         model = None
         try:
             async with asyncio.timeout(timeout_s):
                 while True:
                     model = await self.store.get_model("default", name)
-                    if model.status.phase == phase:
+                    observed = model.status.observed_generation
+                    if model.status.phase == phase and observed == model.metadata.generation:
                         return model
                     await asyncio.sleep(0.02)
         except TimeoutError:

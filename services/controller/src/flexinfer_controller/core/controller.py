@@ -20,6 +20,7 @@ from flexinfer_controller.core.consumers import EventLoop
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.endpoints import EndpointPublisher
 from flexinfer_controller.core.metrics import ControllerMetrics
+from flexinfer_controller.core.prestart import PreStart
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import ShutDownError, WorkQueue
 from flexinfer_controller.core.reconciler import Reconciler
@@ -57,6 +58,7 @@ class Controller:
         runtime_factory: Callable[[ReplicaListener], Runtime],
         backends: BackendRegistry,
         metrics: ControllerMetrics | None = None,
+        prestart: PreStart | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -81,6 +83,7 @@ class Controller:
             launch_context=config.launch,
             progress=self.progress,
             metrics=metrics,
+            prestart=prestart,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._failures: dict[str, int] = {}

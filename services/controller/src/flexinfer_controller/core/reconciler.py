@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 from flexinfer_common.api import Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import utcnow
@@ -35,6 +36,7 @@ from flexinfer_controller.core.desired import busy_until, desired_replicas
 from flexinfer_controller.core.endpoints import EndpointPublisher
 from flexinfer_controller.core.finalizer import ensure_finalizer, release_finalizer
 from flexinfer_controller.core.metrics import ControllerMetrics
+from flexinfer_controller.core.prestart import NoPreStart, PreStart
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sources import SourceResolution, SourceState, resolve_source
@@ -56,6 +58,17 @@ _PULLED = SourceResolution(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What the spec alone says: the verdict, how to launch, how many, and from where."""
+
+    verdict: Verdict
+    launch: LaunchSpec | None = None
+    desired: int = 0
+    model_dir: Path | None = None
+    """The model directory the launch was rendered with (None: the backend pulls)."""
+
+
 class Reconciler:
     """Reconciles one model key at a time (the WorkQueue guarantees no key runs twice)."""
 
@@ -71,8 +84,10 @@ class Reconciler:
         launch_context: LaunchContext,
         progress: ProgressReporter,
         metrics: ControllerMetrics | None = None,
+        prestart: PreStart | None = None,
     ) -> None:
         self._store = store
+        self._prestart: PreStart = prestart or NoPreStart()
         self._runtime = runtime
         self._backends = backends
         self._publisher = publisher
@@ -127,7 +142,8 @@ class Reconciler:
             await self._reconcile_external(model, replicas, last_active)
             return
         active_at = busy_until(last_active, replicas)
-        verdict, launch, desired = self._plan(model, active_at)
+        plan = self._plan(model, active_at)
+        verdict, desired = plan.verdict, plan.desired
         # A cold start: replicas are wanted and none serves yet (the proxy queues requests).
         cold = not any(r.state is ReplicaState.READY for r in replicas)
         current = [r for r in replicas if r.generation == generation]
@@ -140,12 +156,10 @@ class Reconciler:
                 keep = sorted(current, key=lambda r: r.state is not ReplicaState.READY)[:desired]
                 to_stop += [r for r in current if r not in keep]
                 current = keep
-            elif len(current) < desired and launch is not None:
+            elif len(current) < desired and plan.launch is not None:
                 if cold:
                     self._progress.scheduled(key)
-                started, verdict = await self._scale_up(
-                    model, launch, desired - len(current), verdict
-                )
+                started, verdict = await self._scale_up(model, plan, desired - len(current))
                 if started and cold:
                     self._progress.loading(key)
                 current += started
@@ -212,55 +226,56 @@ class Reconciler:
             await self._runtime.stop(replica.id)
         await self._write_status(model, build_external_status(model, last_active=last_active))
 
-    def _plan(
-        self, model: Model, active_at: datetime | None
-    ) -> tuple[Verdict, LaunchSpec | None, int]:
-        """(verdict, how to launch, desired replicas) from the spec alone."""
+    def _plan(self, model: Model, active_at: datetime | None) -> _Plan:
+        """The verdict, how to launch and the desired replicas, from the spec alone."""
         spec = model.spec
         backend = self._backends.get(spec.backend)
         if backend is None:
             known = ", ".join(self._backends.names())
             message = f"unknown backend {spec.backend!r}; known backends: {known}"
-            return Verdict(config_valid=(False, "BackendUnsupported", message)), None, 0
+            return _Plan(Verdict(config_valid=(False, "BackendUnsupported", message)))
         # A backend that pulls its model itself (Ollama) has no directory to wait for.
         source = resolve_source(spec.source) if backend.needs_volume else _PULLED
         if source.state is SourceState.INVALID:
-            return Verdict(config_valid=(False, source.reason, source.message)), None, 0
+            return _Plan(Verdict(config_valid=(False, source.reason, source.message)))
         try:
             launch_spec = launch(backend, model, source.path, self._ctx)
         except InvalidSpecError as exc:
-            return Verdict(config_valid=(False, "ConfigInvalid", str(exc))), None, 0
+            return _Plan(Verdict(config_valid=(False, "ConfigInvalid", str(exc))))
         except UnsupportedBackendError as exc:  # not installed: the message says what to do
-            return Verdict(schedulable=(False, "BackendUnsupported", str(exc))), None, 0
+            return _Plan(Verdict(schedulable=(False, "BackendUnsupported", str(exc))))
         if source.state is SourceState.PENDING:
             # Cache gate, as the operator: no replicas until the weights are in place.
-            return Verdict(cached=(False, source.reason, source.message)), None, 0
+            return _Plan(Verdict(cached=(False, source.reason, source.message)))
         cached = (True, "Cached", source.message or f"model directory {source.path}")
         generation = model.metadata.generation or 1
         crashes = self._crashes.crash_looping(model.key, generation, time.monotonic())
         if crashes:
             last = self._crashes.last_message(model.key)
             message = f"engine crashed {crashes} times; fix the spec to retry. Last: {last}"
-            return Verdict(cached=cached, crash_loop=message[:2000]), None, 0
+            return _Plan(Verdict(cached=cached, crash_loop=message[:2000]))
         wanted = desired_replicas(spec, active_at, utcnow())
         if wanted.idle_at is not None:
             delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
             self._queue.add_after(model.key, delay)
-        return Verdict(cached=cached), launch_spec, wanted.replicas
+        return _Plan(Verdict(cached=cached), launch_spec, wanted.replicas, source.path)
 
     async def _scale_up(
-        self, model: Model, launch: LaunchSpec, count: int, verdict: Verdict
+        self, model: Model, plan: _Plan, count: int
     ) -> tuple[list[Replica], Verdict]:
         generation = model.metadata.generation or 1
+        verdict = plan.verdict
         now = time.monotonic()
         delay = self._crashes.restart_delay(model.key, generation, now)
         if delay > 0:
             self._queue.add_after(model.key, delay)
             return [], replace(verdict, waiting=f"restarting after a crash in {delay:.1f}s")
         started: list[Replica] = []
+        spec: LaunchSpec | None = None
         for _ in range(count):
             try:
-                replica = await self._runtime.start(model.key, generation, launch)
+                spec = spec or await self._prepared(model, plan)
+                replica = await self._runtime.start(model.key, generation, spec)
             except FlexInferError as exc:
                 log.warning("cannot start an engine for %s: %s", model.key, exc)
                 self._crashes.record(model.key, generation, now, str(exc))
@@ -273,6 +288,18 @@ class Reconciler:
                 self._metrics.engine_starts.labels(model.spec.backend).inc()
         return started, verdict
 
+    async def _prepared(self, model: Model, plan: _Plan) -> LaunchSpec:
+        """The launch after the pre-start step, re-rendered when it moved the model."""
+        assert plan.launch is not None
+        if plan.model_dir is None:
+            return plan.launch
+        model_dir = await self._prestart.prepare(model, plan.model_dir)
+        if model_dir == plan.model_dir:
+            return plan.launch
+        backend = self._backends.get(model.spec.backend)
+        assert backend is not None  # the plan was made with it
+        return launch(backend, model, model_dir, self._ctx)
+
     async def _teardown(self, key: str) -> None:
         """The model is gone: withdraw its endpoints, then stop its replicas."""
         replicas = self._runtime.list(key)
@@ -282,6 +309,7 @@ class Reconciler:
             await self._publisher.clear(key)
         for replica in replicas:
             await self._runtime.stop(replica.id)
+        await self._prestart.release(key)
         self._activity.pop(key, None)
         self._crashes.forget(key)
         self._progress.forget(key)

@@ -51,23 +51,40 @@ def cleanup(dest_root: Path, keep: Iterable[str]) -> CleanupReport:
     kept = {safe_name(key) for key in keep}
     report = CleanupReport()
     for safe, (copy, temps) in sorted(_owned(dest_root).items()):
-        with locks.held_unless_busy(locks.lock_path(dest_root, safe)) as free:
-            if not free:
-                report.busy.append(safe)
-                continue
-            for temp in temps:
-                shutil.rmtree(temp, ignore_errors=True)
-                report.removed.append(temp.name)
-            if safe in kept:
-                report.kept.extend([safe] if copy else [])
-                continue
-            if copy:
-                remove_copy(dest_root / safe)
-                report.removed.append(safe)
-            # Unlinked while held: a loader waiting on it then locks an orphan inode, which
-            # is harmless, as nothing should load a model that is no longer declared.
-            locks.lock_path(dest_root, safe).unlink(missing_ok=True)
+        _sweep(dest_root, safe, copy, temps, keep=safe in kept, report=report)
     return report
+
+
+def remove_model(dest_root: Path, key: str) -> CleanupReport:
+    """Remove the flash copy of Model ``key`` (namespace/name) and its temp copies."""
+    safe = safe_name(key)
+    report = CleanupReport()
+    found = _owned(dest_root).get(safe)
+    if found is not None:
+        _sweep(dest_root, safe, *found, keep=False, report=report)
+    return report
+
+
+def _sweep(
+    dest_root: Path, safe: str, copy: bool, temps: list[Path], *, keep: bool, report: CleanupReport
+) -> None:
+    """Under the name's lock: drop its temp copies, and the copy itself unless ``keep``."""
+    with locks.held_unless_busy(locks.lock_path(dest_root, safe)) as free:
+        if not free:
+            report.busy.append(safe)
+            return
+        for temp in temps:
+            shutil.rmtree(temp, ignore_errors=True)
+            report.removed.append(temp.name)
+        if keep:
+            report.kept.extend([safe] if copy else [])
+            return
+        if copy:
+            remove_copy(dest_root / safe)
+            report.removed.append(safe)
+        # Unlinked while held: a loader waiting on it then locks an orphan inode, which
+        # is harmless, as nothing should load a model that is no longer declared.
+        locks.lock_path(dest_root, safe).unlink(missing_ok=True)
 
 
 def _owned(dest_root: Path) -> dict[str, tuple[bool, list[Path]]]:

@@ -7,7 +7,7 @@ from flexinfer_controller.runtime.base import (
     ReplicaState,
     Runtime,
 )
-from flexinfer_controller.runtime.registry import create_runtime, runtime_names
+from flexinfer_controller.runtime.registry import create_prestart, create_runtime, runtime_names
 
 __all__ = [
     "Replica",
@@ -15,6 +15,7 @@ __all__ = [
     "ReplicaListener",
     "ReplicaState",
     "Runtime",
+    "create_prestart",
     "create_runtime",
     "runtime_names",
 ]
