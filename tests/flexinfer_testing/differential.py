@@ -15,7 +15,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,9 @@ from flexinfer_testing.recording_upstream import (
 ANSWER_TIMEOUT_S = 5.0
 """How long an answer (or a close) may take: generous for a loaded 2-core machine, and
 only spent when the proxy misbehaves."""
-CONTROL_TIMEOUT_S = 10.0
-"""The control request's answer: it never waits on anything hostile."""
+CONTROL_TIMEOUT_S = 30.0
+"""The control request's answer: it never waits on anything hostile, but may wait out one
+endpoint cooldown (5 s) on a loaded 2-core machine; a proxy that lost it still shows."""
 MODEL_KEY = "default/tiny"
 
 
@@ -66,6 +67,8 @@ class CaseRun:
     observed: Observed
     control: ControlResult
     problems: list[str]
+    state: str = ""
+    """The proxy's view of the model when the control failed (queue, endpoints, errors)."""
 
     def describe(self) -> str:
         """A multi-line account for a report or an assertion message."""
@@ -84,6 +87,8 @@ class CaseRun:
         ]
         lines.append(self.control.describe())
         lines += [f"PROBLEM: {p}" for p in self.problems]
+        if self.state:
+            lines.append(f"proxy state: {self.state}")
         return "\n".join(lines)
 
 
@@ -209,7 +214,26 @@ class ProxyUnderTest:
         (a poisoned pooled connection belongs to the engine address it was opened to)."""
         async with recording_upstream() as upstream:
             await self.stack.set_endpoints(MODEL_KEY, [upstream.url])
-            return await run_case(self.url, upstream, data, eof=eof)
+            run = await run_case(self.url, upstream, data, eof=eof)
+            if not run.control.own:
+                run = replace(run, state=self.state())
+            return run
+
+    def state(self) -> str:
+        """What the proxy knows of the model now: for a report on a lost control request."""
+        core = self.stack.core
+        table = core.table
+        errors = {
+            "/".join(sample.labels.values()): sample.value
+            for metric in core.metrics.upstream_errors.collect()
+            for sample in metric.samples
+            if sample.name.endswith("_total")
+        }
+        return (
+            f"revision {table.revision(MODEL_KEY)} (stack {self.stack.revision}), "
+            f"endpoints {table.urls(MODEL_KEY)}, usable {table.usable(MODEL_KEY)}, "
+            f"queue depth {core.queue.depth(MODEL_KEY)}, upstream errors {errors}"
+        )
 
 
 @asynccontextmanager
