@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from flexinfer_cli.args import parser
 from flexinfer_cli.resources.client import Obj, ResourceClient, add_connection_arguments, connect
-from flexinfer_cli.resources.errors import EXIT_USAGE, CliError, is_not_found
+from flexinfer_cli.resources.errors import EXIT_USAGE, CliError, is_conflict, is_not_found
 from flexinfer_cli.resources.kinds import Kind, find_kind
 from flexinfer_cli.resources.manifests import Manifest, load
 from flexinfer_cli.resources.printers import FORMATS, describe, render
@@ -54,8 +54,9 @@ def _files_argument(p: argparse.ArgumentParser, *, required: bool) -> None:
 def replacement(current: Obj, doc: Obj) -> Obj:
     """``current`` with the document's spec, labels and annotations: what apply PUTs.
 
-    The server's metadata (finalizers included) is kept; the document's resourceVersion,
-    when it has one, makes the write conditional on it.
+    The server's metadata (finalizers included) is kept, and so is the resourceVersion
+    just read: a document's own (``get -o yaml`` output has one) is stale as soon as the
+    controller writes status, and apply declares the fields it owns, as kubectl does.
     """
     body = copy.deepcopy(current)
     body.pop("status", None)
@@ -65,8 +66,6 @@ def replacement(current: Obj, doc: Obj) -> Obj:
     meta["finalizers"] = list(dict.fromkeys(
         [*(meta.get("finalizers") or []), *(wanted.get("finalizers") or [])]
     ))  # fmt: skip
-    if wanted.get("resourceVersion"):
-        meta["resourceVersion"] = wanted["resourceVersion"]
     body["spec"] = doc.get("spec") or {}
     return body
 
@@ -79,21 +78,39 @@ def _changed(before: Obj, after: Obj) -> bool:
     return any((old.get(k) or {}) != (new.get(k) or {}) for k in ("labels", "annotations"))
 
 
-def apply_one(client: ResourceClient, m: Manifest) -> str:
-    """Create or replace one object: ``created``, ``configured`` or ``unchanged``."""
-    try:
-        current = client.get(m.kind, m.namespace, m.name)
-    except CliError as exc:
-        if not is_not_found(exc):
+def apply_one(client: ResourceClient, m: Manifest, attempts: int = 3) -> str:
+    """Create or replace one object: ``created``, ``configured`` or ``unchanged``.
+
+    The replace is conditional on the resourceVersion read; when the object changed in
+    between (the controller writing status), it is read and written again.
+    """
+    for attempt in range(attempts):
+        try:
+            current = client.get(m.kind, m.namespace, m.name)
+        except CliError as exc:
+            if not is_not_found(exc):
+                raise
+            client.create(m.kind, m.namespace, _creatable(m.body))
+            return "created"
+        try:
+            stored = client.replace(m.kind, m.namespace, replacement(current, m.body))
+        except CliError as exc:
+            if is_conflict(exc) and attempt + 1 < attempts:
+                continue
             raise
-        body = copy.deepcopy(m.body)
-        body.pop("status", None)
+        return "configured" if _changed(current, stored) else "unchanged"
+    raise AssertionError("unreachable")
+
+
+def _creatable(doc: Obj) -> Obj:
+    """The document without status and the metadata only a server sets."""
+    body = copy.deepcopy(doc)
+    body.pop("status", None)
+    meta = body.get("metadata")
+    if isinstance(meta, dict):
         for key in SERVER_METADATA:
-            body.get("metadata", {}).pop(key, None)
-        client.create(m.kind, m.namespace, body)
-        return "created"
-    stored = client.replace(m.kind, m.namespace, replacement(current, m.body))
-    return "configured" if _changed(current, stored) else "unchanged"
+            meta.pop(key, None)
+    return body
 
 
 def _apply(args: argparse.Namespace, client: ResourceClient) -> int:
