@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import urllib3.exceptions
+import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
@@ -70,7 +71,7 @@ class KubeResourceClient(ResourceClient):
             api = kube_config.new_client_from_config(
                 config_file=args.kubeconfig, context=args.context
             )
-        except (ConfigException, OSError, ValueError, TypeError) as exc:
+        except (ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as exc:
             raise usage_error(f"no usable kubeconfig: {' '.join(str(exc).split())}") from exc
         api.configuration.retries = 0
         namespace = (active or {}).get("context", {}).get("namespace") or "default"
