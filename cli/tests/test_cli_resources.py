@@ -20,7 +20,7 @@ from flexinfer_controller.testing import (
     model_doc,
     run_controller,
 )
-from flexinfer_testing.cli import cli_env, flexinfer
+from flexinfer_testing.cli import cli_env, expect_error, flexinfer
 
 TOKEN = "ctl-" + secrets.token_hex(20)
 
@@ -89,7 +89,8 @@ async def test_apply_get_describe_delete(h: Harness, tmp_path: Path) -> None:
     assert adapters.out.split()[:6] == ["NAME", "MODEL", "ADAPTER", "PHASE", "LOADED", "a-sql"]
     described = await flexinfer("describe", "model", "b", *s)
     assert "Labels:       team=ml" in described.out
-    assert "Spec:" in described.out and "Conditions:" in described.out
+    assert "Spec:" in described.out
+    assert "Conditions:" in described.out
 
     gone = await flexinfer("delete", "model", "b", *s)
     assert gone.out == "model.ai.flexinfer/b deleted\n", gone.report()
@@ -187,7 +188,9 @@ async def test_errors_are_one_line_with_documented_codes(h: Harness, tmp_path: P
     s = ("--server", h.url)
     missing = await flexinfer("get", "model", "nope", *s)
     assert (missing.code, missing.out) == (1, "")
-    assert missing.err.count("\n") == 1 and "404" in missing.err and "nope" in missing.err
+    assert missing.err.count("\n") == 1
+    assert "404" in missing.err
+    assert "nope" in missing.err
     assert (await flexinfer("logs", "model", "nope", *s)).code == 1
     assert (await flexinfer("delete", "model", "nope", *s)).code == 1
     assert (await flexinfer("describe", "model", "nope", *s)).code == 1
@@ -196,34 +199,42 @@ async def test_errors_are_one_line_with_documented_codes(h: Harness, tmp_path: P
     bad.write_text(yaml.safe_dump(_doc(tmp_path, "ok")) + "---\nkind: Model\nmetadata: {name: x\n")
     parsed = await flexinfer("apply", "-f", str(bad), *s)
     assert parsed.code == 2, parsed.report()
-    assert parsed.err.startswith(f"flexinfer apply: {bad}:") and parsed.err.count("\n") == 1
+    assert parsed.err.startswith(f"flexinfer apply: {bad}:")
+    assert parsed.err.count("\n") == 1
     assert "line" in parsed.err or f"{bad}:2" in parsed.err or ":" in parsed.err
 
     foreign = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Gadget", "metadata": {"name": "g"}}
     mixed = _write(tmp_path / "mixed.yaml", _doc(tmp_path, "first"), foreign)
     unknown = await flexinfer("apply", "-f", str(mixed), *s)
-    assert unknown.code == 2 and "'Gadget'" in unknown.err and unknown.err.count("\n") == 1
+    assert unknown.code == 2
+    assert "'Gadget'" in unknown.err
+    assert unknown.err.count("\n") == 1
     invalid = _doc(tmp_path, "second")
     invalid["spec"]["serverless"]["maxReplicas"] = 99
     refused = await flexinfer(
         "apply", "-f", "-", *s, stdin=yaml.safe_dump_all([_doc(tmp_path, "first"), invalid])
     )
-    assert refused.code == 2 and "maxReplicas" in refused.err, refused.report()
-    # Nothing of either file was applied: every document is checked first.
+    expect_error(
+        refused, 2, "maxReplicas"
+    )  # Nothing of either file was applied: every document is checked first.
     assert (await flexinfer("get", "models", *s)).out == ""
 
     unreadable = await flexinfer("apply", "-f", str(tmp_path / "absent.yaml"), *s)
-    assert unreadable.code == 2 and "cannot read" in unreadable.err
+    assert unreadable.code == 2
+    assert "cannot read" in unreadable.err
     assert (await flexinfer("get", "gizmos", *s)).code == 2
     unreachable = await flexinfer("get", "models", "--server", "http://127.0.0.1:9")
-    assert unreachable.code == 2 and unreachable.err.count("\n") == 1
+    assert unreachable.code == 2
+    assert unreachable.err.count("\n") == 1
     assert "cannot reach" in unreachable.err
 
 
 async def test_token_from_flag_env_or_data_dir(tmp_path: Path) -> None:
     async with run_controller(tmp_path, auth_token=TOKEN) as h:
         refused = await flexinfer("get", "models", "--server", h.url)
-        assert refused.code == 1 and refused.err.count("\n") == 1 and "401" in refused.err
+        assert refused.code == 1
+        assert refused.err.count("\n") == 1
+        assert "401" in refused.err
         assert (await flexinfer("get", "models", "--server", h.url, "--token", TOKEN)).code == 0
         env = cli_env(FLEXINFER_SERVER=h.url, FLEXINFER_ADMIN_TOKEN=TOKEN)
         assert (await flexinfer("get", "models", env=env)).code == 0
@@ -239,6 +250,8 @@ async def test_token_from_flag_env_or_data_dir(tmp_path: Path) -> None:
         assert found.code == 0, found.report()
         # The data dir's token goes only to the data dir's server.
         other = await flexinfer("get", "models", "--data-dir", str(data), "--server", h.url)
-        assert other.code == 1 and "401" in other.err
+        assert other.code == 1
+        assert "401" in other.err
     none = await flexinfer("get", "models", cwd=tmp_path)
-    assert none.code == 2 and "no server" in none.err
+    assert none.code == 2
+    assert "no server" in none.err

@@ -10,7 +10,7 @@ import yaml
 
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
-from flexinfer_testing.cli import flexinfer, write_kubeconfig
+from flexinfer_testing.cli import expect_error, flexinfer, write_kubeconfig
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
 
@@ -49,7 +49,8 @@ async def test_apply_get_reapply_delete(
         "model.ai.flexinfer/b created",
     ], applied.report()
     stored = apiserver.get("models", "default", "a")
-    assert stored is not None and stored["spec"]["serverless"]["maxReplicas"] == 1  # CRD default
+    assert stored is not None
+    assert stored["spec"]["serverless"]["maxReplicas"] == 1
     apiserver.patch(
         "models",
         "default",
@@ -79,7 +80,9 @@ async def test_apply_get_reapply_delete(
     assert deleted.code == 0, deleted.report()
     assert apiserver.objects("models") == []
     missing = await flexinfer("get", "model", "a", *kubeconfig)
-    assert missing.code == 1 and "404" in missing.err and missing.err.count("\n") == 1
+    assert missing.code == 1
+    assert "404" in missing.err
+    assert missing.err.count("\n") == 1
 
 
 async def test_scale_is_conditional_on_what_it_read(
@@ -106,9 +109,7 @@ async def test_scale_is_conditional_on_what_it_read(
     # Someone changes the Model between the CLI's read and its write: a 409, not a lost update.
     apiserver.after(concurrent_change, verb="get", resource="models", name="a")
     raced = await flexinfer("scale", "model", "a", "--replicas", "0", *kubeconfig)
-    assert raced.code == 1 and "409" in raced.err and "run the command again" in raced.err, (
-        raced.report()
-    )
+    expect_error(raced, 1, "409", "run the command again")
     assert apiserver.get("models", "default", "a")["spec"]["serverless"]["minReplicas"] == 3  # type: ignore[index]
 
 
@@ -117,7 +118,7 @@ async def test_logs_read_the_model_pods(
 ) -> None:
     apiserver.create("models", _model("a"))
     none = await flexinfer("logs", "model", "a", *kubeconfig)
-    assert none.code == 1 and "no pods" in none.err, none.report()
+    expect_error(none, 1, "no pods")
     for pod, text in (("a-old", "old\n"), ("a-new", "one\ntwo\nthree\n")):
         apiserver.create("pods", {
             "apiVersion": "v1", "kind": "Pod",
@@ -141,14 +142,12 @@ async def test_logs_read_the_model_pods(
 async def test_connection_errors(tmp_path: Path) -> None:
     dead = write_kubeconfig(tmp_path / "dead", "http://127.0.0.1:9")
     unreachable = await flexinfer("get", "models", "--kubeconfig", str(dead))
-    assert unreachable.code == 2 and "cannot reach the apiserver" in unreachable.err, (
-        unreachable.report()
-    )
+    expect_error(unreachable, 2, "cannot reach the apiserver")
     assert unreachable.err.count("\n") == 1
     (tmp_path / "garbage").write_text("clusters: [\n")
     bad = await flexinfer("get", "models", "--kubeconfig", str(tmp_path / "garbage"))
-    assert bad.code == 2 and bad.err.count("\n") == 1, bad.report()
+    expect_error(bad, 2)
     absent = await flexinfer("get", "models", "--kubeconfig", str(tmp_path / "absent"))
-    assert absent.code == 2 and "kubeconfig" in absent.err, absent.report()
+    expect_error(absent, 2, "kubeconfig")
     context = await flexinfer("get", "models", "--kubeconfig", str(dead), "--context", "nope")
-    assert context.code == 2 and "'nope'" in context.err, context.report()
+    expect_error(context, 2, "'nope'")

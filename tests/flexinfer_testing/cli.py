@@ -55,10 +55,18 @@ def write_kubeconfig(path: Path, server: str, *, namespace: str = "default") -> 
         "clusters": [{"name": "fake", "cluster": {"server": server}}],
         "users": [{"name": "tester", "user": {}}],
         "contexts": [
-            {"name": "fake", "context": {"cluster": "fake", "user": "tester", "namespace": namespace}},
-            {"name": "elsewhere", "context": {"cluster": "fake", "user": "tester", "namespace": "other"}},
+            {"name": name, "context": {"cluster": "fake", "user": "tester", "namespace": ns}}
+            for name, ns in (("fake", namespace), ("elsewhere", "other"))
         ],
         "current-context": "fake",
     }  # fmt: skip
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def expect_error(ran: Ran, code: int, *phrases: str) -> None:
+    """``ran`` failed with ``code`` and one line on stderr holding every phrase, no stdout."""
+    assert ran.code == code, ran.report()
+    assert ran.err.count("\n") == 1, ran.report()
+    for phrase in phrases:
+        assert phrase in ran.err, ran.report()
