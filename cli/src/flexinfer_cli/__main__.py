@@ -25,19 +25,32 @@ def _service_main(service: str) -> Callable[[list[str]], int]:
     return run
 
 
+def _lazy(module: str, name: str) -> Callable[[list[str]], int]:
+    """``module.name``, imported when called: a command loads only what it runs."""
+
+    def run(argv: list[str]) -> int:
+        result: int = getattr(importlib.import_module(module), name)(argv)
+        return result
+
+    return run
+
+
 def _tools() -> dict[str, Callable[[list[str]], int]]:
-    from flexinfer_cli import tools, up
+    from flexinfer_cli import resources
 
     return {
-        "up": up.main,
-        "model": tools.model_main,
-        "crd": tools.crd_main,
-        "mx": tools.mx_main,
-        "flash-load": tools.flash_load_main,
+        "up": _lazy("flexinfer_cli.up", "main"),
+        "model": _lazy("flexinfer_cli.tools", "model_main"),
+        "crd": _lazy("flexinfer_cli.tools", "crd_main"),
+        "mx": _lazy("flexinfer_cli.tools", "mx_main"),
+        "flash-load": _lazy("flexinfer_cli.tools", "flash_load_main"),
+        **resources.commands(),
     }
 
 
 def _usage() -> str:
+    from flexinfer_cli.resources import USAGE
+
     return (
         "usage: flexinfer COMMAND [ARGS...]\n\n"
         "commands:\n"
@@ -46,6 +59,7 @@ def _usage() -> str:
         "  crd generate       regenerate k8s/crds from the API types (--check: verify only)\n"
         "  mx                 ModelExpress-compatible registry client (health, ping, model ...)\n"
         "  flash-load         copy a model to tmpfs for a fast engine start (or cleanup)\n"
+        + "".join(f"  {synopsis:<18} {what}\n" for synopsis, what in USAGE)
         + "".join(f"  {name:<18} run the {name} service on its own\n" for name in SERVICES)
         + "\nRun 'flexinfer COMMAND --help' for the options of a command.\n"
     )

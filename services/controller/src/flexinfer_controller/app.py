@@ -15,6 +15,7 @@ from flexinfer_common.store import ModelStore
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
 from flexinfer_controller.api.admin import install_admin
+from flexinfer_controller.api.logs import logs_router
 from flexinfer_controller.backends import LaunchContext, default_backends
 from flexinfer_controller.core.adapters import AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
@@ -85,5 +86,6 @@ def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore
 
     install_error_handlers(app)
     install_admin(app)
+    app.include_router(logs_router())
     app.include_router(health_router(ready))
     return app

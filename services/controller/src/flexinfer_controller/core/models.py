@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 
 from flexinfer_common.api import Model
 from flexinfer_common.bus import EventBus, topics
@@ -10,6 +11,7 @@ from flexinfer_common.errors import BusError, ConflictError, NotFoundError
 from flexinfer_common.store import EndpointRecord, ModelStore
 from flexinfer_controller.core.controller import Controller
 from flexinfer_controller.core.finalizer import MODEL_FINALIZER
+from flexinfer_controller.runtime import LogRequest, Replica
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,25 @@ class ModelService:
     async def endpoints(self, model: str | None = None) -> list[EndpointRecord]:
         """The store's endpoint records (for debugging)."""
         return await self._store.list_endpoints(model)
+
+    async def logs(
+        self, namespace: str, name: str, replica: str | None, request: LogRequest
+    ) -> tuple[Replica, AsyncIterator[bytes]]:
+        """One replica's captured output: the named one, else the newest (NotFoundError)."""
+        await self._store.get_model(namespace, name)
+        key = f"{namespace}/{name}"
+        replicas = self._controller.runtime.log_replicas(key)
+        if replica is not None:
+            replicas = [r for r in replicas if r.id == replica]
+            if not replicas:
+                raise NotFoundError(f"model {key} has no replica {replica!r}")
+        if not replicas:
+            raise NotFoundError(
+                f"model {key} has no replica to show logs of (none ran since the controller "
+                "started)"
+            )
+        chosen = replicas[0]
+        return chosen, self._controller.runtime.logs(chosen, request)
 
     async def _changed(self, model: Model) -> None:
         event = topics.ModelChangedEvent(model=model.key, generation=model.metadata.generation or 0)

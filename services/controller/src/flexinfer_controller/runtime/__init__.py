@@ -1,6 +1,8 @@
 """Runtimes: where engine replicas run (``local`` subprocesses; ``kubernetes`` later)."""
 
 from flexinfer_controller.runtime.base import (
+    LogRequest,
+    LogsUnsupportedError,
     Replica,
     ReplicaEvent,
     ReplicaListener,
@@ -10,6 +12,8 @@ from flexinfer_controller.runtime.base import (
 from flexinfer_controller.runtime.registry import create_prestart, create_runtime, runtime_names
 
 __all__ = [
+    "LogRequest",
+    "LogsUnsupportedError",
     "Replica",
     "ReplicaEvent",
     "ReplicaListener",

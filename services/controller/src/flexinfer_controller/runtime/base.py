@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from flexinfer_common.errors import PermanentError
 from flexinfer_controller.backends import LaunchSpec
 
 
@@ -53,6 +55,20 @@ ReplicaListener = Callable[[ReplicaEvent], None]
 """Called on the event loop for every ReplicaEvent; must not block."""
 
 
+@dataclass(frozen=True, slots=True)
+class LogRequest:
+    """Which part of a replica's captured output to read."""
+
+    follow: bool = False
+    """Keep streaming what the replica writes until it is gone (or the reader leaves)."""
+    tail_lines: int | None = None
+    """Start this many lines before the end (None: from the beginning)."""
+
+
+class LogsUnsupportedError(PermanentError):
+    """The runtime keeps no output of its replicas."""
+
+
 class Runtime(ABC):
     """Runs engine replicas. Every method is called from the event loop."""
 
@@ -81,3 +97,16 @@ class Runtime(ABC):
     @abstractmethod
     async def close(self, *, stop_replicas: bool) -> None:
         """Stop watching; stop every replica too when ``stop_replicas``."""
+
+    def log_replicas(self, model: str) -> builtins.list[Replica]:
+        """Replicas of ``model`` whose output ``logs`` can read, newest first."""
+        return sorted(self.list(model), key=lambda r: r.started_at, reverse=True)
+
+    def logs(self, replica: Replica, request: LogRequest) -> AsyncIterator[bytes]:
+        """The replica's captured stdout and stderr, as chunks of bytes.
+
+        ``replica`` must come from ``log_replicas``: a runtime reads only what it captured
+        itself for a replica it knows. Errors (no such log) raise here, before the first
+        chunk, so that a caller can still answer them with a status.
+        """
+        raise LogsUnsupportedError(f"the {self.name} runtime keeps no replica logs")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import dataclasses
 import hashlib
 import json
@@ -11,16 +12,19 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from flexinfer_common.errors import NotFoundError
 from flexinfer_controller.backends import HttpReadiness, LaunchSpec
 from flexinfer_controller.runtime import procs
 from flexinfer_controller.runtime.adoption import Adopter
 from flexinfer_controller.runtime.base import (
+    LogRequest,
     Replica,
     ReplicaEvent,
     ReplicaListener,
@@ -28,6 +32,7 @@ from flexinfer_controller.runtime.base import (
     Runtime,
 )
 from flexinfer_controller.runtime.engine_env import engine_environment
+from flexinfer_controller.runtime.logfile import open_log, seek_tail, stream_log
 from flexinfer_controller.runtime.statefile import EngineState, StateDir
 from flexinfer_controller.settings import ControllerSettings
 
@@ -91,6 +96,8 @@ class LocalRuntime(Runtime):
             self._states, self.id, RUNTIME_ID_ENV, REPLICA_ID_ENV, probe_timeout_s, stop_grace_s
         )
         self._engines: dict[str, _Engine] = {}
+        self._exited: dict[str, Replica] = {}
+        """The last replica of each model that exited: its log explains why."""
         self._background: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -238,6 +245,7 @@ class LocalRuntime(Runtime):
             return
         code = task.result()
         self._engines.pop(engine.replica.id, None)
+        self._exited[engine.replica.model] = engine.replica
         self._states.remove(engine.replica.id)
         if engine.ready_task is not None and not engine.ready_task.done():
             engine.ready_task.cancel()
@@ -289,6 +297,27 @@ class LocalRuntime(Runtime):
             for e in self._engines.values()
             if not e.stopping and (model is None or e.replica.model == model)
         ]
+
+    def log_replicas(self, model: str) -> builtins.list[Replica]:
+        """Live replicas of ``model``, newest first, then the last one that exited."""
+        replicas = super().log_replicas(model)
+        exited = self._exited.get(model)
+        return replicas if exited is None else [*replicas, exited]
+
+    def logs(self, replica: Replica, request: LogRequest) -> AsyncIterator[bytes]:
+        """The replica's log file (only ever ``log_path`` of a replica this runtime ran)."""
+        engine = self._engines.get(replica.id)
+        if engine is None and self._exited.get(replica.model) != replica:
+            raise NotFoundError(f"replica {replica.id} is not one of this runtime's")
+        fh = open_log(self.log_path(replica.id), f"replica {replica.id}")
+        if request.tail_lines is not None:
+            seek_tail(fh, request.tail_lines)
+        gone = asyncio.Event()
+        if engine is None or engine.exit_task is None:
+            gone.set()
+        else:
+            engine.exit_task.add_done_callback(lambda _: gone.set())
+        return stream_log(self.log_path(replica.id), fh, follow=request.follow, gone=gone)
 
     async def close(self, *, stop_replicas: bool) -> None:
         """Stop all engines, or only starting ones (ready ones stay for adoption)."""

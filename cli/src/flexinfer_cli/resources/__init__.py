@@ -1,0 +1,44 @@
+"""kubectl-like resource commands: apply, get, describe, delete, scale and logs.
+
+They speak to one ``ResourceClient`` (``client``): the controller's admin API (``local``)
+or the Kubernetes apiserver (``kubernetes``). Exit codes: 0 ok; 1 the server refused (401,
+404, 409, 422, 5xx); 2 bad usage or input, or no server to reach.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+
+def _lazy(module: str, name: str) -> Callable[[list[str]], int]:
+    def run(argv: list[str]) -> int:
+        result: int = getattr(importlib.import_module(f"flexinfer_cli.resources.{module}"), name)(
+            argv
+        )
+        return result
+
+    return run
+
+
+def commands() -> dict[str, Callable[[list[str]], int]]:
+    """The commands by name, for ``flexinfer COMMAND`` (each imported when it runs)."""
+    return {
+        "apply": _lazy("commands", "apply_main"),
+        "get": _lazy("commands", "get_main"),
+        "describe": _lazy("commands", "describe_main"),
+        "delete": _lazy("commands", "delete_main"),
+        "scale": _lazy("ops", "scale_main"),
+        "logs": _lazy("ops", "logs_main"),
+    }
+
+
+USAGE = (
+    ("apply -f FILE", "create or update Models and LoRAAdapters from YAML/JSON (DIR, - stdin)"),
+    ("get KIND [NAME]", "list models or loraadapters (-o yaml|json|wide|name)"),
+    ("describe KIND NAME", "a Model or LoRAAdapter in detail, with its conditions"),
+    ("delete KIND NAME", "delete by name (or -f FILE)"),
+    ("scale model NAME", "--replicas N: pin N replicas, or 0 to scale to zero when idle"),
+    ("logs model NAME", "a replica's output (-f follows, --tail N)"),
+)
+"""(synopsis, what it does) for ``flexinfer --help``."""

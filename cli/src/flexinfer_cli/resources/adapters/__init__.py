@@ -1,0 +1,1 @@
+"""Backends that need a cluster SDK (the only place the CLI imports ``kubernetes``)."""

@@ -1,0 +1,164 @@
+"""The ``kubernetes`` backend: the custom resources and pod logs through the apiserver.
+
+The kubeconfig is ``--kubeconfig``, else ``$KUBECONFIG``, else ``~/.kube/config``, with
+``--context`` or its current context (whose namespace is the default). Pod logs are those
+of the Model's pods, found by the ``flexinfer.ai/model`` label the controller sets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import urllib3.exceptions
+import yaml
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from flexinfer_cli.resources.client import LogOptions, Obj, ResourceClient
+from flexinfer_cli.resources.errors import api_error, usage_error
+from flexinfer_cli.resources.kinds import MODEL, Kind
+
+MODEL_LABEL = "flexinfer.ai/model"
+TIMEOUT = (5.0, 60.0)
+
+
+def _reason(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except (ValueError, AttributeError):
+        return str(exc.reason)
+
+
+@contextlib.contextmanager
+def _errors(where: str) -> Iterator[None]:
+    """ApiException -> exit 1 with its status; an unreachable apiserver -> exit 2."""
+    try:
+        yield
+    except ApiException as exc:
+        if exc.status == 0 or exc.status is None:
+            raise usage_error(f"cannot reach the apiserver at {where}: {exc.reason}") from exc
+        raise api_error(exc.status, _reason(exc)) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise usage_error(f"cannot reach the apiserver at {where}: {exc}") from exc
+
+
+class KubeResourceClient(ResourceClient):
+    """The ai.flexinfer custom resources, and pods/log, through the official client."""
+
+    def __init__(self, api_client: Any, namespace: str) -> None:
+        self._api = api_client
+        self._custom = kube_client.CustomObjectsApi(api_client)
+        self._core = kube_client.CoreV1Api(api_client)
+        self.default_namespace = namespace
+        self.host = str(api_client.configuration.host)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> KubeResourceClient:
+        """The client of the kubeconfig (and context) the flags select."""
+        try:
+            _, active = kube_config.list_kube_config_contexts(config_file=args.kubeconfig)
+            if args.context:
+                contexts, _ = kube_config.list_kube_config_contexts(config_file=args.kubeconfig)
+                active = next((c for c in contexts if c["name"] == args.context), None)
+                if active is None:
+                    raise usage_error(f"kubeconfig has no context {args.context!r}")
+            api = kube_config.new_client_from_config(
+                config_file=args.kubeconfig, context=args.context
+            )
+        except (ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as exc:
+            raise usage_error(f"no usable kubeconfig: {' '.join(str(exc).split())}") from exc
+        api.configuration.retries = 0
+        namespace = (active or {}).get("context", {}).get("namespace") or "default"
+        return cls(api, namespace)
+
+    def _ns(self, namespace: str | None) -> str:
+        return namespace or self.default_namespace
+
+    def get(self, kind: Kind, namespace: str | None, name: str) -> Obj:
+        """GET the custom object."""
+        with _errors(self.host):
+            found: Obj = self._custom.get_namespaced_custom_object(
+                kind.group, kind.version, self._ns(namespace), kind.plural, name,
+                _request_timeout=TIMEOUT,
+            )  # fmt: skip
+        return found
+
+    def list(self, kind: Kind, namespace: str | None) -> list[Obj]:
+        """LIST the custom objects of one namespace."""
+        with _errors(self.host):
+            listing = self._custom.list_namespaced_custom_object(
+                kind.group, kind.version, self._ns(namespace), kind.plural,
+                _request_timeout=TIMEOUT,
+            )  # fmt: skip
+        items: list[Obj] = listing.get("items", [])
+        for item in items:  # a list's items carry no apiVersion and kind on some servers
+            item.setdefault("apiVersion", f"{kind.group}/{kind.version}")
+            item.setdefault("kind", kind.name)
+        return items
+
+    def create(self, kind: Kind, namespace: str | None, body: Obj) -> Obj:
+        """POST the custom object."""
+        with _errors(self.host):
+            created: Obj = self._custom.create_namespaced_custom_object(
+                kind.group, kind.version, self._ns(namespace), kind.plural, body,
+                _request_timeout=TIMEOUT,
+            )  # fmt: skip
+        return created
+
+    def replace(self, kind: Kind, namespace: str | None, body: Obj) -> Obj:
+        """PUT the custom object (the apiserver checks metadata.resourceVersion)."""
+        with _errors(self.host):
+            stored: Obj = self._custom.replace_namespaced_custom_object(
+                kind.group, kind.version, self._ns(namespace), kind.plural,
+                body["metadata"]["name"], body, _request_timeout=TIMEOUT,
+            )  # fmt: skip
+        return stored
+
+    def delete(self, kind: Kind, namespace: str | None, name: str) -> None:
+        """DELETE the custom object (the controller's finalizer may hold it a while)."""
+        with _errors(self.host):
+            self._custom.delete_namespaced_custom_object(
+                kind.group, kind.version, self._ns(namespace), kind.plural, name,
+                _request_timeout=TIMEOUT,
+            )  # fmt: skip
+
+    def _pod(self, namespace: str, model: str, replica: str | None) -> str:
+        with _errors(self.host):
+            pods = self._core.list_namespaced_pod(
+                namespace, label_selector=f"{MODEL_LABEL}={model}", _request_timeout=TIMEOUT
+            ).items
+        names = [p.metadata.name for p in pods]
+        if replica is not None:
+            if replica not in names:
+                raise api_error(404, f"model {namespace}/{model} has no pod {replica!r}")
+            return replica
+        if not pods:
+            raise api_error(404, f"model {namespace}/{model} has no pods ({MODEL_LABEL}={model})")
+        newest = max(pods, key=lambda p: (p.metadata.creation_timestamp or 0, p.metadata.name))
+        return str(newest.metadata.name)
+
+    def logs(self, namespace: str | None, model: str, options: LogOptions) -> Iterator[bytes]:
+        """The newest (or the named) pod's log, streamed; follow keeps it open."""
+        ns = self._ns(namespace)
+        self.get(MODEL, ns, model)  # 404 names the Model, not a pod
+        pod = self._pod(ns, model, options.replica)
+        kwargs: dict[str, Any] = {"follow": options.follow, "_preload_content": False}
+        if options.tail_lines is not None:
+            kwargs["tail_lines"] = options.tail_lines
+        with _errors(self.host):
+            response = self._core.read_namespaced_pod_log(pod, ns, **kwargs)
+        try:
+            with _errors(self.host):
+                yield from response.stream(64 * 1024)
+        finally:
+            response.release_conn()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._api.close()
