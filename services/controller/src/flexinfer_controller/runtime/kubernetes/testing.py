@@ -7,7 +7,7 @@ flash loader (emptyDir and node tmpfs), a backend ConfigMap and a PodDisruptionB
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flexinfer_common.api import Model
@@ -22,7 +22,7 @@ class Sample:
 
     id: str
     manifest: dict[str, Any]
-    gpu: GPUPlacement = GPUPlacement()
+    gpu: GPUPlacement = field(default_factory=GPUPlacement)
     replicas: int = 1
 
     def model(self) -> Model:
@@ -80,8 +80,8 @@ SAMPLES = (
         "config": {"ggufFile": "qwen2.5-7b-instruct-q4_k_m.gguf", "contextSize": 4096},
     })),
     Sample("mlc-llm-nvidia-existing-pvc", manifest("phi-mlc", {
-        "backend": "mlc-llm", "source": "pvc://shared-models/mlc/phi-3", "gpu": {"vendor": "nvidia"},
-        "config": {"maxNumSequence": 4},
+        "backend": "mlc-llm", "source": "pvc://shared-models/mlc/phi-3",
+        "gpu": {"vendor": "nvidia"}, "config": {"maxNumSequence": 4},
     }), GPUPlacement("nvidia")),
     Sample("diffusers-nvidia-quantize-cpu", manifest("sdxl", {
         "backend": "diffusers", "source": "gs://weights/sdxl-turbo", "gpu": {"vendor": "nvidia"},
