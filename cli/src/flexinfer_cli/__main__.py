@@ -26,7 +26,7 @@ def _service_main(service: str) -> Callable[[list[str]], int]:
 
 
 def _tools() -> dict[str, Callable[[list[str]], int]]:
-    from flexinfer_cli import tools, up
+    from flexinfer_cli import render, tools, up
 
     return {
         "up": up.main,
@@ -34,6 +34,7 @@ def _tools() -> dict[str, Callable[[list[str]], int]]:
         "crd": tools.crd_main,
         "mx": tools.mx_main,
         "flash-load": tools.flash_load_main,
+        "render": render.main,
     }
 
 
@@ -46,6 +47,7 @@ def _usage() -> str:
         "  crd generate       regenerate k8s/crds from the API types (--check: verify only)\n"
         "  mx                 ModelExpress-compatible registry client (health, ping, model ...)\n"
         "  flash-load         copy a model to tmpfs for a fast engine start (or cleanup)\n"
+        "  render             print the Kubernetes objects of a Model (-f FILE), no cluster\n"
         + "".join(f"  {name:<18} run the {name} service on its own\n" for name in SERVICES)
         + "\nRun 'flexinfer COMMAND --help' for the options of a command.\n"
     )
