@@ -282,3 +282,29 @@ def test_a_merged_update_round_trips_without_a_second_update(apiserver: KubeApiS
         assert int(updated["metadata"]["generation"]) == int(live["metadata"]["generation"]) + 1
     finally:
         api.close()
+
+
+def test_the_plan_creates_updates_or_leaves_alone() -> None:
+    from flexinfer_controller.runtime.kubernetes.plan import cleanup, ensure
+
+    objects = rendered(SAMPLES[1])
+    for obj in objects:
+        created = ensure(obj, None)
+        assert created is not None
+        assert (created.verb, created.body) == ("create", obj)
+        assert ensure(obj, defaulted(obj)) is None
+    deployment = by_kind(SAMPLES[1], "Deployment")
+    stale = defaulted(deployment)
+    stale["spec"]["replicas"] = 0
+    update = ensure(deployment, stale)
+    assert update is not None
+    assert (update.verb, update.fields) == ("update", ("spec.replicas",))
+    job = by_kind(SAMPLES[1], "Job")
+    assert ensure(job, {**defaulted(job), "spec": {}}) is None  # Jobs are never updated
+    deletes = [(op.verb, op.resource) for op in cleanup(objects, [])]
+    assert deletes == [
+        ("delete", "poddisruptionbudgets"),
+        ("delete", "deployments"),
+        ("delete", "jobs"),
+        ("delete", "services"),
+    ]  # the PVC goes with its owner, through the garbage collector

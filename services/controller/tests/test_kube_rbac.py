@@ -22,7 +22,7 @@ from flexinfer_controller.adapters.kube import resources as kube_resources
 from flexinfer_controller.adapters.kube.client import Resource
 from flexinfer_controller.backends.registry import default_backends
 from flexinfer_controller.runtime.kubernetes import rbac, render_cleanup, render_model
-from flexinfer_controller.runtime.kubernetes.plan import cleanup, ensure, read
+from flexinfer_controller.runtime.kubernetes.plan import Op, cleanup, ensure, read
 from flexinfer_controller.runtime.kubernetes.testing import SAMPLES
 from flexinfer_testing.repo import repo_root
 
@@ -102,8 +102,9 @@ def plan_grants() -> set[Grant]:
     for sample in SAMPLES:
         objects = render_model(sample.model(), backends, sample.options())
         on_delete = render_cleanup(sample.model(), backends, sample.options(), node="n")
-        ops = [read(o) for o in objects] + [ensure(o, None) for o in objects]
-        ops += [ensure(o, _drifted(o)) for o in objects] + cleanup(objects, on_delete)
+        ops: list[Op | None] = [read(o) for o in objects]
+        ops += [ensure(o, None) for o in objects] + [ensure(o, _drifted(o)) for o in objects]
+        ops += cleanup(objects, on_delete)
         grants |= {(op.group, op.resource, op.verb) for op in ops if op is not None}
         for obj in objects:
             for ref in obj["metadata"].get("ownerReferences", []):
