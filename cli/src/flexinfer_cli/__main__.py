@@ -44,6 +44,7 @@ def _tools() -> dict[str, Callable[[list[str]], int]]:
         "crd": _lazy("flexinfer_cli.tools", "crd_main"),
         "mx": _lazy("flexinfer_cli.tools", "mx_main"),
         "flash-load": _lazy("flexinfer_cli.tools", "flash_load_main"),
+        "render": _lazy("flexinfer_cli.render", "main"),
         **resources.commands(),
     }
 
@@ -59,6 +60,7 @@ def _usage() -> str:
         "  crd generate       regenerate k8s/crds from the API types (--check: verify only)\n"
         "  mx                 ModelExpress-compatible registry client (health, ping, model ...)\n"
         "  flash-load         copy a model to tmpfs for a fast engine start (or cleanup)\n"
+        "  render             print the Kubernetes objects of a Model (-f FILE), no cluster\n"
         + "".join(f"  {synopsis:<18} {what}\n" for synopsis, what in USAGE)
         + "".join(f"  {name:<18} run the {name} service on its own\n" for name in SERVICES)
         + "\nRun 'flexinfer COMMAND --help' for the options of a command.\n"

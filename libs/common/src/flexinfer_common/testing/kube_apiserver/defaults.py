@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 Obj = dict[str, Any]
@@ -25,6 +27,50 @@ def _image_pull_policy(image: str) -> str:
     return "IfNotPresent"
 
 
+_BINARY = (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
+_DECIMAL = (("E", 18), ("P", 15), ("T", 12), ("G", 9), ("M", 6), ("k", 3), ("", 0),
+            ("m", -3), ("u", -6), ("n", -9))  # fmt: skip
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([A-Za-z]*)$")
+
+
+def canonical_quantity(value: object) -> object:
+    """A resource.Quantity as the apiserver stores it: ``2000m`` -> ``2``, ``0.5`` -> ``500m``,
+    ``1024Mi`` -> ``1Gi`` (the largest suffix of the same family that keeps an integer).
+    Values it does not understand are returned unchanged."""
+    match = _QUANTITY.match(str(value))
+    if match is None:
+        return value
+    number, suffix = match.groups()
+    try:
+        base = Decimal(number)
+    except InvalidOperation:
+        return value
+    binary = dict(_BINARY)
+    if suffix in binary:
+        amount = base * 2 ** binary[suffix]
+        if amount == amount.to_integral_value():
+            for name, exp in _BINARY:
+                if amount % 2**exp == 0:
+                    return f"{int(amount) // 2**exp}{name}"
+            return str(int(amount))
+    decimal = dict(_DECIMAL)
+    if suffix not in decimal:
+        return value
+    amount = base.scaleb(decimal[suffix])
+    for name, exp in _DECIMAL:
+        scaled = amount.scaleb(-exp)
+        if scaled == scaled.to_integral_value():
+            return f"{int(scaled)}{name}"
+    return value
+
+
+def _resources(resources: Obj) -> None:
+    for part in ("requests", "limits"):
+        values = resources.get(part)
+        if isinstance(values, dict):
+            resources[part] = {k: canonical_quantity(v) for k, v in values.items()}
+
+
 def _probe(probe: Obj) -> None:
     for key, value in _PROBE.items():
         probe.setdefault(key, value)
@@ -36,7 +82,7 @@ def _container(container: Obj) -> None:
     container.setdefault("terminationMessagePath", "/dev/termination-log")
     container.setdefault("terminationMessagePolicy", "File")
     container.setdefault("imagePullPolicy", _image_pull_policy(str(container.get("image", ""))))
-    container.setdefault("resources", {})
+    _resources(container.setdefault("resources", {}))
     for port in container.get("ports") or []:
         port.setdefault("protocol", "TCP")
     for key in ("livenessProbe", "readinessProbe", "startupProbe"):
@@ -77,7 +123,10 @@ def deployment(obj: Obj, old: Obj | None) -> None:
         rolling = strategy.setdefault("rollingUpdate", {})
         rolling.setdefault("maxUnavailable", "25%")
         rolling.setdefault("maxSurge", "25%")
-    pod_spec(spec.setdefault("template", {}).setdefault("spec", {}))
+    template = spec.setdefault("template", {})
+    # What the Go apiserver serialises for the template's unset creationTimestamp.
+    template.setdefault("metadata", {}).setdefault("creationTimestamp", None)
+    pod_spec(template.setdefault("spec", {}))
 
 
 def job(obj: Obj, old: Obj | None) -> None:

@@ -1,0 +1,150 @@
+"""The cache Jobs: prefetch through the registry, quantization, and the flash cleanup.
+
+The prefetch Job runs the registry client (``flexinfer mx model download``): it calls the
+registry's EnsureModelDownloaded and, where the registry cannot be reached, downloads
+directly into the cache volume (SmartFallback). Jobs are never updated (their pod template
+is immutable): a changed spec gets a new Job, named by a hash of what it does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from flexinfer_controller.flashload.render import CACHE_VOLUME, cleanup_job
+from flexinfer_controller.runtime.kubernetes import scheduling
+from flexinfer_controller.runtime.kubernetes.context import RenderContext
+from flexinfer_controller.runtime.kubernetes.names import (
+    CACHE_DEST_ANNOTATION,
+    CACHE_KIND_ANNOTATION,
+    CACHE_PATH_ANNOTATION,
+    SOURCE_ANNOTATION,
+    Obj,
+    labels,
+    metadata,
+    object_name,
+)
+from flexinfer_controller.runtime.kubernetes.options import QUANTIZER_IMAGE
+
+REGISTRY_CLI = ["python", "-m", "flexinfer_registry.client.mx_cli"]
+_UID = 10001
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:6]
+
+
+def _cache_volume(ctx: RenderContext) -> Obj:
+    """The cache volume, writable (the engine's copy is read-only)."""
+    cache = ctx.cache
+    if cache.claim is not None:
+        return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache.claim}}
+    assert cache.host_path is not None  # a Job exists only for a cache with a volume
+    return {
+        "name": CACHE_VOLUME,
+        "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"},
+    }
+
+
+def _job(ctx: RenderContext, component: str, container: Obj, pod: Obj, notes: Obj) -> Obj:
+    job_labels = labels(ctx.model, ctx.backend_name, component)
+    name = object_name(ctx.model.metadata.name, f"{component}-{_digest([container, pod])}")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(ctx.model, name, job_labels, notes),
+        "spec": {
+            "backoffLimit": 3,
+            "template": {
+                "metadata": {"labels": dict(job_labels)},
+                "spec": {
+                    "restartPolicy": "OnFailure",
+                    "containers": [container],
+                    "volumes": [_cache_volume(ctx)],
+                    **pod,
+                },
+            },
+        },
+    }
+
+
+def _mount(ctx: RenderContext) -> Obj:
+    return {"name": CACHE_VOLUME, "mountPath": ctx.options.model_mount}
+
+
+def prefetch_job(ctx: RenderContext) -> Obj | None:
+    """The Job filling the cache from the registry; None when nothing is fetched."""
+    fetch = ctx.cache.fetch
+    if fetch is None:
+        return None
+    args = ["--server", ctx.options.registry_address, "model", "download", fetch.name]
+    args += ["--provider", fetch.provider] if fetch.provider else []
+    args += ["--strategy", "SmartFallback", "--cache-dir", ctx.options.model_mount]
+    container = {
+        "name": "prefetch",
+        "image": ctx.options.registry_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": REGISTRY_CLI,
+        "args": args,
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
+        "volumeMounts": [_mount(ctx)],
+    }
+    pod: Obj = {"securityContext": {"runAsNonRoot": True, "runAsUser": _UID, "fsGroup": _UID}}
+    notes = {
+        SOURCE_ANNOTATION: ctx.model.spec.source,
+        CACHE_KIND_ANNOTATION: ctx.cache.strategy,
+        CACHE_PATH_ANNOTATION: fetch.subpath,
+    }
+    return _job(ctx, "prefetch", container, pod, notes)
+
+
+def quantize_job(ctx: RenderContext) -> Obj | None:
+    """The quantization Job (after the prefetch); GPU and toleration with ``useGPU``."""
+    quant = ctx.quantize
+    if quant is None:
+        return None
+    root = ctx.options.model_mount
+    image_var = f"FLEXINFER_QUANTIZER_{quant.format}_IMAGE"
+    image = (
+        quant.image
+        or ctx.options.environ.get(image_var)
+        or QUANTIZER_IMAGE.format(format=quant.format.lower())
+    )
+    env = {"QUANTIZE_FORMAT": quant.format, "QUANTIZE_INPUT": f"{root}/{quant.input}",
+           "QUANTIZE_OUTPUT": f"{root}/{quant.output}", **quant.settings}  # fmt: skip
+    container: Obj = {
+        "name": "quantize",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "resources": scheduling.resources(ctx.model, ctx.vendor if quant.use_gpu else "cpu"),
+        "volumeMounts": [_mount(ctx)],
+    }
+    pod: Obj = {}
+    gpus = ctx.gpus if quant.use_gpu else 0
+    if gpus:
+        pod["tolerations"] = scheduling.tolerations(ctx.model, gpus)
+        pod["affinity"] = scheduling.affinity(ctx.vendor, gpus, ctx.options.gpu)
+    notes = {CACHE_PATH_ANNOTATION: quant.input, CACHE_DEST_ANNOTATION: quant.output}
+    return _job(ctx, "quantize", container, pod, notes)
+
+
+def flash_cleanup_job(ctx: RenderContext, node: str | None, keep: list[str]) -> Obj | None:
+    """On deletion: the Job removing stale copies from a node's /dev/shm but ``keep``'s
+    (the Models still declared there), so the deleted Model's copy goes.
+
+    Only a node tmpfs (cache strategy Memory) outlives the pods; an emptyDir is gone with
+    them, so other models need none.
+    """
+    if ctx.flash is None or ctx.cache.strategy != "Memory":
+        return None
+    model = ctx.model
+    name = object_name(model.metadata.name, "flash-cleanup")
+    job = cleanup_job(name, model.metadata.namespace, keep, node_name=node,
+                      image=ctx.options.controller_image)  # fmt: skip
+    job["metadata"] = metadata(model, name, labels(model, ctx.backend_name, "flash-cleanup"), {})
+    # The Model is going away: an owner reference would let the collector delete the Job
+    # before it ran. Its TTL removes it instead.
+    del job["metadata"]["ownerReferences"]
+    return job

@@ -1,0 +1,48 @@
+"""What the Kubernetes renderers are told besides the Model: the controller's choices."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from flexinfer_controller.flashload.settings import FlashLoadSettings
+
+CONTROLLER_IMAGE = "flexinfer/controller"
+"""Has the flash loader (``python -m flexinfer_controller.flashload``)."""
+REGISTRY_IMAGE = "flexinfer/registry"
+"""Has the registry client (``python -m flexinfer_registry.client.mx_cli``)."""
+REGISTRY_ADDRESS = "flexinfer-registry.flexinfer.svc:8001"
+"""The registry's gRPC Service (k8s/base/registry.yaml)."""
+QUANTIZER_IMAGE = "ghcr.io/flexinfer/quantizer:{format}"
+"""The operator's default, per format (``FLEXINFER_QUANTIZER_<FMT>_IMAGE`` overrides it)."""
+MODEL_MOUNT = "/models"
+"""Where the model cache is mounted in every container."""
+
+
+@dataclass(frozen=True)
+class GPUPlacement:
+    """The detected GPU a Model's pods go to (detectGPU's answer); None fields: unknown."""
+
+    vendor: str | None = None
+    """``nvidia``, ``amd``, ``intel`` or ``cpu``."""
+    arch: str | None = None
+    """``sm_89``, ``gfx1100``..."""
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """The controller's side of a render: replicas, readiness of the cache, images."""
+
+    replicas: int = 0
+    """The desired count (0 while the cache gate holds or the model is idle)."""
+    gpu: GPUPlacement = field(default_factory=GPUPlacement)
+    environ: Mapping[str, str] = field(default_factory=dict)
+    """Image overrides (``DEFAULT_VLLM_IMAGE``, ``FLEXINFER_QUANTIZER_GGUF_IMAGE``...)."""
+    controller_image: str = CONTROLLER_IMAGE
+    registry_image: str = REGISTRY_IMAGE
+    registry_address: str = REGISTRY_ADDRESS
+    flash: FlashLoadSettings = field(default_factory=FlashLoadSettings)
+    """Controller-wide flash loader defaults; spec.cache.flashLoader wins over them."""
+    shm_size_limit: str = "8Gi"
+    """The operator's DEFAULT_SHM_SIZE_LIMIT: the tmpfs size when nothing else says."""
+    model_mount: str = MODEL_MOUNT

@@ -1,0 +1,76 @@
+"""spec.quantize: convert the cached weights once, in a Job, before the engine starts.
+
+The operator's QuantizationSpec was not available (docs/api-compat.md), so the fields read
+here are the ones its docs name: ``format`` (GGUF, AWQ, GPTQ, EXL2, FP8), ``useGPU`` (the
+Job gets a GPU and the GPU toleration), and ``image``. Other keys go to the quantizer as
+``QUANTIZE_<KEY>`` variables. The quantizer reads ``QUANTIZE_INPUT`` and writes
+``QUANTIZE_OUTPUT``, a sibling directory the engine is then pointed at.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from flexinfer_common.api import Model
+from flexinfer_common.errors import InvalidSpecError
+from flexinfer_controller.runtime.kubernetes.cache import CachePlan, check_quantize_has_cache
+
+FORMATS = ("GGUF", "AWQ", "GPTQ", "EXL2", "FP8")
+_KNOWN = frozenset({"format", "useGPU", "image"})
+_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+@dataclass(frozen=True)
+class Quantize:
+    """One quantization: format, where from and to (inside the cache), its settings."""
+
+    format: str
+    use_gpu: bool
+    image: str | None
+    input: str
+    output: str
+    settings: dict[str, str]
+
+
+def _env_name(key: str) -> str:
+    return "QUANTIZE_" + re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper()
+
+
+def _settings(raw: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in sorted(raw.items()):
+        if key in _KNOWN or value is None:
+            continue
+        if not _KEY.match(key) or isinstance(value, dict | list):
+            raise InvalidSpecError(f"spec.quantize.{key} must be a scalar with a camelCase name")
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if any(c in text for c in "\x00\r\n"):
+            raise InvalidSpecError(f"spec.quantize.{key} must not contain NUL or line breaks")
+        out[_env_name(key)] = text
+    return out
+
+
+def parse(model: Model, cache: CachePlan) -> Quantize | None:
+    """spec.quantize checked; None when there is none."""
+    raw = model.spec.quantize
+    if not raw:
+        return None
+    check_quantize_has_cache(model, cache)
+    fmt = str(raw.get("format", "")).upper()
+    if fmt not in FORMATS:
+        raise InvalidSpecError(
+            f"spec.quantize.format must be one of {', '.join(FORMATS)}",
+            field="spec.quantize.format",
+        )
+    use_gpu = raw.get("useGPU", False)
+    if not isinstance(use_gpu, bool):
+        raise InvalidSpecError(
+            "spec.quantize.useGPU must be a boolean", field="spec.quantize.useGPU"
+        )
+    image = raw.get("image")
+    if image is not None and not isinstance(image, str):
+        raise InvalidSpecError("spec.quantize.image must be a string", field="spec.quantize.image")
+    source = cache.subpath
+    return Quantize(fmt, use_gpu, image, source, f"{source}-{fmt.lower()}", _settings(raw))

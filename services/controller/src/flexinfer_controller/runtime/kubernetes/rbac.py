@@ -1,0 +1,31 @@
+"""The API access the controller needs, as (API group, resource, verbs): least privilege.
+
+This table is what k8s/base/rbac.yaml grants the controller's ClusterRole, no more; a test
+derives the same set from the code (the adapters' client calls and the runtime's plan), so
+a new call fails the test until the table, and then the manifest, grant it.
+``models/finalizers`` update is what the apiserver's OwnerReferencesPermissionEnforcement
+checks for owner references with ``blockOwnerDeletion``.
+"""
+
+from __future__ import annotations
+
+_CRUD = frozenset({"get", "list", "watch", "create", "patch", "delete"})
+
+RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
+    ("ai.flexinfer", "models", _CRUD),
+    ("ai.flexinfer", "loraadapters", _CRUD),
+    ("ai.flexinfer", "models/status", frozenset({"patch"})),
+    ("ai.flexinfer", "loraadapters/status", frozenset({"patch"})),
+    ("ai.flexinfer", "models/finalizers", frozenset({"update"})),
+    ("", "configmaps", frozenset({"get", "list", "create", "update", "patch", "delete"})),
+    ("", "services", frozenset({"get", "create", "update", "delete"})),
+    ("", "persistentvolumeclaims", frozenset({"get", "create"})),
+    ("apps", "deployments", frozenset({"get", "create", "update", "delete"})),
+    ("batch", "jobs", frozenset({"get", "create", "delete"})),
+    ("policy", "poddisruptionbudgets", frozenset({"get", "create", "update", "delete"})),
+)  # fmt: skip
+
+
+def grants() -> set[tuple[str, str, str]]:
+    """The table as (group, resource, verb) triples."""
+    return {(group, resource, verb) for group, resource, verbs in RULES for verb in verbs}

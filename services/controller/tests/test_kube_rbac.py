@@ -1,0 +1,170 @@
+"""RBAC least privilege: the controller's ClusterRole grants exactly the verbs the code uses.
+
+The verbs are derived from the code, not listed again: the kubernetes client methods the
+adapters call (scanned from their source), and the API calls the kubernetes runtime's plan
+makes for every rendered object. k8s/base is read as ``kubectl kustomize`` prints it.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from flexinfer_controller.adapters.kube import resources as kube_resources
+from flexinfer_controller.adapters.kube.client import Resource
+from flexinfer_controller.backends.registry import default_backends
+from flexinfer_controller.runtime.kubernetes import rbac, render_cleanup, render_model
+from flexinfer_controller.runtime.kubernetes.plan import Op, cleanup, ensure, read
+from flexinfer_controller.runtime.kubernetes.testing import SAMPLES
+from flexinfer_testing.repo import repo_root
+
+Grant = tuple[str, str, str]
+ADAPTERS = Path(kube_resources.__file__).parent
+_METHOD = re.compile(r"^(create|get|read|list|patch|replace|delete)_(\w+)$")
+_VERBS = {"create": "create", "get": "get", "read": "get", "list": "list", "patch": "patch",
+          "replace": "update", "delete": "delete"}  # fmt: skip
+_CORE = {"config_map": "configmaps", "service": "services", "pod": "pods",
+         "persistent_volume_claim": "persistentvolumeclaims", "event": "events"}  # fmt: skip
+
+
+def _custom_resources() -> list[Resource]:
+    return [v for v in vars(kube_resources).values() if isinstance(v, Resource)]
+
+
+def _grants_of_method(method: str) -> set[Grant]:
+    match = _METHOD.match(method)
+    assert match is not None
+    verb, rest = _VERBS[match.group(1)], match.group(2)
+    rest = rest.replace("namespaced_", "").replace("cluster_", "")
+    rest = rest.removesuffix("_for_all_namespaces")
+    status = rest.endswith("_status")
+    rest = rest.removesuffix("_status")
+    suffix = "/status" if status else ""
+    if rest == "custom_object":
+        return {(r.group, r.plural + suffix, verb) for r in _custom_resources()}
+    return {("", _CORE[rest] + suffix, verb)}
+
+
+def _client_calls(tree: ast.AST) -> set[str]:
+    """Methods called on the client's APIs (``….core.x`` / ``….custom.x``)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _METHOD.match(node.attr):
+            owner = node.value
+            name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            if name in ("core", "custom"):
+                found.add(node.attr)
+    return found
+
+
+def _watches(tree: ast.AST) -> bool:
+    """Whether a list call is made with ``watch=True`` (a dict entry or a keyword)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == "watch":
+                    return isinstance(value, ast.Constant) and value.value is True
+        if isinstance(node, ast.keyword) and node.arg == "watch":
+            return True
+    return False
+
+
+def adapter_grants() -> set[Grant]:
+    """What the kube adapters' client calls need."""
+    grants: set[Grant] = set()
+    for path in sorted(ADAPTERS.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for method in _client_calls(tree):
+            grants |= _grants_of_method(method)
+        if _watches(tree):
+            grants |= {(r.group, r.plural, "watch") for r in _custom_resources()}
+    return grants
+
+
+def _drifted(obj: dict[str, Any]) -> dict[str, Any]:
+    live = copy.deepcopy(obj)
+    live["metadata"]["labels"] = {}
+    return live
+
+
+def plan_grants() -> set[Grant]:
+    """What the runtime's plan needs for every rendered object, on create, update, delete."""
+    grants: set[Grant] = set()
+    backends = default_backends()
+    for sample in SAMPLES:
+        objects = render_model(sample.model(), backends, sample.options())
+        on_delete = render_cleanup(sample.model(), backends, sample.options(), node="n")
+        ops: list[Op | None] = [read(o) for o in objects]
+        ops += [ensure(o, None) for o in objects] + [ensure(o, _drifted(o)) for o in objects]
+        ops += cleanup(objects, on_delete)
+        grants |= {(op.group, op.resource, op.verb) for op in ops if op is not None}
+        for obj in objects:
+            for ref in obj["metadata"].get("ownerReferences", []):
+                if ref.get("blockOwnerDeletion"):
+                    grants.add(("ai.flexinfer", "models/finalizers", "update"))
+    return grants
+
+
+def test_the_table_is_what_the_code_uses() -> None:
+    derived = adapter_grants() | plan_grants()
+    assert rbac.grants() == derived, (
+        f"granted but unused: {sorted(rbac.grants() - derived)}; "
+        f"used but not granted: {sorted(derived - rbac.grants())}"
+    )
+
+
+def test_the_scan_sees_the_adapters_calls() -> None:
+    grants = adapter_grants()
+    assert ("", "configmaps", "patch") in grants
+    assert ("ai.flexinfer", "models/status", "patch") in grants
+    assert ("ai.flexinfer", "loraadapters", "watch") in grants
+
+
+def _kustomized() -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: the kustomize rendering cannot be checked")
+    done = subprocess.run(
+        [kubectl, "kustomize", str(repo_root() / "k8s" / "base")],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def _bound_to_controller(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The (Cluster)Roles bound to the controller's ServiceAccount."""
+    names = set()
+    for binding in objects:
+        if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        subjects = binding.get("subjects") or []
+        if any(s.get("kind") == "ServiceAccount" and s["name"] == "flexinfer-controller"
+               for s in subjects):  # fmt: skip
+            names.add((binding["roleRef"]["kind"], binding["roleRef"]["name"]))
+    return [o for o in objects if (o["kind"], o["metadata"].get("name")) in names]
+
+
+def test_the_controller_role_grants_exactly_the_table() -> None:
+    roles = _bound_to_controller(_kustomized())
+    assert [r["kind"] for r in roles] == ["ClusterRole"]
+    granted = {
+        (group, resource, verb)
+        for role in roles
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert not {g for g in granted if "*" in g}, "no wildcards"
+    assert granted == rbac.grants(), (
+        f"extra: {sorted(granted - rbac.grants())}; missing: {sorted(rbac.grants() - granted)}"
+    )
