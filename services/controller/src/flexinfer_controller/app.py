@@ -21,7 +21,7 @@ from flexinfer_controller.core.adapters import AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.models import ModelService
-from flexinfer_controller.runtime import create_prestart, create_runtime
+from flexinfer_controller.runtime import create_inventory, create_prestart, create_runtime
 from flexinfer_controller.settings import ControllerSettings
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,7 @@ def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore
         backends=default_backends(),
         metrics=metrics,
         prestart=create_prestart(settings),
+        inventory=create_inventory(settings),
     )
     controller_ = controller
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)

@@ -7,8 +7,9 @@ import secrets
 import socket
 import sys
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import SettingsConfigDict
 
 from flexinfer_common.auth import AdminAuthSettings
@@ -20,6 +21,21 @@ def default_instance_id() -> str:
     """hostname-pid-random: unique per process, used as this replica's bus consumer name."""
     host = socket.gethostname().split(".")[0] or "controller"
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class DeclaredGPU(BaseModel):
+    """One node's accelerators in local mode, as the agent would label them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vendor: Literal["nvidia", "amd", "intel"]
+    count: int = Field(default=1, ge=1, le=64)
+    arch: str | None = Field(default=None, max_length=32, pattern=r"^[a-z0-9_]+$")
+    """``sm_89``, ``gfx1100``: what ``flexinfer.ai/gpu.arch`` says on a node."""
+    vram: str | None = Field(default=None, pattern=r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+    """Memory of one GPU as a quantity (``24Gi``), as ``flexinfer.ai/gpu.vram``."""
+    node: str | None = Field(default=None, max_length=253)
+    """The node's name in status.gpu.node (default: this machine's hostname)."""
 
 
 class ControllerSettings(AdminAuthSettings):
@@ -104,6 +120,10 @@ class ControllerSettings(AdminAuthSettings):
     """Metrics and traces (``FLEXINFER_TELEMETRY_*``)."""
     log: LogSettings = Field(default_factory=LogSettings)
     """Logging (``FLEXINFER_LOG_*``)."""
+    gpus: list[DeclaredGPU] = Field(default_factory=list, max_length=256)
+    """Local mode's GPU inventory for detectGPU (``FLEXINFER_CONTROLLER_GPUS``, a JSON list
+    of ``{vendor, count, arch, vram}``). Empty by default: this machine is taken to have
+    only its CPU until GPUs are declared, since local mode does not probe hardware."""
     flash_loader: FlashLoadSettings = Field(default_factory=FlashLoadSettings)
     """Local mode's pre-start copy to tmpfs (``FLEXINFER_FLASH_LOADER_*``); a Model's
     ``spec.cache.flashLoader`` overrides it per model."""

@@ -124,6 +124,11 @@ class Backend(ABC):
         """The canonical name."""
         return self.facts.name
 
+    def supports_arch(self, vendor: str, arch: str) -> bool:
+        """Whether the server's kernels run on GPU architecture ``arch`` (``sm_89``,
+        ``gfx1100``) of ``vendor``; a backend that documents no limit runs on any."""
+        return True
+
     @property
     def aliases(self) -> tuple[str, ...]:
         """Other names ``spec.backend`` may use."""

@@ -7,6 +7,7 @@ the engine answers to the name the proxy forwards.
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from flexinfer_common.backends import backend_facts
@@ -102,6 +103,9 @@ def common_env(config: Config) -> dict[str, str]:
     return env
 
 
+_VLLM_ROCM_ARCHS = frozenset({"gfx90a", "gfx942", "gfx950"})
+
+
 class VllmBackend(Backend):
     """vLLM: image entrypoint with ``--host --port --model`` and flags from spec.config."""
 
@@ -109,6 +113,17 @@ class VllmBackend(Backend):
     sleep: ClassVar[SleepEndpoints | None] = SleepEndpoints("/sleep", "/wake_up")
     metrics_path: ClassVar[str | None] = "/metrics"
     startup_timeout_s: ClassVar[float] = 300.0
+
+    def supports_arch(self, vendor: str, arch: str) -> bool:
+        """vLLM's documented GPUs: CUDA compute capability 7.0 or newer; on ROCm MI200
+        (gfx90a), MI300 (gfx942), MI350 (gfx950) and Radeon RX 7900 / 9000 (gfx110x,
+        gfx120x)."""
+        if vendor == "nvidia":
+            match = re.fullmatch(r"sm_(\d+)", arch)
+            return match is None or int(match.group(1)) >= 70
+        if vendor == "amd":
+            return arch in _VLLM_ROCM_ARCHS or arch.startswith(("gfx110", "gfx120"))
+        return True
 
     def render(self, request: RenderRequest) -> EngineSpec:
         """The vLLM container: readiness GET /health (10/10/5), startup timeout 300 s."""

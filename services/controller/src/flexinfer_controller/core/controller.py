@@ -19,6 +19,7 @@ from flexinfer_controller.backends import BackendRegistry, LaunchContext
 from flexinfer_controller.core.consumers import EventLoop
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.endpoints import EndpointPublisher
+from flexinfer_controller.core.gpu import GPUInventory
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.prestart import PreStart
 from flexinfer_controller.core.progress import ProgressReporter
@@ -59,6 +60,7 @@ class Controller:
         backends: BackendRegistry,
         metrics: ControllerMetrics | None = None,
         prestart: PreStart | None = None,
+        inventory: GPUInventory | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -84,6 +86,7 @@ class Controller:
             progress=self.progress,
             metrics=metrics,
             prestart=prestart,
+            inventory=inventory,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._failures: dict[str, int] = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from flexinfer_common.api import Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import utcnow
-from flexinfer_common.api.status import blocked_reason
+from flexinfer_common.api.status import GPUStatus, blocked_reason
 from flexinfer_common.errors import (
     ConflictError,
     FlexInferError,
@@ -25,6 +25,7 @@ from flexinfer_common.errors import (
 )
 from flexinfer_common.store import ModelStore
 from flexinfer_controller.backends import (
+    Backend,
     BackendRegistry,
     LaunchContext,
     LaunchSpec,
@@ -35,6 +36,15 @@ from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.desired import busy_until, desired_replicas
 from flexinfer_controller.core.endpoints import EndpointPublisher
 from flexinfer_controller.core.finalizer import ensure_finalizer, release_finalizer
+from flexinfer_controller.core.gpu import (
+    RECHECK_S,
+    DeclaredInventory,
+    GPUInventory,
+    MostVRAMPlacer,
+    Placer,
+    Unplaced,
+    place,
+)
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.prestart import NoPreStart, PreStart
 from flexinfer_controller.core.progress import ProgressReporter
@@ -85,8 +95,12 @@ class Reconciler:
         progress: ProgressReporter,
         metrics: ControllerMetrics | None = None,
         prestart: PreStart | None = None,
+        inventory: GPUInventory | None = None,
+        placer: Placer | None = None,
     ) -> None:
         self._store = store
+        self._inventory: GPUInventory = inventory or DeclaredInventory([])
+        self._placer: Placer = placer or MostVRAMPlacer()
         self._prestart: PreStart = prestart or NoPreStart()
         self._runtime = runtime
         self._backends = backends
@@ -244,21 +258,43 @@ class Reconciler:
             return _Plan(Verdict(config_valid=(False, "ConfigInvalid", str(exc))))
         except UnsupportedBackendError as exc:  # not installed: the message says what to do
             return _Plan(Verdict(schedulable=(False, "BackendUnsupported", str(exc))))
+        gpu = self._place(model, backend)
+        if isinstance(gpu, Verdict):
+            return _Plan(gpu)
         if source.state is SourceState.PENDING:
             # Cache gate, as the operator: no replicas until the weights are in place.
-            return _Plan(Verdict(cached=(False, source.reason, source.message)))
+            return _Plan(Verdict(cached=(False, source.reason, source.message), gpu=gpu))
         cached = (True, "Cached", source.message or f"model directory {source.path}")
         generation = model.metadata.generation or 1
         crashes = self._crashes.crash_looping(model.key, generation, time.monotonic())
         if crashes:
             last = self._crashes.last_message(model.key)
             message = f"engine crashed {crashes} times; fix the spec to retry. Last: {last}"
-            return _Plan(Verdict(cached=cached, crash_loop=message[:2000]))
+            return _Plan(Verdict(cached=cached, crash_loop=message[:2000], gpu=gpu))
         wanted = desired_replicas(spec, active_at, utcnow())
         if wanted.idle_at is not None:
             delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
             self._queue.add_after(model.key, delay)
-        return _Plan(Verdict(cached=cached), launch_spec, wanted.replicas, source.path)
+        return _Plan(Verdict(cached=cached, gpu=gpu), launch_spec, wanted.replicas, source.path)
+
+    def _place(self, model: Model, backend: Backend) -> GPUStatus | Verdict:
+        """detectGPU and the compatibility check: the GPU status, or the verdict why not.
+
+        A model that cannot be placed is looked at again in 30 s (the seed's requeue):
+        nodes join and get labelled, and a fitting one may appear.
+        """
+        fleet = self._inventory.nodes()
+        placed = place(model.spec.gpu_or_default, fleet, backend, self._placer)
+        if isinstance(placed, Unplaced):
+            self._queue.add_after(model.key, RECHECK_S)
+            schedulable = (False, placed.reason, placed.message)
+            return Verdict(schedulable=schedulable, placement_pending=not placed.permanent)
+        node = placed.node
+        if node is None:
+            return GPUStatus(vendor=placed.vendor)
+        return GPUStatus(
+            node=node.node, vendor=node.vendor, architecture=node.arch, memory_mb=node.vram_mb
+        )
 
     async def _scale_up(
         self, model: Model, plan: _Plan, count: int

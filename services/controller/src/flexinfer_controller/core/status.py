@@ -8,7 +8,7 @@ from datetime import datetime
 
 from flexinfer_common.api import Condition, Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import ConditionStatus, set_condition
-from flexinfer_common.api.status import ConditionType
+from flexinfer_common.api.status import ConditionType, GPUStatus
 from flexinfer_controller.runtime import Replica, ReplicaState
 
 
@@ -26,13 +26,21 @@ class Verdict:
     """A message when the model is in a crash loop."""
     waiting: str | None = None
     """A message when a restart is delayed by crash backoff."""
+    placement_pending: bool = False
+    """Not schedulable *yet* (no fitting node now): Pending, not Failed."""
+    gpu: GPUStatus | None = None
+    """Where detectGPU placed the model; None when it was not placed."""
 
 
 def phase_of(verdict: Verdict, desired: int, running: int, ready: int) -> ModelPhase:
-    """Failed > Pending (source) > Ready > Idle > Loading, as the seed's status flow."""
-    if not verdict.config_valid[0] or not verdict.schedulable[0] or verdict.crash_loop:
+    """Failed > Pending (no fitting node yet, or the source) > Ready > Idle > Loading, as
+    the seed's status flow."""
+    unschedulable = not verdict.schedulable[0]
+    if not verdict.config_valid[0] or verdict.crash_loop:
         return ModelPhase.FAILED
-    if verdict.cached is not None and not verdict.cached[0]:
+    if unschedulable and not verdict.placement_pending:
+        return ModelPhase.FAILED
+    if unschedulable or (verdict.cached is not None and not verdict.cached[0]):
         return ModelPhase.PENDING
     if ready > 0:
         return ModelPhase.READY
@@ -78,6 +86,7 @@ def build_status(
             "desired_replicas": desired,
             "observed_generation": gen,
             "endpoint": ready[0].url if ready else None,
+            "gpu": verdict.gpu,
             "last_active_time": last_active,
             "message": summary,
         }

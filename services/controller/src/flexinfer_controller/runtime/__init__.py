@@ -9,7 +9,12 @@ from flexinfer_controller.runtime.base import (
     ReplicaState,
     Runtime,
 )
-from flexinfer_controller.runtime.registry import create_prestart, create_runtime, runtime_names
+from flexinfer_controller.runtime.registry import (
+    create_inventory,
+    create_prestart,
+    create_runtime,
+    runtime_names,
+)
 
 __all__ = [
     "LogRequest",
@@ -19,6 +24,7 @@ __all__ = [
     "ReplicaListener",
     "ReplicaState",
     "Runtime",
+    "create_inventory",
     "create_prestart",
     "create_runtime",
     "runtime_names",
