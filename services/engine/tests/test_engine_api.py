@@ -9,7 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
+from flexinfer_engine.api.metrics import kv_cache_gauge
 from flexinfer_engine.core.engine import InferenceEngine
 from flexinfer_engine.core.weights import generate_model
 from flexinfer_engine.settings import EngineSettings
@@ -208,3 +210,20 @@ async def test_sleep_and_wake(model_dir: Path, level: int) -> None:
         after = (await http.post("/v1/chat/completions", json=request)).json()
         assert after["choices"] == before["choices"]
         assert (await http.post("/sleep?level=3")).status_code == 400
+
+
+def test_kv_cache_gauge_is_the_share_of_admitted_positions() -> None:
+    registry = CollectorRegistry()
+    held = [0]
+    kv_cache_gauge(registry, lambda: held[0], capacity=400)
+    name = "flexinfer_engine_kv_cache_usage_perc"
+    assert registry.get_sample_value(name) == 0.0
+    held[0] = 100
+    assert registry.get_sample_value(name) == 0.25
+    held[0] = 1000  # n > 1 choices can hold more than the admitted sequences' share
+    assert registry.get_sample_value(name) == 1.0
+
+
+async def test_metrics_expose_the_kv_cache_usage(client: httpx.AsyncClient) -> None:
+    metrics = (await client.get("/metrics")).text
+    assert "flexinfer_engine_kv_cache_usage_perc 0.0" in metrics

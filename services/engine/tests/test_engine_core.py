@@ -237,3 +237,16 @@ def test_sleep_frees_parameters_and_wake_restores(model_dir: Path) -> None:
         engine.wake()
         assert engine.parameter_bytes() == size
         assert _texts(_run(engine, "hi", params), 1) == before
+
+
+def test_kv_cache_positions_count_the_running_generations(engine: InferenceEngine) -> None:
+    assert engine.kv_cache_positions() == 0
+    params = SamplingParams(max_tokens=50, n=2, seed=3, ignore_eos=True)
+    running = engine.generate([[256, 65, 66]], params, threading.Event())
+    next(running)  # paused at the first token, sampled from the prompt: its cache is live
+    assert engine.kv_cache_positions() == 2 * 3  # two rows of the three prompt positions
+    for _ in range(2 * 5):  # five more tokens per row, each fed back before the next
+        next(running)
+    assert engine.kv_cache_positions() == 2 * (3 + 5)
+    running.close()
+    assert engine.kv_cache_positions() == 0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from flexinfer_engine.core.runner import Hooks
 
@@ -17,3 +19,17 @@ def engine_hooks(registry: CollectorRegistry) -> Hooks:
         registry=registry,
     )
     return Hooks(on_tokens=tokens.inc, on_first_token=ttft.observe)
+
+
+def kv_cache_gauge(
+    registry: CollectorRegistry, positions: Callable[[], int], capacity: int
+) -> None:
+    """``flexinfer_engine_kv_cache_usage_perc``: the share (0-1, as vLLM's
+    ``vllm:gpu_cache_usage_perc``) of the KV-cache positions the engine admits, which is
+    ``max_concurrent_generations`` sequences of the model's context length."""
+    gauge = Gauge(
+        "flexinfer_engine_kv_cache_usage_perc",
+        "Share of the admitted KV-cache positions the running generations fill (0-1)",
+        registry=registry,
+    )
+    gauge.set_function(lambda: min(1.0, positions() / capacity))

@@ -72,6 +72,9 @@ class InferenceEngine:
         self.sleep_level = 0
         self._host_copy: dict[str, torch.Tensor] | None = None
         self.load_info: LoadInfo | None = None
+        self._live: list[KVCache] = []
+        self._live_lock = threading.Lock()
+        """Generations run in worker threads; the metrics scrape reads from the loop."""
 
     def load(self) -> LoadInfo:
         """Load the weights through the loader chain onto the device."""
@@ -141,8 +144,30 @@ class InferenceEngine:
         cancel: threading.Event,
         base: int,
     ) -> Iterator[Event]:
+        cache = KVCache(self.config, params.n, self.device, self.config.dtype)
+        with self._live_lock:
+            self._live.append(cache)
+        try:
+            yield from self._decode(prompt, params, generator, cancel, base, cache)
+        finally:
+            with self._live_lock:
+                self._live.remove(cache)
+
+    def kv_cache_positions(self) -> int:
+        """Positions the running generations' KV caches hold now."""
+        with self._live_lock:
+            return sum(cache.positions for cache in self._live)
+
+    def _decode(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        generator: torch.Generator,
+        cancel: threading.Event,
+        base: int,
+        cache: KVCache,
+    ) -> Iterator[Event]:
         n = params.n
-        cache = KVCache(self.config, n, self.device, self.config.dtype)
         tokens = torch.tensor([prompt] * n, device=self.device)
         logits = self.model(tokens, cache)[:, -1]
         choices = [_Choice(base + row, params.stop) for row in range(n)]

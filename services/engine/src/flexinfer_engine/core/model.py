@@ -33,7 +33,13 @@ class KVCache:
             )
             for _ in range(config.num_hidden_layers)
         ]
+        self.batch = batch
         self.length = 0
+
+    @property
+    def positions(self) -> int:
+        """Filled positions over every row: what the KV-cache usage gauge counts."""
+        return self.batch * self.length
 
 
 class Attention(nn.Module):
