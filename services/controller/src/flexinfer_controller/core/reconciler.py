@@ -31,6 +31,13 @@ from flexinfer_controller.backends import (
     UnsupportedBackendError,
     launch,
 )
+from flexinfer_controller.core.cache import (
+    CacheState,
+    CacheStatus,
+    DownloadProgress,
+    ModelCache,
+    NoRegistryCache,
+)
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.desired import busy_until, desired_replicas
 from flexinfer_controller.core.endpoints import EndpointPublisher
@@ -67,6 +74,8 @@ class _Plan:
     desired: int = 0
     model_dir: Path | None = None
     """The model directory the launch was rendered with (None: the backend pulls)."""
+    download: DownloadProgress | None = None
+    """How far the cache's download of a remote source got (None: none running)."""
 
 
 class Reconciler:
@@ -85,8 +94,10 @@ class Reconciler:
         progress: ProgressReporter,
         metrics: ControllerMetrics | None = None,
         prestart: PreStart | None = None,
+        cache: ModelCache | None = None,
     ) -> None:
         self._store = store
+        self._cache: ModelCache = cache or NoRegistryCache()
         self._prestart: PreStart = prestart or NoPreStart()
         self._runtime = runtime
         self._backends = backends
@@ -175,7 +186,7 @@ class Reconciler:
         )
         ready = [r for r in running if r.state is ReplicaState.READY]
         await self._publisher.sync(key, ready, status.phase.value, blocked_reason(status))
-        self._report_progress(model, status, ready, active_at)
+        self._report_progress(model, status, ready, active_at, plan.download)
         for replica in to_stop:
             await self._runtime.stop(replica.id)
         await self._write_status(model, status)
@@ -196,7 +207,12 @@ class Reconciler:
             self._metrics.observe_replicas(self._runtime.list())
 
     def _report_progress(
-        self, model: Model, status: ModelStatus, ready: list[Replica], active_at: datetime | None
+        self,
+        model: Model,
+        status: ModelStatus,
+        ready: list[Replica],
+        active_at: datetime | None,
+        download: DownloadProgress | None,
     ) -> None:
         """Advance the cold-start phases the proxy shows to waiting clients."""
         key = model.key
@@ -207,7 +223,7 @@ class Reconciler:
         elif status.phase is ModelPhase.PENDING:
             # Weights not in place: a start that is wanted waits for the pull.
             if desired_replicas(model.spec, active_at, utcnow()).replicas > 0:
-                self._progress.pulling(key)
+                self._progress.pulling(key, download)
             else:
                 self._progress.abandon(key)
         elif status.desired_replicas == 0 or status.phase is ModelPhase.FAILED:
@@ -236,6 +252,13 @@ class Reconciler:
             return _Plan(Verdict(config_valid=(False, "BackendUnsupported", message)))
         # A backend that pulls its model itself (Ollama) has no directory to wait for.
         source = resolve_source(spec.source) if backend.needs_volume else _PULLED
+        cache: CacheState | None = None
+        if source.state is SourceState.REMOTE:
+            cache = self._cache.ensure(model)
+            source = _resolution(cache)
+        if cache is not None and cache.status is CacheStatus.FAILED:
+            failed = Verdict(cached=(False, cache.reason, cache.message), cache_failed=True)
+            return _Plan(failed)
         if source.state is SourceState.INVALID:
             return _Plan(Verdict(config_valid=(False, source.reason, source.message)))
         try:
@@ -246,7 +269,8 @@ class Reconciler:
             return _Plan(Verdict(schedulable=(False, "BackendUnsupported", str(exc))))
         if source.state is SourceState.PENDING:
             # Cache gate, as the operator: no replicas until the weights are in place.
-            return _Plan(Verdict(cached=(False, source.reason, source.message)))
+            download = cache.progress if cache is not None else None
+            return _Plan(Verdict(cached=(False, source.reason, source.message)), download=download)
         cached = (True, "Cached", source.message or f"model directory {source.path}")
         generation = model.metadata.generation or 1
         crashes = self._crashes.crash_looping(model.key, generation, time.monotonic())
@@ -310,6 +334,14 @@ class Reconciler:
         for replica in replicas:
             await self._runtime.stop(replica.id)
         await self._prestart.release(key)
+        await self._cache.release(key)
         self._activity.pop(key, None)
         self._crashes.forget(key)
         self._progress.forget(key)
+
+
+def _resolution(cache: CacheState) -> SourceResolution:
+    """The cache's answer as a source resolution (FAILED is handled by the caller)."""
+    if cache.status is CacheStatus.READY:
+        return SourceResolution(SourceState.READY, cache.path, cache.reason, cache.message)
+    return SourceResolution(SourceState.PENDING, reason=cache.reason, message=cache.message)

@@ -22,6 +22,8 @@ class Verdict:
     """(ok, reason, message): can this runtime run the backend."""
     cached: tuple[bool, str, str] | None = None
     """(ok, reason, message) of source resolution; None when not evaluated."""
+    cache_failed: bool = False
+    """The cache can never fetch the source as written (not found, denied): Failed."""
     crash_loop: str | None = None
     """A message when the model is in a crash loop."""
     waiting: str | None = None
@@ -31,6 +33,8 @@ class Verdict:
 def phase_of(verdict: Verdict, desired: int, running: int, ready: int) -> ModelPhase:
     """Failed > Pending (source) > Ready > Idle > Loading, as the seed's status flow."""
     if not verdict.config_valid[0] or not verdict.schedulable[0] or verdict.crash_loop:
+        return ModelPhase.FAILED
+    if verdict.cache_failed:
         return ModelPhase.FAILED
     if verdict.cached is not None and not verdict.cached[0]:
         return ModelPhase.PENDING
