@@ -15,6 +15,7 @@ from pathlib import Path
 
 from flexinfer_common.api import Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import utcnow
+from flexinfer_common.api.status import CacheStatus as ApiCacheStatus
 from flexinfer_common.api.status import blocked_reason
 from flexinfer_common.errors import (
     ConflictError,
@@ -256,9 +257,10 @@ class Reconciler:
         if source.state is SourceState.REMOTE:
             cache = self._cache.ensure(model)
             source = _resolution(cache)
+        detail = _cache_status(cache)
         if cache is not None and cache.status is CacheStatus.FAILED:
-            failed = Verdict(cached=(False, cache.reason, cache.message), cache_failed=True)
-            return _Plan(failed)
+            cached_no = (False, cache.reason, cache.message)
+            return _Plan(Verdict(cached=cached_no, cache_failed=True, cache=detail))
         if source.state is SourceState.INVALID:
             return _Plan(Verdict(config_valid=(False, source.reason, source.message)))
         try:
@@ -270,19 +272,21 @@ class Reconciler:
         if source.state is SourceState.PENDING:
             # Cache gate, as the operator: no replicas until the weights are in place.
             download = cache.progress if cache is not None else None
-            return _Plan(Verdict(cached=(False, source.reason, source.message)), download=download)
+            verdict = Verdict(cached=(False, source.reason, source.message), cache=detail)
+            return _Plan(verdict, download=download)
         cached = (True, "Cached", source.message or f"model directory {source.path}")
         generation = model.metadata.generation or 1
         crashes = self._crashes.crash_looping(model.key, generation, time.monotonic())
         if crashes:
             last = self._crashes.last_message(model.key)
             message = f"engine crashed {crashes} times; fix the spec to retry. Last: {last}"
-            return _Plan(Verdict(cached=cached, crash_loop=message[:2000]))
+            return _Plan(Verdict(cached=cached, crash_loop=message[:2000], cache=detail))
         wanted = desired_replicas(spec, active_at, utcnow())
         if wanted.idle_at is not None:
             delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
             self._queue.add_after(model.key, delay)
-        return _Plan(Verdict(cached=cached), launch_spec, wanted.replicas, source.path)
+        verdict = Verdict(cached=cached, cache=detail)
+        return _Plan(verdict, launch_spec, wanted.replicas, source.path)
 
     async def _scale_up(
         self, model: Model, plan: _Plan, count: int
@@ -338,6 +342,15 @@ class Reconciler:
         self._activity.pop(key, None)
         self._crashes.forget(key)
         self._progress.forget(key)
+
+
+def _cache_status(cache: CacheState | None) -> ApiCacheStatus | None:
+    """status.cache for a remote source: ready, the message, and the size once known."""
+    if cache is None:
+        return None
+    size = cache.progress.bytes_total if cache.progress is not None else None
+    ready = cache.status is CacheStatus.READY
+    return ApiCacheStatus(strategy="Registry", ready=ready, message=cache.message, size_bytes=size)
 
 
 def _resolution(cache: CacheState) -> SourceResolution:

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from flexinfer_common.api import Condition, Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import ConditionStatus, set_condition
-from flexinfer_common.api.status import ConditionType
+from flexinfer_common.api.status import CacheStatus, ConditionType
 from flexinfer_controller.runtime import Replica, ReplicaState
 
 
@@ -24,6 +24,8 @@ class Verdict:
     """(ok, reason, message) of source resolution; None when not evaluated."""
     cache_failed: bool = False
     """The cache can never fetch the source as written (not found, denied): Failed."""
+    cache: CacheStatus | None = None
+    """status.cache of a remote source (None: left as it is)."""
     crash_loop: str | None = None
     """A message when the model is in a crash loop."""
     waiting: str | None = None
@@ -84,6 +86,7 @@ def build_status(
             "endpoint": ready[0].url if ready else None,
             "last_active_time": last_active,
             "message": summary,
+            "cache": verdict.cache if verdict.cache is not None else model.status.cache,
         }
     )
 
