@@ -16,7 +16,8 @@ def test_controller_dials_the_embedded_registry(tmp_path: Path) -> None:
     registry = settings.controller.registry
     assert registry.address == "127.0.0.1:18001"  # the wildcard listen address on loopback
     # Off loopback the stack is guarded: the controller sends the registry's token.
-    assert registry.auth_token is not None and settings.registry.auth_token is not None
+    assert registry.auth_token is not None
+    assert settings.registry.auth_token is not None
     assert registry.auth_token.get_secret_value() == settings.registry.auth_token.get_secret_value()
 
 

@@ -69,7 +69,7 @@ def test_writer_refuses_a_short_file_and_never_follows_symlinks(tmp_path: Path) 
     outside = tmp_path.parent / f"{tmp_path.name}-outside"
     writer = ModelWriter(tmp_path, "default_m", [RemoteFile("link", 1)])
     os.symlink(outside, writer.tmp / "link")  # planted: the writer must not write through it
-    with pytest.raises(OSError):
+    with pytest.raises(FileExistsError):  # O_EXCL|O_NOFOLLOW: the link is never opened
         writer.write("link", 0, b"x")
     writer.discard()
     assert not outside.exists()
@@ -77,9 +77,13 @@ def test_writer_refuses_a_short_file_and_never_follows_symlinks(tmp_path: Path) 
 
 def test_progress_parsing_and_model_ref() -> None:
     progress = parse_progress("downloading: 50 of 200 bytes (25%)")
-    assert progress is not None and progress.percent == 25 and progress.bytes_total == 200
+    assert progress is not None
+    assert progress.percent == 25
+    assert progress.bytes_total == 200
     unknown = parse_progress("downloading: 7 bytes")
-    assert unknown is not None and unknown.fraction is None and unknown.bytes_done == 7
+    assert unknown is not None
+    assert unknown.fraction is None
+    assert unknown.bytes_done == 7
     assert parse_progress("download in progress on another replica") is None
     assert ModelRef.of("HF://Org/Model") == ModelRef("hf://Org/Model", 0)
     assert ModelRef.of("s3://bucket/p") == ModelRef("s3://bucket/p", 3)
