@@ -134,11 +134,13 @@ class EmbeddedStack:
         )
         # One admin token guards the embedded stack: controller, scheduler and registry.
         guard = self._guard()
+        registry = self._registry_settings(guard)
+        controller_values["registry"] = _registry_client(registry)
         self._settings = _Settings(
             proxy=proxy,
             controller=ControllerSettings(**controller_values, **guard),
             scheduler=SchedulerSettings(host=host, port=ports["scheduler"], **guard),
-            registry=self._registry_settings(guard),
+            registry=registry,
         )
         return self._settings
 
@@ -177,6 +179,22 @@ class EmbeddedStack:
             "scheduler": _App(scheduler_app(settings.scheduler)),
             "registry_http": _App(registry_app(settings.registry)),
         }
+
+
+def _registry_client(registry: RegistrySettings) -> Any:
+    """The controller's way to the embedded registry's gRPC port, with its token; the
+    controller's own ``FLEXINFER_CONTROLLER_REGISTRY_*`` settings win."""
+    from flexinfer_controller.adapters.registry.settings import RegistryClientSettings
+
+    client = RegistryClientSettings()
+    if client.address:
+        return client
+    host = registry.grpc_host
+    # A wildcard listen address is dialled on loopback: the registry runs in this process.
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    host = f"[{host}]" if ":" in host else host
+    token = client.auth_token or registry.auth_token
+    return RegistryClientSettings(address=f"{host}:{registry.grpc_port}", auth_token=token)
 
 
 @dataclass(frozen=True)

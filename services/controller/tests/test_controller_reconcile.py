@@ -223,7 +223,8 @@ async def test_source_not_ready_is_pending(tmp_path: Path) -> None:
     async with run_controller(tmp_path) as h:
         await h.put_model(model_doc("remote", "HF://org/model", minReplicas=1))
         await h.put_model(model_doc("missing", (tmp_path / "nowhere").as_uri(), minReplicas=1))
-        for name, reason in (("remote", "CacheNotReady"), ("missing", "SourceNotFound")):
+        # No registry configured: a remote source cannot be fetched, and says what to set.
+        for name, reason in (("remote", "RegistryNotConfigured"), ("missing", "SourceNotFound")):
             pending = await h.wait_phase(name, "Pending")
             cached = {c.type: c for c in pending.status.conditions}["Cached"]
             assert cached.reason == reason

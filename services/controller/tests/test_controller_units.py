@@ -117,9 +117,11 @@ def test_sources(tmp_path: Path) -> None:
     assert resolve_source((tmp_path / "empty").as_uri()).state is SourceState.PENDING
     assert resolve_source((tmp_path / "none").as_uri()).state is SourceState.PENDING
     assert resolve_source("file://host/x").state is SourceState.INVALID
-    pending = resolve_source("HF://org/model")
+    assert resolve_source("HF://org/model").state is SourceState.REMOTE
+    assert resolve_source("s3://bucket/prefix").state is SourceState.REMOTE
+    pending = resolve_source("oci://registry/model:1")
     assert pending.state is SourceState.PENDING
-    assert "registry" in pending.message
+    assert "registry fetches" in pending.message
 
 
 def test_backend_registry() -> None:

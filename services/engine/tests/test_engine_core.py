@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -243,6 +244,7 @@ def test_kv_cache_positions_count_the_running_generations(engine: InferenceEngin
     assert engine.kv_cache_positions() == 0
     params = SamplingParams(max_tokens=50, n=2, seed=3, ignore_eos=True)
     running = engine.generate([[256, 65, 66]], params, threading.Event())
+    assert isinstance(running, Generator)  # closing it is how a cancelled request ends
     next(running)  # paused at the first token, sampled from the prompt: its cache is live
     assert engine.kv_cache_positions() == 2 * 3  # two rows of the three prompt positions
     for _ in range(2 * 5):  # five more tokens per row, each fed back before the next

@@ -14,6 +14,7 @@ from flexinfer_common.bus import EventBus
 from flexinfer_common.store import ModelStore
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
+from flexinfer_controller.adapters.registry.factory import create_model_cache
 from flexinfer_controller.api.admin import install_admin
 from flexinfer_controller.api.logs import logs_router
 from flexinfer_controller.backends import LaunchContext, default_backends
@@ -73,6 +74,7 @@ def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore
         metrics=metrics,
         prestart=create_prestart(settings),
         inventory=create_inventory(settings),
+        cache_factory=partial(create_model_cache, settings),
     )
     controller_ = controller
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)

@@ -14,6 +14,7 @@ from pydantic_settings import SettingsConfigDict
 
 from flexinfer_common.auth import AdminAuthSettings
 from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings, TelemetrySettings
+from flexinfer_controller.adapters.registry.settings import RegistryClientSettings
 from flexinfer_controller.flashload.settings import FlashLoadSettings
 
 
@@ -127,3 +128,5 @@ class ControllerSettings(AdminAuthSettings):
     flash_loader: FlashLoadSettings = Field(default_factory=FlashLoadSettings)
     """Local mode's pre-start copy to tmpfs (``FLEXINFER_FLASH_LOADER_*``); a Model's
     ``spec.cache.flashLoader`` overrides it per model."""
+    registry: RegistryClientSettings = Field(default_factory=RegistryClientSettings)
+    """The registry that fetches remote sources (``FLEXINFER_CONTROLLER_REGISTRY_*``)."""

@@ -113,7 +113,7 @@ class ModelStatus(ApiModel):
     message: str | None = None
 
 
-BLOCKING_REASONS = frozenset({"SourceNotFound"})
+BLOCKING_REASONS = frozenset({"SourceNotFound", "RegistryNotConfigured"})
 """Condition reasons of a Pending model that will not change by waiting: the model stays
 without a replica until its spec or its environment (a missing directory) changes."""
 

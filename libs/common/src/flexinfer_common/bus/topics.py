@@ -107,3 +107,9 @@ class ProgressEvent(Event):
     at: datetime
     eta_s: float | None = Field(default=None, ge=0)
     source: str = Field(default="controller", description="who published it")
+    progress: float | None = Field(default=None, ge=0, le=1)
+    """Fraction of the weights downloaded, in phase ``pulling`` (None: unknown)."""
+    bytes_done: int | None = Field(default=None, ge=0)
+    """Bytes of the weights downloaded so far, in phase ``pulling``."""
+    bytes_total: int | None = Field(default=None, ge=0)
+    """Bytes of the weights in all, when known."""

@@ -16,6 +16,7 @@ from flexinfer_common.bus import EventBus, topics
 from flexinfer_common.errors import FlexInferError, TemporaryError
 from flexinfer_common.store import ModelStore
 from flexinfer_controller.backends import BackendRegistry, LaunchContext
+from flexinfer_controller.core.cache import ModelCache, NoRegistryCache, Notify
 from flexinfer_controller.core.consumers import EventLoop
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.endpoints import EndpointPublisher
@@ -61,6 +62,7 @@ class Controller:
         metrics: ControllerMetrics | None = None,
         prestart: PreStart | None = None,
         inventory: GPUInventory | None = None,
+        cache_factory: Callable[[Notify], ModelCache] | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -75,6 +77,8 @@ class Controller:
             window_s=config.crash_loop_window_s,
         )
         self.progress = ProgressReporter(bus)
+        # The cache re-queues a Model when its download moves (the reconcile never waits).
+        self.cache = cache_factory(self._requeue) if cache_factory else NoRegistryCache()
         self.reconciler = Reconciler(
             store=store,
             runtime=self.runtime,
@@ -87,6 +91,7 @@ class Controller:
             metrics=metrics,
             prestart=prestart,
             inventory=inventory,
+            cache=self.cache,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._failures: dict[str, int] = {}
@@ -137,8 +142,12 @@ class Controller:
                 task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        await self.cache.close()
         await self.progress.close()
         await self.runtime.close(stop_replicas=stop_engines)
+
+    def _requeue(self, key: str) -> None:
+        self.queue.add(key)
 
     def enqueue(self, key: str) -> int:
         """Queue a reconcile of ``key``; the ticket can be awaited with ``wait``."""

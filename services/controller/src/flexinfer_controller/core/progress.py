@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from flexinfer_common.api.meta import utcnow
 from flexinfer_common.bus import EventBus, topics
 from flexinfer_common.errors import FlexInferError
+from flexinfer_controller.core.cache import DownloadProgress
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,8 @@ _MAX_BACKLOG = 1000
 @dataclass(slots=True)
 class _ColdStart:
     phase: str
+    percent: int | None = None
+    """The download's last published whole percent, in phase ``pulling``."""
 
 
 class ProgressReporter:
@@ -57,9 +60,20 @@ class ProgressReporter:
         """The controller decided to start a replica of ``key``."""
         self._advance(key, "scheduled")
 
-    def pulling(self, key: str) -> None:
-        """``key`` waits for its weights (source or cache not ready)."""
-        self._advance(key, "pulling")
+    def pulling(self, key: str, download: DownloadProgress | None = None) -> None:
+        """``key`` waits for its weights (source or cache not ready); a download's progress
+        is published again each time its whole percent grows."""
+        start = self._starts.get(key)
+        if start is None or start.phase != "pulling":
+            self._advance(key, "pulling", download=download)
+            start = self._starts.get(key)
+            if start is not None and start.phase == "pulling" and download is not None:
+                start.percent = download.percent
+            return
+        percent = download.percent if download is not None else None
+        if percent is not None and (start.percent is None or percent > start.percent):
+            start.percent = percent
+            self._emit(key, "pulling", None, download)
 
     def loading(self, key: str) -> None:
         """An engine of ``key`` was spawned; eta from the previous start, if any."""
@@ -84,7 +98,14 @@ class ProgressReporter:
         self.abandon(key)
         self._durations.pop(key, None)
 
-    def _advance(self, key: str, phase: str, eta_s: float | None = None) -> None:
+    def _advance(
+        self,
+        key: str,
+        phase: str,
+        eta_s: float | None = None,
+        *,
+        download: DownloadProgress | None = None,
+    ) -> None:
         start = self._starts.get(key)
         if start is None:
             start = self._starts[key] = _ColdStart(phase="")
@@ -94,12 +115,21 @@ class ProgressReporter:
         if start.phase and _ORDER[phase] <= _ORDER[start.phase]:
             return
         start.phase = phase
-        self._emit(key, phase, eta_s)
+        self._emit(key, phase, eta_s, download)
 
-    def _emit(self, key: str, phase: str, eta_s: float | None) -> None:
-        event = topics.ProgressEvent.model_validate(
-            {"model": key, "phase": phase, "at": utcnow(), "eta_s": eta_s, "source": self._source}
-        )
+    def _emit(
+        self, key: str, phase: str, eta_s: float | None, download: DownloadProgress | None = None
+    ) -> None:
+        fields: dict[str, object] = {
+            "model": key, "phase": phase, "at": utcnow(), "eta_s": eta_s, "source": self._source,
+        }  # fmt: skip
+        if download is not None:
+            fields.update(
+                progress=download.fraction,
+                bytes_done=download.bytes_done,
+                bytes_total=download.bytes_total,
+            )
+        event = topics.ProgressEvent.model_validate(fields)
         try:
             self._backlog.put_nowait(event)
         except asyncio.QueueFull:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from flexinfer_common.api import Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import utcnow
+from flexinfer_common.api.status import CacheStatus as ApiCacheStatus
 from flexinfer_common.api.status import GPUStatus, blocked_reason
 from flexinfer_common.errors import (
     ConflictError,
@@ -31,6 +32,13 @@ from flexinfer_controller.backends import (
     LaunchSpec,
     UnsupportedBackendError,
     launch,
+)
+from flexinfer_controller.core.cache import (
+    CacheState,
+    CacheStatus,
+    DownloadProgress,
+    ModelCache,
+    NoRegistryCache,
 )
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.desired import busy_until, desired_replicas
@@ -77,6 +85,8 @@ class _Plan:
     desired: int = 0
     model_dir: Path | None = None
     """The model directory the launch was rendered with (None: the backend pulls)."""
+    download: DownloadProgress | None = None
+    """How far the cache's download of a remote source got (None: none running)."""
 
 
 class Reconciler:
@@ -97,10 +107,12 @@ class Reconciler:
         prestart: PreStart | None = None,
         inventory: GPUInventory | None = None,
         placer: Placer | None = None,
+        cache: ModelCache | None = None,
     ) -> None:
         self._store = store
         self._inventory: GPUInventory = inventory or DeclaredInventory([])
         self._placer: Placer = placer or MostVRAMPlacer()
+        self._cache: ModelCache = cache or NoRegistryCache()
         self._prestart: PreStart = prestart or NoPreStart()
         self._runtime = runtime
         self._backends = backends
@@ -189,7 +201,7 @@ class Reconciler:
         )
         ready = [r for r in running if r.state is ReplicaState.READY]
         await self._publisher.sync(key, ready, status.phase.value, blocked_reason(status))
-        self._report_progress(model, status, ready, active_at)
+        self._report_progress(model, status, ready, active_at, plan.download)
         for replica in to_stop:
             await self._runtime.stop(replica.id)
         await self._write_status(model, status)
@@ -210,7 +222,12 @@ class Reconciler:
             self._metrics.observe_replicas(self._runtime.list())
 
     def _report_progress(
-        self, model: Model, status: ModelStatus, ready: list[Replica], active_at: datetime | None
+        self,
+        model: Model,
+        status: ModelStatus,
+        ready: list[Replica],
+        active_at: datetime | None,
+        download: DownloadProgress | None,
     ) -> None:
         """Advance the cold-start phases the proxy shows to waiting clients."""
         key = model.key
@@ -221,7 +238,7 @@ class Reconciler:
         elif status.phase is ModelPhase.PENDING:
             # Weights not in place: a start that is wanted waits for the pull.
             if desired_replicas(model.spec, active_at, utcnow()).replicas > 0:
-                self._progress.pulling(key)
+                self._progress.pulling(key, download)
             else:
                 self._progress.abandon(key)
         elif status.desired_replicas == 0 or status.phase is ModelPhase.FAILED:
@@ -250,6 +267,14 @@ class Reconciler:
             return _Plan(Verdict(config_valid=(False, "BackendUnsupported", message)))
         # A backend that pulls its model itself (Ollama) has no directory to wait for.
         source = resolve_source(spec.source) if backend.needs_volume else _PULLED
+        cache: CacheState | None = None
+        if source.state is SourceState.REMOTE:
+            cache = self._cache.ensure(model)
+            source = _resolution(cache)
+        detail = _cache_status(cache)
+        if cache is not None and cache.status is CacheStatus.FAILED:
+            cached_no = (False, cache.reason, cache.message)
+            return _Plan(Verdict(cached=cached_no, cache_failed=True, cache=detail))
         if source.state is SourceState.INVALID:
             return _Plan(Verdict(config_valid=(False, source.reason, source.message)))
         try:
@@ -263,19 +288,23 @@ class Reconciler:
             return _Plan(gpu)
         if source.state is SourceState.PENDING:
             # Cache gate, as the operator: no replicas until the weights are in place.
-            return _Plan(Verdict(cached=(False, source.reason, source.message), gpu=gpu))
+            download = cache.progress if cache is not None else None
+            pending = (False, source.reason, source.message)
+            return _Plan(Verdict(cached=pending, cache=detail, gpu=gpu), download=download)
         cached = (True, "Cached", source.message or f"model directory {source.path}")
         generation = model.metadata.generation or 1
         crashes = self._crashes.crash_looping(model.key, generation, time.monotonic())
         if crashes:
             last = self._crashes.last_message(model.key)
             message = f"engine crashed {crashes} times; fix the spec to retry. Last: {last}"
-            return _Plan(Verdict(cached=cached, crash_loop=message[:2000], gpu=gpu))
+            looping = Verdict(cached=cached, crash_loop=message[:2000], cache=detail, gpu=gpu)
+            return _Plan(looping)
         wanted = desired_replicas(spec, active_at, utcnow())
         if wanted.idle_at is not None:
             delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
             self._queue.add_after(model.key, delay)
-        return _Plan(Verdict(cached=cached, gpu=gpu), launch_spec, wanted.replicas, source.path)
+        verdict = Verdict(cached=cached, cache=detail, gpu=gpu)
+        return _Plan(verdict, launch_spec, wanted.replicas, source.path)
 
     def _place(self, model: Model, backend: Backend) -> GPUStatus | Verdict:
         """detectGPU and the compatibility check: the GPU status, or the verdict why not.
@@ -346,6 +375,23 @@ class Reconciler:
         for replica in replicas:
             await self._runtime.stop(replica.id)
         await self._prestart.release(key)
+        await self._cache.release(key)
         self._activity.pop(key, None)
         self._crashes.forget(key)
         self._progress.forget(key)
+
+
+def _cache_status(cache: CacheState | None) -> ApiCacheStatus | None:
+    """status.cache for a remote source: ready, the message, and the size once known."""
+    if cache is None:
+        return None
+    size = cache.progress.bytes_total if cache.progress is not None else None
+    ready = cache.status is CacheStatus.READY
+    return ApiCacheStatus(strategy="Registry", ready=ready, message=cache.message, size_bytes=size)
+
+
+def _resolution(cache: CacheState) -> SourceResolution:
+    """The cache's answer as a source resolution (FAILED is handled by the caller)."""
+    if cache.status is CacheStatus.READY:
+        return SourceResolution(SourceState.READY, cache.path, cache.reason, cache.message)
+    return SourceResolution(SourceState.PENDING, reason=cache.reason, message=cache.message)

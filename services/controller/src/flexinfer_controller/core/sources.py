@@ -14,6 +14,12 @@ class SourceState(StrEnum):
     READY = "Ready"
     PENDING = "Pending"
     INVALID = "Invalid"
+    REMOTE = "Remote"
+    """Fetched by the model cache (through the registry) before the engine can start."""
+
+
+REMOTE_SCHEMES = frozenset({"hf", "s3", "gs", "gcs", "ngc"})
+"""Schemes the registry's providers fetch (ModelExpress's Hugging Face, S3, GCS, NGC)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,15 +33,19 @@ class SourceResolution:
 
 
 def resolve_source(source: str) -> SourceResolution:
-    """file:///abs/dir with config.json is READY; other schemes wait for the registry."""
+    """file:///abs/dir with config.json is READY; hf/s3/gs/ngc are REMOTE (the cache
+    fetches them); any other scheme waits, saying why."""
     parts = urlsplit(source)
     scheme = parts.scheme.lower()
+    if scheme in REMOTE_SCHEMES:
+        return SourceResolution(SourceState.REMOTE, reason="CacheNotReady")
     if scheme != "file":
+        known = ", ".join(f"{s}://" for s in sorted(REMOTE_SCHEMES))
         return SourceResolution(
             SourceState.PENDING,
             reason="CacheNotReady",
-            message=f"{scheme}:// sources need the registry/cache integration, which arrives "
-            "later; the local runtime serves file:///absolute/dir sources now",
+            message=f"the local runtime cannot fetch {scheme}:// sources: the registry fetches "
+            f"{known}, and file:///absolute/dir is read in place",
         )
     if parts.netloc not in ("", "localhost"):
         return SourceResolution(

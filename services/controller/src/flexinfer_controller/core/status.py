@@ -8,7 +8,7 @@ from datetime import datetime
 
 from flexinfer_common.api import Condition, Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import ConditionStatus, set_condition
-from flexinfer_common.api.status import ConditionType, GPUStatus
+from flexinfer_common.api.status import CacheStatus, ConditionType, GPUStatus
 from flexinfer_controller.runtime import Replica, ReplicaState
 
 
@@ -22,6 +22,10 @@ class Verdict:
     """(ok, reason, message): can this runtime run the backend."""
     cached: tuple[bool, str, str] | None = None
     """(ok, reason, message) of source resolution; None when not evaluated."""
+    cache_failed: bool = False
+    """The cache can never fetch the source as written (not found, denied): Failed."""
+    cache: CacheStatus | None = None
+    """status.cache of a remote source (None: left as it is)."""
     crash_loop: str | None = None
     """A message when the model is in a crash loop."""
     waiting: str | None = None
@@ -38,7 +42,7 @@ def phase_of(verdict: Verdict, desired: int, running: int, ready: int) -> ModelP
     unschedulable = not verdict.schedulable[0]
     if not verdict.config_valid[0] or verdict.crash_loop:
         return ModelPhase.FAILED
-    if unschedulable and not verdict.placement_pending:
+    if (unschedulable and not verdict.placement_pending) or verdict.cache_failed:
         return ModelPhase.FAILED
     if unschedulable or (verdict.cached is not None and not verdict.cached[0]):
         return ModelPhase.PENDING
@@ -89,6 +93,7 @@ def build_status(
             "gpu": verdict.gpu,
             "last_active_time": last_active,
             "message": summary,
+            "cache": verdict.cache if verdict.cache is not None else model.status.cache,
         }
     )
 

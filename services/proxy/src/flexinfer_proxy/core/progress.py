@@ -29,6 +29,11 @@ class ProgressBoard:
         if event is None or event.phase == "ready":
             return f"flexinfer cold-start phase={QUEUED} waited={waited_s:.0f}s"
         text = f"flexinfer cold-start phase={event.phase}"
+        if event.progress is not None:
+            text += f" progress={int(event.progress * 100)}%"
+        if event.bytes_done is not None:
+            total = f"/{event.bytes_total}" if event.bytes_total is not None else ""
+            text += f" bytes={event.bytes_done}{total}"
         if event.eta_s is not None:
             text += f" eta={event.eta_s:.0f}s"
         return text + f" waited={waited_s:.0f}s"
