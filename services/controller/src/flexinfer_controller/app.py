@@ -14,12 +14,14 @@ from flexinfer_common.bus import EventBus
 from flexinfer_common.store import ModelStore
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
+from flexinfer_controller.adapters.metrics import HttpEngineMetrics
 from flexinfer_controller.adapters.registry.factory import create_model_cache
 from flexinfer_controller.api.admin import install_admin
 from flexinfer_controller.api.logs import logs_router
 from flexinfer_controller.backends import LaunchContext, default_backends
 from flexinfer_controller.core.adapters import AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
+from flexinfer_controller.core.kvcache import KVCacheCheck
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.models import ModelService
 from flexinfer_controller.runtime import create_inventory, create_prestart, create_runtime
@@ -60,11 +62,13 @@ def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore
             yield
         finally:
             await controller_.stop(stop_engines=settings.stop_engines_on_shutdown)
+            await engine_metrics.aclose()
 
     app = FastAPI(title="FlexInfer controller", lifespan=lifespan)
     install_admin_auth(app, settings, host=settings.host, telemetry=settings.telemetry)
     telemetry = setup_telemetry(app, "controller", settings.telemetry)
     metrics = ControllerMetrics(telemetry.registry)
+    engine_metrics = HttpEngineMetrics()
     controller = Controller(
         controller_config(settings),
         store=store,
@@ -75,6 +79,7 @@ def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore
         prestart=create_prestart(settings),
         inventory=create_inventory(settings),
         cache_factory=partial(create_model_cache, settings),
+        kv_check=KVCacheCheck(engine_metrics),
     )
     controller_ = controller
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)

@@ -61,6 +61,18 @@ class H(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/readyz" and mode == "unready":
             self.send_response(503); self.end_headers(); return
+        if self.path == "/metrics":
+            try:  # re-read per scrape: a test changes the engine's readings as it runs
+                with open(os.path.join(args.model_dir, "metrics.txt"), "rb") as fh:
+                    text = fh.read()
+            except FileNotFoundError:
+                text = b""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+            return
         body = json.dumps({"status": "ok", "pid": os.getpid(), "model": args.served_model_name,
                            "data": [{"id": args.served_model_name, "object": "model"}]}).encode()
         self.send_response(200)

@@ -21,6 +21,7 @@ from flexinfer_controller.core.consumers import EventLoop
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.endpoints import EndpointPublisher
 from flexinfer_controller.core.gpu import GPUInventory
+from flexinfer_controller.core.kvcache import KVCacheCheck
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.prestart import PreStart
 from flexinfer_controller.core.progress import ProgressReporter
@@ -62,6 +63,7 @@ class Controller:
         metrics: ControllerMetrics | None = None,
         prestart: PreStart | None = None,
         inventory: GPUInventory | None = None,
+        kv_check: KVCacheCheck | None = None,
         cache_factory: Callable[[Notify], ModelCache] | None = None,
     ) -> None:
         self._config = config
@@ -91,6 +93,7 @@ class Controller:
             metrics=metrics,
             prestart=prestart,
             inventory=inventory,
+            kv_check=kv_check,
             cache=self.cache,
         )
         self._tasks: list[asyncio.Task[None]] = []

@@ -53,6 +53,7 @@ from flexinfer_controller.core.gpu import (
     Unplaced,
     place,
 )
+from flexinfer_controller.core.kvcache import KVCacheCheck, NoEngineMetrics
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.prestart import NoPreStart, PreStart
 from flexinfer_controller.core.progress import ProgressReporter
@@ -108,11 +109,13 @@ class Reconciler:
         inventory: GPUInventory | None = None,
         placer: Placer | None = None,
         cache: ModelCache | None = None,
+        kv_check: KVCacheCheck | None = None,
     ) -> None:
         self._store = store
         self._inventory: GPUInventory = inventory or DeclaredInventory([])
         self._placer: Placer = placer or MostVRAMPlacer()
         self._cache: ModelCache = cache or NoRegistryCache()
+        self._kv = kv_check or KVCacheCheck(NoEngineMetrics())
         self._prestart: PreStart = prestart or NoPreStart()
         self._runtime = runtime
         self._backends = backends
@@ -200,11 +203,25 @@ class Reconciler:
             model, verdict, desired=desired, replicas=running, last_active=last_active
         )
         ready = [r for r in running if r.state is ReplicaState.READY]
+        status = await self._with_kv_cache(model, status, ready)
         await self._publisher.sync(key, ready, status.phase.value, blocked_reason(status))
         self._report_progress(model, status, ready, active_at, plan.download)
         for replica in to_stop:
             await self._runtime.stop(replica.id)
         await self._write_status(model, status)
+
+    async def _with_kv_cache(
+        self, model: Model, status: ModelStatus, ready: list[Replica]
+    ) -> ModelStatus:
+        """Post-reconcile: the KV-cache pressure check, then the seed's 30 s requeue so
+        that the readings stay fresh while replicas serve."""
+        backend = self._backends.get(model.spec.backend)
+        path = backend.metrics_path if backend is not None else None
+        urls = [f"{r.url.rstrip('/')}{path}" for r in ready if r.url and path]
+        if not urls:
+            return status
+        self._queue.add_after(model.key, RECHECK_S)
+        return status.model_copy(update={"kv_cache": await self._kv.check(model, urls)})
 
     async def _write_status(self, model: Model, status: ModelStatus) -> None:
         if status.model_dump() != model.status.model_dump():
