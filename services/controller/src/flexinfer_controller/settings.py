@@ -14,6 +14,7 @@ from pydantic_settings import SettingsConfigDict
 from flexinfer_common.auth import AdminAuthSettings
 from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings, TelemetrySettings
 from flexinfer_controller.flashload.settings import FlashLoadSettings
+from flexinfer_controller.kube_settings import KubernetesSettings
 
 
 def default_instance_id() -> str:
@@ -42,7 +43,8 @@ class ControllerSettings(AdminAuthSettings):
     """Namespace used when a request names none, like kubectl's default namespace."""
 
     runtime: str = "local"
-    """Where engines run: ``local`` (subprocesses on this machine); ``kubernetes`` comes later."""
+    """Where engines run: ``local`` (subprocesses on this machine, Models in the SQL store)
+    or ``kubernetes`` (pods of one Deployment per Model, Models as custom resources)."""
 
     data_dir: Path = Path(".flexinfer/controller")
     """Engine state files (``engines/``) and logs (``logs/``) of the local runtime. Its
@@ -107,3 +109,6 @@ class ControllerSettings(AdminAuthSettings):
     flash_loader: FlashLoadSettings = Field(default_factory=FlashLoadSettings)
     """Local mode's pre-start copy to tmpfs (``FLEXINFER_FLASH_LOADER_*``); a Model's
     ``spec.cache.flashLoader`` overrides it per model."""
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    """The apiserver and watched namespaces of the ``kubernetes`` runtime
+    (``FLEXINFER_KUBERNETES_*``)."""

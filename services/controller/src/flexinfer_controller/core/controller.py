@@ -24,6 +24,7 @@ from flexinfer_controller.core.prestart import PreStart
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import ShutDownError, WorkQueue
 from flexinfer_controller.core.reconciler import Reconciler
+from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.runtime import ReplicaEvent, ReplicaListener, Runtime
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class Controller:
         backends: BackendRegistry,
         metrics: ControllerMetrics | None = None,
         prestart: PreStart | None = None,
+        sources: Callable[[str], SourceResolution] | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -84,6 +86,7 @@ class Controller:
             progress=self.progress,
             metrics=metrics,
             prestart=prestart,
+            sources=sources or resolve_source,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._failures: dict[str, int] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,8 +86,10 @@ class Reconciler:
         progress: ProgressReporter,
         metrics: ControllerMetrics | None = None,
         prestart: PreStart | None = None,
+        sources: Callable[[str], SourceResolution] = resolve_source,
     ) -> None:
         self._store = store
+        self._sources = sources
         self._prestart: PreStart = prestart or NoPreStart()
         self._runtime = runtime
         self._backends = backends
@@ -235,7 +238,7 @@ class Reconciler:
             message = f"unknown backend {spec.backend!r}; known backends: {known}"
             return _Plan(Verdict(config_valid=(False, "BackendUnsupported", message)))
         # A backend that pulls its model itself (Ollama) has no directory to wait for.
-        source = resolve_source(spec.source) if backend.needs_volume else _PULLED
+        source = self._sources(spec.source) if backend.needs_volume else _PULLED
         if source.state is SourceState.INVALID:
             return _Plan(Verdict(config_valid=(False, source.reason, source.message)))
         try:
@@ -309,6 +312,7 @@ class Reconciler:
             await self._publisher.clear(key)
         for replica in replicas:
             await self._runtime.stop(replica.id)
+        await self._runtime.release(key)
         await self._prestart.release(key)
         self._activity.pop(key, None)
         self._crashes.forget(key)
