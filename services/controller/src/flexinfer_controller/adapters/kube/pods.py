@@ -7,6 +7,7 @@ controller never caches the cluster's other pods.
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any, cast
 
 from flexinfer_controller.adapters.kube.client import (
@@ -30,9 +31,17 @@ class PodListWatch:
 
     async def list(self, namespace: str | None) -> tuple[list[Obj], str]:
         """The matching pods (as dicts) and the list's resourceVersion."""
-        found = await self._client.call("list pods", self._lister(namespace))
-        # camelCase dicts, as a watch streams them
-        body = cast(dict[str, Any], self._client.api_client.sanitize_for_serialization(found))
+        lister = self._lister(namespace)
+
+        def raw(**kwargs: Any) -> Any:
+            # As JSON, read in the worker thread: the typed models refuse partial statuses.
+            response = lister(_preload_content=False, **kwargs)
+            try:
+                return json.loads(response.data)
+            finally:
+                response.release_conn()
+
+        body = cast(dict[str, Any], await self._client.call("list pods", raw))
         items = cast(list[Obj], body.get("items") or [])
         return items, str(body["metadata"]["resourceVersion"])
 
@@ -55,6 +64,15 @@ class PodListWatch:
 async def patch_pod(client: KubeClient, namespace: str, name: str, patch: Obj) -> None:
     """A JSON merge patch of one pod (its metadata: the deletion cost)."""
     core = client.core
-    await client.call(
-        "patch pods", core.patch_namespaced_pod, name, namespace, patch, _content_type=MERGE_PATCH
-    )
+
+    def send(**kwargs: Any) -> None:
+        # Untyped: the typed Pod model refuses statuses some kubelets write partially.
+        response = core.patch_namespaced_pod(
+            name, namespace, patch, _content_type=MERGE_PATCH, _preload_content=False, **kwargs
+        )
+        try:
+            response.data  # read whole, so the pooled connection can be reused  # noqa: B018
+        finally:
+            response.release_conn()
+
+    await client.call("patch pods", send)

@@ -128,7 +128,9 @@ class KubernetesRuntime(Runtime):
         digest = stamp(deployment, model, generation)
         wanted = self._wanted.get(model) or await self._read_wanted(model)
         if wanted is not None and wanted.template_hash == digest:
-            target = wanted.replicas + 1
+            # Same pods, new generation (serverless settings, say): its pods now serve it.
+            renewed = wanted.generation != generation and wanted.replicas > 0
+            target = wanted.replicas if renewed else wanted.replicas + 1
         else:  # a new template: its replicas start from the pods already made from it
             target = 1 + sum(p.template_hash == digest for p in self._live(model))
         deployment["spec"]["replicas"] = target
@@ -240,7 +242,11 @@ class KubernetesRuntime(Runtime):
         if wanted is None or wanted.replicas == 0:
             return
         ref = _deployment_ref(wanted.namespace, wanted.deployment)
-        await self._applier.scale(ref, wanted.replicas - 1)
+        try:
+            await self._applier.scale(ref, wanted.replicas - 1)
+        except FlexInferError:
+            del self._wanted[model]  # it may or may not have been written: read it anew
+            raise
         self._wanted[model] = dataclasses.replace(wanted, replicas=wanted.replicas - 1)
 
     # -- pod events --------------------------------------------------------------------
