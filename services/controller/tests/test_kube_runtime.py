@@ -128,15 +128,18 @@ async def test_demand_scales_a_model_from_zero_and_idle_back(cluster: Cluster) -
     calls = [(c.verb, c.resource) for c in api.calls]
     assert calls.index(("patch", "models")) < calls.index(("create", "deployments"))
     deployment = api.get("deployments", "default", "tiny")
-    assert deployment is not None and deployment["spec"]["replicas"] == 1
+    assert deployment is not None
+    assert deployment["spec"]["replicas"] == 1
     service = api.get("services", "default", "tiny")
-    assert service is not None and service["spec"]["ports"][0]["port"] == 8000
+    assert service is not None
+    assert service["spec"]["ports"][0]["port"] == 8000
     (pod,) = cluster.pods()
     status = cluster.status()
     assert status["endpoint"] == f"http://{pod['status']['podIP']}:8000"
     assert status["readyReplicas"] == 1
     endpoints = api.get("configmaps", "default", "flexinfer-endpoints-tiny")
-    assert endpoints is not None and status["endpoint"] in str(endpoints["data"])
+    assert endpoints is not None
+    assert status["endpoint"] in str(endpoints["data"])
 
     # No more demand: the idle timeout scales the Deployment to zero, and the pod goes.
     await cluster.wait_phase("Idle", timeout_s=15)

@@ -100,6 +100,7 @@ class Runtime(ABC):
         Called after every replica of ``model`` was stopped. Local replicas leave nothing
         behind; the kubernetes runtime deletes the Model's Deployment, Service and the rest.
         """
+        return  # a hook most runtimes do not need
 
     @abstractmethod
     async def close(self, *, stop_replicas: bool) -> None:

@@ -142,9 +142,9 @@ class WatchStream:
 
 
 def watch_kwargs(resource_version: str, timeout_s: int) -> dict[str, Any]:
-    """The keyword arguments of a list call that watches after ``resource_version``."""
+    """The keyword arguments (besides ``watch=True``, which each caller names, so that a scan
+    of the calls sees what is watched) of a list call that watches after ``resource_version``."""
     return {
-        "watch": True,
         "resource_version": resource_version,
         "allow_watch_bookmarks": True,
         "timeout_seconds": timeout_s,
@@ -188,7 +188,12 @@ class KubeClient:
         kwargs = watch_kwargs(resource_version, timeout_s)
         if namespace is None:
             opener = functools.partial(
-                self.custom.list_cluster_custom_object, r.group, r.version, r.plural, **kwargs
+                self.custom.list_cluster_custom_object,
+                r.group,
+                r.version,
+                r.plural,
+                watch=True,
+                **kwargs,
             )
         else:
             opener = functools.partial(
@@ -197,6 +202,7 @@ class KubeClient:
                 r.version,
                 namespace,
                 r.plural,
+                watch=True,
                 **kwargs,
             )
         return WatchStream(opener, f"watch {r.plural}")

@@ -48,7 +48,7 @@ class PodListWatch:
     def watch(self, namespace: str | None, resource_version: str, timeout_s: int) -> WatchStream:
         """A watch of the matching pods after ``resource_version``."""
         opener = functools.partial(
-            self._lister(namespace), **watch_kwargs(resource_version, timeout_s)
+            self._lister(namespace), watch=True, **watch_kwargs(resource_version, timeout_s)
         )
         return WatchStream(opener, "watch pods")
 

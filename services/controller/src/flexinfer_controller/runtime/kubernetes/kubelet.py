@@ -78,7 +78,9 @@ class Kubelet:
     def _create(self, deployment: Obj, template: Obj) -> None:
         meta = copy.deepcopy(template["metadata"])
         namespace = deployment["metadata"]["namespace"]
-        meta.update(name=f"{deployment['metadata']['name']}-{next(self._names)}", namespace=namespace)
+        meta.update(
+            name=f"{deployment['metadata']['name']}-{next(self._names)}", namespace=namespace
+        )
         meta.setdefault("annotations", {})[OWNER_ANNOTATION] = deployment["metadata"]["name"]
         pod = self.api.create("pods", {"metadata": meta, "spec": copy.deepcopy(template["spec"])})
         name = pod["metadata"]["name"]
@@ -121,13 +123,16 @@ async def running_kubelet(api: KubeApiServer) -> AsyncIterator[Kubelet]:
     stop = asyncio.Event()
 
     async def loop() -> None:
-        seen = -1
         while not stop.is_set():
             seen = api.resource_version
             kubelet.sync()
+
+            def changed(server: KubeApiServer, seen: int = seen) -> bool:
+                return server.resource_version != seen
+
             with contextlib.suppress(TimeoutError):
                 # Woken by the next change; the bound only lets a stop be noticed.
-                await api.until(lambda s: s.resource_version != seen, within_s=0.5)
+                await api.until(changed, within_s=0.5)
 
     task = asyncio.create_task(loop())
     try:

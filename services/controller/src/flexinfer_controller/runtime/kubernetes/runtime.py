@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import dataclasses
 import logging
@@ -134,11 +135,16 @@ class KubernetesRuntime(Runtime):
         else:  # a new template: its replicas start from the pods already made from it
             target = 1 + sum(p.template_hash == digest for p in self._live(model))
         deployment["spec"]["replicas"] = target
-        for obj in objects:
-            await self._applier.ensure(obj)
+        # Known before the writes: the new pod's events may come before they all return.
         self._wanted[model] = Wanted(
             namespace, deployment["metadata"]["name"], generation, digest, target
         )
+        try:
+            for obj in objects:
+                await self._applier.ensure(obj)
+        except FlexInferError:
+            del self._wanted[model]  # written or not: read it anew next time
+            raise
         log.info("scaled %s to %d replica(s) (generation %d)", model, target, generation)
         return replicas_of(model, [], self._wanted[model], {})[-1]
 
@@ -215,7 +221,7 @@ class KubernetesRuntime(Runtime):
 
     # -- state -------------------------------------------------------------------------
 
-    def _live(self, model: str) -> list[PodView]:
+    def _live(self, model: str) -> builtins.list[PodView]:
         return [
             p
             for p in self._pods.values()
