@@ -22,7 +22,7 @@ from flexinfer_controller.adapters.kube import resources as kube_resources
 from flexinfer_controller.adapters.kube.client import Resource
 from flexinfer_controller.backends.registry import default_backends
 from flexinfer_controller.runtime.kubernetes import rbac, render_cleanup, render_model
-from flexinfer_controller.runtime.kubernetes.plan import Op, cleanup, ensure, read
+from flexinfer_controller.runtime.kubernetes.plan import Op, cleanup, ensure, read, scale
 from flexinfer_controller.runtime.kubernetes.testing import SAMPLES
 from flexinfer_testing.repo import repo_root
 
@@ -77,15 +77,21 @@ def _watches(tree: ast.AST) -> bool:
     return False
 
 
+def _listed(method: str) -> bool:
+    return method.startswith("list_")
+
+
 def adapter_grants() -> set[Grant]:
-    """What the kube adapters' client calls need."""
+    """What the kube adapters' client calls need (a file that watches watches what it lists)."""
     grants: set[Grant] = set()
     for path in sorted(ADAPTERS.glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        for method in _client_calls(tree):
+        calls = _client_calls(tree)
+        for method in calls:
             grants |= _grants_of_method(method)
         if _watches(tree):
-            grants |= {(r.group, r.plural, "watch") for r in _custom_resources()}
+            listed = set().union(*(_grants_of_method(m) for m in calls if _listed(m)))
+            grants |= {(group, resource, "watch") for group, resource, _ in listed}
     return grants
 
 
@@ -105,6 +111,7 @@ def plan_grants() -> set[Grant]:
         ops: list[Op | None] = [read(o) for o in objects]
         ops += [ensure(o, None) for o in objects] + [ensure(o, _drifted(o)) for o in objects]
         ops += cleanup(objects, on_delete)
+        ops += [scale(o, 0) for o in objects if o["kind"] == "Deployment"]
         grants |= {(op.group, op.resource, op.verb) for op in ops if op is not None}
         for obj in objects:
             for ref in obj["metadata"].get("ownerReferences", []):
@@ -126,6 +133,8 @@ def test_the_scan_sees_the_adapters_calls() -> None:
     assert ("", "configmaps", "patch") in grants
     assert ("ai.flexinfer", "models/status", "patch") in grants
     assert ("ai.flexinfer", "loraadapters", "watch") in grants
+    assert ("", "pods", "watch") in grants
+    assert ("", "pods", "patch") in grants
 
 
 def _kustomized() -> list[dict[str, Any]]:

@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 from flexinfer_common.auth import resolve_admin_tokens
-from flexinfer_common.service import bus_and_store, flag_overrides, run_main, serve_app
+from flexinfer_common.bus import open_bus
+from flexinfer_common.service import flag_overrides, run_main, serve_app
 from flexinfer_controller.app import create_app
+from flexinfer_controller.runtime.registry import open_models
 from flexinfer_controller.settings import ControllerSettings
 
 PROG = "flexinfer-controller"
@@ -37,9 +39,14 @@ def _checked(settings: ControllerSettings) -> ControllerSettings:
 
 
 async def _serve(settings: ControllerSettings) -> None:
-    async with bus_and_store(settings.bus, settings.store) as (bus, store):
-        app = create_app(settings, bus=bus, store=store)
-        await serve_app("controller", app, settings.host, settings.port)
+    bus = await open_bus(settings.bus)  # a bus that never answers fails the start
+    try:
+        # The SQL store, or (runtime=kubernetes) the apiserver's Models and their informers.
+        async with open_models(settings) as (store, feed):
+            app = create_app(settings, bus=bus, store=store, feed=feed)
+            await serve_app("controller", app, settings.host, settings.port)
+    finally:
+        await bus.close()
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

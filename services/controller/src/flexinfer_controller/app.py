@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,10 +23,12 @@ from flexinfer_controller.api.logs import logs_router
 from flexinfer_controller.backends import LaunchContext, default_backends
 from flexinfer_controller.core.adapters import AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
+from flexinfer_controller.core.feed import ModelFeed, NoFeed
 from flexinfer_controller.core.kvcache import KVCacheCheck
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.models import ModelService
 from flexinfer_controller.runtime import create_inventory, create_prestart, create_runtime
+from flexinfer_controller.runtime.registry import runtime_plugin
 from flexinfer_controller.settings import ControllerSettings
 
 log = logging.getLogger(__name__)
@@ -47,20 +51,35 @@ def controller_config(settings: ControllerSettings) -> ControllerConfig:
     )
 
 
-def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore) -> FastAPI:
+def create_app(
+    settings: ControllerSettings,
+    *,
+    bus: EventBus,
+    store: ModelStore,
+    feed: ModelFeed | None = None,
+) -> FastAPI:
     """The controller app; its lifespan adopts engines and runs the reconciler.
+
+    ``feed`` reports Model changes made behind the admin API's back (the apiserver's
+    informers on Kubernetes); none is needed with the SQL store.
 
     ConfigError when the admin API would be open beyond loopback (see ``AdminAuthSettings``).
     """
     controller: Controller | None = None
+    model_feed: ModelFeed = feed or NoFeed()
+    plugin = runtime_plugin(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await controller_.start()
+        watching = asyncio.create_task(model_feed.run(controller_.enqueue), name="model-feed")
         log.info("controller ready (runtime %s, data dir %s)", settings.runtime, settings.data_dir)
         try:
             yield
         finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
             await controller_.stop(stop_engines=settings.stop_engines_on_shutdown)
             await engine_metrics.aclose()
 
@@ -80,6 +99,7 @@ def create_app(settings: ControllerSettings, *, bus: EventBus, store: ModelStore
         inventory=create_inventory(settings),
         cache_factory=partial(create_model_cache, settings),
         kv_check=KVCacheCheck(engine_metrics),
+        sources=plugin.sources,
     )
     controller_ = controller
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)

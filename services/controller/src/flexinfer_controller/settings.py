@@ -16,6 +16,7 @@ from flexinfer_common.auth import AdminAuthSettings
 from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings, TelemetrySettings
 from flexinfer_controller.adapters.registry.settings import RegistryClientSettings
 from flexinfer_controller.flashload.settings import FlashLoadSettings
+from flexinfer_controller.kube_settings import KubernetesSettings
 
 
 def default_instance_id() -> str:
@@ -59,7 +60,8 @@ class ControllerSettings(AdminAuthSettings):
     """Namespace used when a request names none, like kubectl's default namespace."""
 
     runtime: str = "local"
-    """Where engines run: ``local`` (subprocesses on this machine); ``kubernetes`` comes later."""
+    """Where engines run: ``local`` (subprocesses on this machine, Models in the SQL store)
+    or ``kubernetes`` (pods of one Deployment per Model, Models as custom resources)."""
 
     data_dir: Path = Path(".flexinfer/controller")
     """Engine state files (``engines/``) and logs (``logs/``) of the local runtime. Its
@@ -130,3 +132,6 @@ class ControllerSettings(AdminAuthSettings):
     ``spec.cache.flashLoader`` overrides it per model."""
     registry: RegistryClientSettings = Field(default_factory=RegistryClientSettings)
     """The registry that fetches remote sources (``FLEXINFER_CONTROLLER_REGISTRY_*``)."""
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    """The apiserver and watched namespaces of the ``kubernetes`` runtime
+    (``FLEXINFER_KUBERNETES_*``)."""

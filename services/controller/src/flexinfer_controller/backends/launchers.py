@@ -13,9 +13,17 @@ from flexinfer_controller.backends.local import launch_locally
 Launcher = Callable[[Backend, Model, "Path | None", LaunchContext], LaunchSpec]
 
 
+def _kubernetes(
+    backend: Backend, model: Model, model_dir: Path | None, ctx: LaunchContext
+) -> LaunchSpec:
+    from flexinfer_controller.runtime.kubernetes.launch import launch_on_kubernetes
+
+    return launch_on_kubernetes(backend, model, model_dir, ctx)
+
+
 def launchers() -> dict[str, Launcher]:
-    """Runtimes that start engines from a LaunchSpec (Kubernetes renders EngineSpecs itself)."""
-    return {"local": launch_locally}
+    """Runtimes by name: how each turns a backend's EngineSpec into its LaunchSpec."""
+    return {"local": launch_locally, "kubernetes": _kubernetes}
 
 
 def launch(

@@ -27,6 +27,7 @@ from flexinfer_controller.core.prestart import PreStart
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import ShutDownError, WorkQueue
 from flexinfer_controller.core.reconciler import Reconciler
+from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.runtime import ReplicaEvent, ReplicaListener, Runtime
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class Controller:
         inventory: GPUInventory | None = None,
         kv_check: KVCacheCheck | None = None,
         cache_factory: Callable[[Notify], ModelCache] | None = None,
+        sources: Callable[[str], SourceResolution] | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -95,6 +97,7 @@ class Controller:
             inventory=inventory,
             kv_check=kv_check,
             cache=self.cache,
+            sources=sources or resolve_source,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._failures: dict[str, int] = {}

@@ -77,8 +77,17 @@ class Unplaced:
 class GPUInventory(Protocol):
     """The fleet's accelerators now (kept current by whoever watches the nodes)."""
 
-    def nodes(self) -> list[NodeGPU]:
-        """Every node with a GPU; nodes without one are not listed."""
+    def nodes(self) -> list[NodeGPU] | None:
+        """Every node with a GPU (nodes without one are not listed); None when the fleet
+        is not known here, and placement is left to the cluster's scheduler."""
+
+
+class UnknownInventory:
+    """A fleet this controller does not see: only the backend's vendors are checked."""
+
+    def nodes(self) -> list[NodeGPU] | None:
+        """None."""
+        return None
 
 
 class DeclaredInventory:
@@ -87,7 +96,7 @@ class DeclaredInventory:
     def __init__(self, nodes: Sequence[NodeGPU]) -> None:
         self._nodes = list(nodes)
 
-    def nodes(self) -> list[NodeGPU]:
+    def nodes(self) -> list[NodeGPU] | None:
         """The declared nodes."""
         return list(self._nodes)
 
@@ -169,22 +178,35 @@ def detect_vendor(spec: GPUSpec, fleet: Sequence[NodeGPU], backend: BackendGPUs)
 
 
 def place(
-    spec: GPUSpec, fleet: Sequence[NodeGPU], backend: BackendGPUs, placer: Placer
+    spec: GPUSpec, fleet: Sequence[NodeGPU] | None, backend: BackendGPUs, placer: Placer
 ) -> Placement | Unplaced:
-    """detectGPU and the compatibility check: where the Model can run, or why not."""
+    """detectGPU and the compatibility check: where the Model can run, or why not.
+
+    With no fleet known (None) only an explicit vendor is checked against the backend, and
+    ``auto`` stays ``auto``: the cluster's scheduler places the pods.
+    """
+    if fleet is None:
+        declared = spec.vendor.value
+        if declared != GPUVendor.AUTO.value and declared not in backend.vendors:
+            return _unsupported(backend, declared)
+        return Placement(declared)
     vendor = detect_vendor(spec, fleet, backend)
     if isinstance(vendor, Unplaced):
         return vendor
     if vendor not in backend.vendors:
-        supported = ", ".join(sorted(backend.vendors))
-        message = f"backend {backend.name!r} does not run on {vendor} (supported: {supported})"
-        return Unplaced("GPUVendorUnsupported", message, permanent=True)
+        return _unsupported(backend, vendor)
     if vendor == CPU:
         return Placement(CPU)
     fitting = _fitting(spec, vendor, [n for n in fleet if n.vendor == vendor], backend)
     if isinstance(fitting, Unplaced):
         return fitting
     return Placement(vendor, placer.pick(spec, fitting))
+
+
+def _unsupported(backend: BackendGPUs, vendor: str) -> Unplaced:
+    supported = ", ".join(sorted(backend.vendors))
+    message = f"backend {backend.name!r} does not run on {vendor} (supported: {supported})"
+    return Unplaced("GPUVendorUnsupported", message, permanent=True)
 
 
 def _fitting(

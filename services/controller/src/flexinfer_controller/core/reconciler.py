@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -110,8 +111,10 @@ class Reconciler:
         placer: Placer | None = None,
         cache: ModelCache | None = None,
         kv_check: KVCacheCheck | None = None,
+        sources: Callable[[str], SourceResolution] = resolve_source,
     ) -> None:
         self._store = store
+        self._sources = sources
         self._inventory: GPUInventory = inventory or DeclaredInventory([])
         self._placer: Placer = placer or MostVRAMPlacer()
         self._cache: ModelCache = cache or NoRegistryCache()
@@ -283,7 +286,7 @@ class Reconciler:
             message = f"unknown backend {spec.backend!r}; known backends: {known}"
             return _Plan(Verdict(config_valid=(False, "BackendUnsupported", message)))
         # A backend that pulls its model itself (Ollama) has no directory to wait for.
-        source = resolve_source(spec.source) if backend.needs_volume else _PULLED
+        source = self._sources(spec.source) if backend.needs_volume else _PULLED
         cache: CacheState | None = None
         if source.state is SourceState.REMOTE:
             cache = self._cache.ensure(model)
@@ -391,6 +394,7 @@ class Reconciler:
             await self._publisher.clear(key)
         for replica in replicas:
             await self._runtime.stop(replica.id)
+        await self._runtime.release(key)
         await self._prestart.release(key)
         await self._cache.release(key)
         self._activity.pop(key, None)

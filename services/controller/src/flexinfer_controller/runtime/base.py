@@ -94,6 +94,14 @@ class Runtime(ABC):
     def list(self, model: str | None = None) -> list[Replica]:
         """Live replicas (STARTING or READY), of one model or all."""
 
+    async def release(self, model: str) -> None:
+        """The Model is gone: remove what the runtime made for it besides its replicas.
+
+        Called after every replica of ``model`` was stopped. Local replicas leave nothing
+        behind; the kubernetes runtime deletes the Model's Deployment, Service and the rest.
+        """
+        return  # a hook most runtimes do not need
+
     @abstractmethod
     async def close(self, *, stop_replicas: bool) -> None:
         """Stop watching; stop every replica too when ``stop_replicas``."""

@@ -1,32 +1,52 @@
-"""Runtimes by name: a name->plugin registry (``kubernetes`` arrives in a later issue).
+"""Runtimes by name: a name->plugin registry (``local`` and ``kubernetes``).
 
-A plugin gives the runtime and its pre-start step: local mode copies a model to tmpfs
-before it spawns the engine, where a Kubernetes Deployment does it in an init container.
+A plugin gives the runtime, its pre-start step, how a Model's source is resolved, and
+where Models come from. Local mode copies a model to tmpfs before it spawns the engine
+and keeps Models in the SQL store; on Kubernetes the Deployment's init container does the
+copy, the cluster's cache holds the weights, and Models are custom resources watched
+through the apiserver.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 from flexinfer_common.errors import ConfigError
-from flexinfer_controller.core.gpu import DeclaredInventory, GPUInventory, NodeGPU, parse_vram_mb
-from flexinfer_controller.core.prestart import PreStart
+from flexinfer_common.store import ModelStore, create_store
+from flexinfer_controller.core.feed import ModelFeed, NoFeed
+from flexinfer_controller.core.gpu import (
+    DeclaredInventory,
+    GPUInventory,
+    NodeGPU,
+    UnknownInventory,
+    parse_vram_mb,
+)
+from flexinfer_controller.core.prestart import NoPreStart, PreStart
+from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.runtime.base import ReplicaListener, Runtime
 from flexinfer_controller.settings import ControllerSettings
 
 RuntimeFactory = Callable[[ControllerSettings, ReplicaListener], Runtime]
 PreStartFactory = Callable[[ControllerSettings], PreStart]
 InventoryFactory = Callable[[ControllerSettings], GPUInventory]
+ModelSource = Callable[
+    [ControllerSettings], AbstractAsyncContextManager[tuple[ModelStore, ModelFeed]]
+]
+"""Opens the Model store and the feed of its changes; closes them when the block ends."""
 
 
 @dataclass(frozen=True, slots=True)
 class RuntimePlugin:
-    """How one runtime is built, with the step that runs before each engine starts."""
+    """How one runtime is built, with the steps and the Model source that go with it."""
 
     runtime: RuntimeFactory
     prestart: PreStartFactory
+    sources: Callable[[str], SourceResolution]
+    models: ModelSource
     inventory: InventoryFactory
     """Where detectGPU learns the fleet's accelerators."""
 
@@ -59,8 +79,53 @@ def _declared(settings: ControllerSettings) -> GPUInventory:
     )
 
 
+def _unknown_fleet(settings: ControllerSettings) -> GPUInventory:
+    # The nodes' flexinfer.ai/gpu.* labels are not watched yet: kube-scheduler and the
+    # scheduler extender place the pods, and detectGPU only checks the backend's vendor.
+    return UnknownInventory()
+
+
+@contextlib.asynccontextmanager
+async def _sql_models(settings: ControllerSettings) -> AsyncIterator[tuple[ModelStore, ModelFeed]]:
+    store = create_store(settings.store)
+    try:
+        await store.open()  # a store that cannot serve fails the start
+        yield store, NoFeed()
+    finally:
+        await store.close()
+
+
+def _kubernetes(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
+    from flexinfer_controller.runtime.kubernetes.factory import kubernetes_runtime
+
+    return kubernetes_runtime(settings, listener)
+
+
+def _no_prestart(settings: ControllerSettings) -> PreStart:
+    return NoPreStart()  # the flash loader is the Deployment's init container
+
+
+def _cluster_source(source: str) -> SourceResolution:
+    from flexinfer_controller.runtime.kubernetes.launch import cluster_source
+
+    return cluster_source(source)
+
+
+def _kube_models(
+    settings: ControllerSettings,
+) -> AbstractAsyncContextManager[tuple[ModelStore, ModelFeed]]:
+    from flexinfer_controller.runtime.kubernetes.factory import kubernetes_models
+
+    return kubernetes_models(settings)
+
+
 def _plugins() -> dict[str, RuntimePlugin]:
-    return {"local": RuntimePlugin(_local, _flash_loader, _declared)}
+    return {
+        "local": RuntimePlugin(_local, _flash_loader, resolve_source, _sql_models, _declared),
+        "kubernetes": RuntimePlugin(
+            _kubernetes, _no_prestart, _cluster_source, _kube_models, _unknown_fleet
+        ),
+    }
 
 
 def runtime_names() -> list[str]:
@@ -68,7 +133,8 @@ def runtime_names() -> list[str]:
     return sorted(_plugins())
 
 
-def _plugin(settings: ControllerSettings) -> RuntimePlugin:
+def runtime_plugin(settings: ControllerSettings) -> RuntimePlugin:
+    """The plugin ``settings.runtime`` names; ConfigError for an unknown name."""
     try:
         return _plugins()[settings.runtime]
     except KeyError:
@@ -78,14 +144,21 @@ def _plugin(settings: ControllerSettings) -> RuntimePlugin:
 
 def create_runtime(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
     """The runtime that ``settings.runtime`` names."""
-    return _plugin(settings).runtime(settings, listener)
+    return runtime_plugin(settings).runtime(settings, listener)
 
 
 def create_prestart(settings: ControllerSettings) -> PreStart:
     """The pre-start step of the runtime that ``settings.runtime`` names."""
-    return _plugin(settings).prestart(settings)
+    return runtime_plugin(settings).prestart(settings)
 
 
 def create_inventory(settings: ControllerSettings) -> GPUInventory:
     """The GPU inventory of the runtime that ``settings.runtime`` names."""
-    return _plugin(settings).inventory(settings)
+    return runtime_plugin(settings).inventory(settings)
+
+
+def open_models(
+    settings: ControllerSettings,
+) -> AbstractAsyncContextManager[tuple[ModelStore, ModelFeed]]:
+    """The Model store and feed of the runtime that ``settings.runtime`` names."""
+    return runtime_plugin(settings).models(settings)

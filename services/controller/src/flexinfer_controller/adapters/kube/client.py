@@ -60,8 +60,11 @@ class Resource:
         return f"{self.group}/{self.version}"
 
 
-def configuration(host: str | None = None, token: str | None = None) -> Any:
-    """Client settings: ``host`` if given, else in-cluster, else $KUBECONFIG or ~/.kube/config."""
+def configuration(
+    host: str | None = None, token: str | None = None, kubeconfig: str | None = None
+) -> Any:
+    """Client settings: ``host`` if given, else in-cluster, else ``kubeconfig``, $KUBECONFIG
+    or ~/.kube/config."""
     if host is not None:
         config = kube_client.Configuration(host=host)
         if token:
@@ -72,7 +75,7 @@ def configuration(host: str | None = None, token: str | None = None) -> Any:
             kube_config.load_incluster_config(client_configuration=config)
         except ConfigException:
             try:
-                path = os.environ.get("KUBECONFIG") or None
+                path = kubeconfig or os.environ.get("KUBECONFIG") or None
                 kube_config.load_kube_config(config_file=path, client_configuration=config)
             except (ConfigException, OSError) as exc:
                 raise ConfigError(f"no Kubernetes configuration found: {exc}") from exc
@@ -138,14 +141,34 @@ class WatchStream:
                 response.shutdown()
 
 
+def watch_kwargs(resource_version: str, timeout_s: int) -> dict[str, Any]:
+    """The keyword arguments (besides ``watch=True``, which each caller names, so that a scan
+    of the calls sees what is watched) of a list call that watches after ``resource_version``."""
+    return {
+        "resource_version": resource_version,
+        "allow_watch_bookmarks": True,
+        "timeout_seconds": timeout_s,
+        "_preload_content": False,
+        # The read timeout outlasts the server's own end of the stream.
+        "_request_timeout": (REQUEST_TIMEOUT[0], timeout_s + 30),
+    }
+
+
 class KubeClient:
     """One API client (connection pool) for custom objects and ConfigMaps."""
 
-    def __init__(self, host: str | None = None, token: str | None = None) -> None:
-        self._api_client = kube_client.ApiClient(configuration(host, token))
+    def __init__(
+        self, host: str | None = None, token: str | None = None, kubeconfig: str | None = None
+    ) -> None:
+        self._api_client = kube_client.ApiClient(configuration(host, token, kubeconfig))
         self.custom = kube_client.CustomObjectsApi(self._api_client)
         self.core = kube_client.CoreV1Api(self._api_client)
         self._closed = False
+
+    @property
+    def api_client(self) -> Any:
+        """The official client's ApiClient (for REST paths no typed API class covers)."""
+        return self._api_client
 
     async def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` in a worker thread, its errors mapped."""
@@ -162,18 +185,15 @@ class KubeClient:
     ) -> WatchStream:
         """A watch of ``resource`` after ``resource_version``, with bookmarks."""
         r = resource
-        kwargs: dict[str, Any] = {
-            "watch": True,
-            "resource_version": resource_version,
-            "allow_watch_bookmarks": True,
-            "timeout_seconds": timeout_s,
-            "_preload_content": False,
-            # The read timeout outlasts the server's own end of the stream.
-            "_request_timeout": (REQUEST_TIMEOUT[0], timeout_s + 30),
-        }
+        kwargs = watch_kwargs(resource_version, timeout_s)
         if namespace is None:
             opener = functools.partial(
-                self.custom.list_cluster_custom_object, r.group, r.version, r.plural, **kwargs
+                self.custom.list_cluster_custom_object,
+                r.group,
+                r.version,
+                r.plural,
+                watch=True,
+                **kwargs,
             )
         else:
             opener = functools.partial(
@@ -182,6 +202,7 @@ class KubeClient:
                 r.version,
                 namespace,
                 r.plural,
+                watch=True,
                 **kwargs,
             )
         return WatchStream(opener, f"watch {r.plural}")

@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from flexinfer_common.errors import StoreError
 from flexinfer_controller.adapters.kube.client import (
@@ -45,6 +45,38 @@ class Change:
     resource_version: str
 
 
+class ListWatch(Protocol):
+    """Where an informer lists and watches one kind of object."""
+
+    kind: str
+    plural: str
+
+    async def list(self, namespace: str | None) -> tuple[list[Obj], str]:
+        """Every object (of one namespace) and the list's resourceVersion."""
+
+    def watch(self, namespace: str | None, resource_version: str, timeout_s: int) -> WatchStream:
+        """A watch after ``resource_version``, with bookmarks."""
+
+
+class CustomListWatch:
+    """List and watch of one custom resource."""
+
+    def __init__(self, client: KubeClient, resource: Resource) -> None:
+        self._client = client
+        self._objects = CustomObjects(client, resource)
+        self._resource = resource
+        self.kind = resource.kind
+        self.plural = resource.plural
+
+    async def list(self, namespace: str | None) -> tuple[list[Obj], str]:
+        """The objects and the list's resourceVersion."""
+        return await self._objects.list(namespace)
+
+    def watch(self, namespace: str | None, resource_version: str, timeout_s: int) -> WatchStream:
+        """A watch of the custom resource."""
+        return self._client.watch(self._resource, namespace, resource_version, timeout_s)
+
+
 def _key(obj: Obj) -> str:
     meta = obj["metadata"]
     return f"{meta.get('namespace', '')}/{meta['name']}"
@@ -55,17 +87,14 @@ class Informer:
 
     def __init__(
         self,
-        client: KubeClient,
-        resource: Resource,
+        source: ListWatch,
         on_change: Callable[[Change], None],
         *,
         namespace: str | None = None,
         watch_timeout_s: int = 300,
         backoff_s: tuple[float, float] = (0.1, 5.0),
     ) -> None:
-        self._client = client
-        self._objects = CustomObjects(client, resource)
-        self._resource = resource
+        self._source = source
         self._on_change = on_change
         self._namespace = namespace
         self._watch_timeout_s = watch_timeout_s
@@ -105,13 +134,13 @@ class Informer:
                 delay = self._backoff_s[0]
             except StoreError as exc:
                 log.warning(
-                    "listing %s failed (retry in %.1fs): %s", self._resource.plural, delay, exc
+                    "listing %s failed (retry in %.1fs): %s", self._source.plural, delay, exc
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._backoff_s[1])
 
     async def _relist(self) -> None:
-        items, version = await self._objects.list(self._namespace)
+        items, version = await self._source.list(self._namespace)
         self.lists += 1
         listed = {_key(o): o for o in items}
         for key in sorted(set(self._cache) - set(listed)):
@@ -136,11 +165,11 @@ class Informer:
                 await self._watch_once()
                 delay = self._backoff_s[0]
             except ResourceExpiredError as exc:
-                log.info("watch of %s expired, relisting: %s", self._resource.plural, exc)
+                log.info("watch of %s expired, relisting: %s", self._source.plural, exc)
                 return
             except StoreError as exc:
                 log.warning(
-                    "watch of %s broke (resume in %.1fs): %s", self._resource.plural, delay, exc
+                    "watch of %s broke (resume in %.1fs): %s", self._source.plural, delay, exc
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._backoff_s[1])
@@ -148,15 +177,13 @@ class Informer:
     async def _watch_once(self) -> None:
         """One watch request, from the last resourceVersion, until the stream ends."""
         assert self.resource_version is not None
-        stream = self._client.watch(
-            self._resource, self._namespace, self.resource_version, self._watch_timeout_s
-        )
+        stream = self._source.watch(self._namespace, self.resource_version, self._watch_timeout_s)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         thread = threading.Thread(
             target=_pump,
             args=(stream, loop, queue),
-            name=f"watch-{self._resource.plural}",
+            name=f"watch-{self._source.plural}",
             daemon=True,
         )
         self.watches += 1
@@ -178,8 +205,8 @@ class Informer:
         if kind == "ERROR":
             code, message = obj.get("code"), obj.get("message")
             if code == 410:
-                raise ResourceExpiredError(f"watch {self._resource.plural}: 410 {message}")
-            raise StoreError(f"watch {self._resource.plural}: {code} {message}")
+                raise ResourceExpiredError(f"watch {self._source.plural}: 410 {message}")
+            raise StoreError(f"watch {self._source.plural}: {code} {message}")
         rv = str(obj["metadata"]["resourceVersion"])
         if kind == "BOOKMARK":
             self.bookmarks += 1
@@ -199,7 +226,7 @@ class Informer:
         self._emit(str(kind), key, rv)
 
     def _emit(self, kind: str, key: str, rv: str) -> None:
-        self._on_change(Change(self._resource.kind, kind, key, rv))
+        self._on_change(Change(self._source.kind, kind, key, rv))
 
 
 def _pump(stream: WatchStream, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any]) -> None:

@@ -59,11 +59,13 @@ class KindStore(Generic[Api]):
         return sorted((from_object(self._kind, o) for o in items), key=lambda o: o.key)
 
     async def replace(self, obj: Api) -> Api:
-        """Labels, annotations and spec in one patch; generation is the apiserver's."""
+        """Labels, annotations, finalizers and spec in one patch; generation is the apiserver's."""
         meta = obj.metadata
         ops: JsonPatch = [
             {"op": "add", "path": "/metadata/labels", "value": meta.labels},
             {"op": "add", "path": "/metadata/annotations", "value": meta.annotations},
+            # The SQL store's replace writes finalizers too (the reconcile's cleanup one).
+            {"op": "add", "path": "/metadata/finalizers", "value": meta.finalizers},
             {"op": "add", "path": "/spec", "value": dump(obj.spec)},
         ]
         return await self._write(meta.namespace, meta.name, meta.resource_version, ops, False)

@@ -25,7 +25,7 @@ from flexinfer_controller.adapters.kube.client import KubeClient
 from flexinfer_controller.adapters.kube.convert import from_object
 from flexinfer_controller.adapters.kube.endpoints import ConfigMapEndpoints
 from flexinfer_controller.adapters.kube.finalizers import add_finalizer, remove_finalizer
-from flexinfer_controller.adapters.kube.informer import Change, Informer
+from flexinfer_controller.adapters.kube.informer import Change, CustomListWatch, Informer
 from flexinfer_controller.adapters.kube.kinds import KindStore
 from flexinfer_controller.adapters.kube.objects import CustomObjects
 from flexinfer_controller.adapters.kube.resources import LORA_ADAPTERS, MODEL_FINALIZER, MODELS
@@ -41,9 +41,11 @@ class KubernetesModelStore(ModelStore):
         self._endpoints = ConfigMapEndpoints(client)
 
     @classmethod
-    def connect(cls, host: str | None = None, token: str | None = None) -> KubernetesModelStore:
-        """A store on ``host``, or in-cluster, or on $KUBECONFIG (ConfigError if none)."""
-        return cls(KubeClient(host, token))
+    def connect(
+        cls, host: str | None = None, token: str | None = None, kubeconfig: str | None = None
+    ) -> KubernetesModelStore:
+        """A store on ``host``, or in-cluster, or on a kubeconfig (ConfigError if none)."""
+        return cls(KubeClient(host, token, kubeconfig))
 
     async def create_model(self, model: Model) -> Model:
         """Insert a new Model (generation 1); ConflictError if the key exists."""
@@ -129,16 +131,22 @@ class KubernetesModelStore(ModelStore):
         return None if found is None else from_object(Model, found)
 
     def model_informer(
-        self, on_change: Callable[[Change], None], namespace: str | None = None
+        self,
+        on_change: Callable[[Change], None],
+        namespace: str | None = None,
+        watch_timeout_s: int = 300,
     ) -> Informer:
         """An informer of Models (``run()`` it) calling ``on_change`` per change."""
-        return Informer(self._client, MODELS, on_change, namespace=namespace)
+        source = CustomListWatch(self._client, MODELS)
+        return Informer(source, on_change, namespace=namespace, watch_timeout_s=watch_timeout_s)
 
     def adapter_informer(
         self, on_change: Callable[[Change], None], namespace: str | None = None
     ) -> Informer:
         """An informer of LoRAAdapters."""
-        return Informer(self._client, LORA_ADAPTERS, on_change, namespace=namespace)
+        return Informer(
+            CustomListWatch(self._client, LORA_ADAPTERS), on_change, namespace=namespace
+        )
 
     async def close(self) -> None:
         """Close the connection pool."""

@@ -6,13 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from flexinfer_controller.flashload.settings import FlashLoadSettings
+from flexinfer_controller.kube_settings import CONTROLLER_IMAGE, REGISTRY_ADDRESS, REGISTRY_IMAGE
 
-CONTROLLER_IMAGE = "flexinfer/controller"
-"""Has the flash loader (``python -m flexinfer_controller.flashload``)."""
-REGISTRY_IMAGE = "flexinfer/registry"
-"""Has the registry client (``python -m flexinfer_registry.client.mx_cli``)."""
-REGISTRY_ADDRESS = "flexinfer-registry.flexinfer.svc:8001"
-"""The registry's gRPC Service (k8s/base/registry.yaml)."""
 QUANTIZER_IMAGE = "ghcr.io/flexinfer/quantizer:{format}"
 """The operator's default, per format (``FLEXINFER_QUANTIZER_<FMT>_IMAGE`` overrides it)."""
 MODEL_MOUNT = "/models"

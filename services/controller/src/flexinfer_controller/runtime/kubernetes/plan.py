@@ -67,3 +67,8 @@ def cleanup(rendered: list[Obj], on_delete: list[Obj]) -> list[Op]:
     """Deleting a Model: delete its workloads and Jobs, then create ``on_delete``'s Jobs."""
     deletes = [_op("delete", o) for o in reversed(rendered) if o["kind"] in DELETED_ON_CLEANUP]
     return deletes + [_op("create", o, o) for o in on_delete]
+
+
+def scale(deployment: Obj, replicas: int) -> Op:
+    """The merge patch that sets a Deployment's replicas (nothing else of it)."""
+    return _op("patch", deployment, {"spec": {"replicas": replicas}})

@@ -20,7 +20,8 @@ RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("", "configmaps", frozenset({"get", "list", "create", "update", "patch", "delete"})),
     ("", "services", frozenset({"get", "create", "update", "delete"})),
     ("", "persistentvolumeclaims", frozenset({"get", "create"})),
-    ("apps", "deployments", frozenset({"get", "create", "update", "delete"})),
+    ("", "pods", frozenset({"list", "watch", "patch"})),
+    ("apps", "deployments", frozenset({"get", "create", "update", "patch", "delete"})),
     ("batch", "jobs", frozenset({"get", "create", "delete"})),
     ("policy", "poddisruptionbudgets", frozenset({"get", "create", "update", "delete"})),
 )  # fmt: skip

@@ -1,0 +1,78 @@
+"""Pods of the Models' engines: list and watch them (for the informer) and patch one.
+
+Only pods with the engine labels the renderers put on every engine pod are listed, so the
+controller never caches the cluster's other pods.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, cast
+
+from flexinfer_controller.adapters.kube.client import (
+    MERGE_PATCH,
+    KubeClient,
+    Obj,
+    WatchStream,
+    watch_kwargs,
+)
+
+
+class PodListWatch:
+    """List and watch of the pods matching a label selector."""
+
+    kind = "Pod"
+    plural = "pods"
+
+    def __init__(self, client: KubeClient, label_selector: str) -> None:
+        self._client = client
+        self._selector = label_selector
+
+    async def list(self, namespace: str | None) -> tuple[list[Obj], str]:
+        """The matching pods (as dicts) and the list's resourceVersion."""
+        lister = self._lister(namespace)
+
+        def raw(**kwargs: Any) -> Any:
+            # As JSON, read in the worker thread: the typed models refuse partial statuses.
+            response = lister(_preload_content=False, **kwargs)
+            try:
+                return json.loads(response.data)
+            finally:
+                response.release_conn()
+
+        body = cast(dict[str, Any], await self._client.call("list pods", raw))
+        items = cast(list[Obj], body.get("items") or [])
+        return items, str(body["metadata"]["resourceVersion"])
+
+    def watch(self, namespace: str | None, resource_version: str, timeout_s: int) -> WatchStream:
+        """A watch of the matching pods after ``resource_version``."""
+        opener = functools.partial(
+            self._lister(namespace), watch=True, **watch_kwargs(resource_version, timeout_s)
+        )
+        return WatchStream(opener, "watch pods")
+
+    def _lister(self, namespace: str | None) -> Any:
+        core = self._client.core
+        if namespace is None:
+            return functools.partial(
+                core.list_pod_for_all_namespaces, label_selector=self._selector
+            )
+        return functools.partial(core.list_namespaced_pod, namespace, label_selector=self._selector)
+
+
+async def patch_pod(client: KubeClient, namespace: str, name: str, patch: Obj) -> None:
+    """A JSON merge patch of one pod (its metadata: the deletion cost)."""
+    core = client.core
+
+    def send(**kwargs: Any) -> None:
+        # Untyped: the typed Pod model refuses statuses some kubelets write partially.
+        response = core.patch_namespaced_pod(
+            name, namespace, patch, _content_type=MERGE_PATCH, _preload_content=False, **kwargs
+        )
+        try:
+            response.data  # read whole, so the pooled connection can be reused  # noqa: B018
+        finally:
+            response.release_conn()
+
+    await client.call("patch pods", send)

@@ -1,0 +1,48 @@
+"""Settings of the controller on Kubernetes (``FLEXINFER_KUBERNETES_*``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+CONTROLLER_IMAGE = "flexinfer/controller"
+"""Has the flash loader (``python -m flexinfer_controller.flashload``)."""
+REGISTRY_IMAGE = "flexinfer/registry"
+"""Has the registry client (``python -m flexinfer_registry.client.mx_cli``)."""
+REGISTRY_ADDRESS = "flexinfer-registry.flexinfer.svc:8001"
+"""The registry's gRPC Service (k8s/base/registry.yaml)."""
+
+
+class KubernetesSettings(BaseSettings):
+    """How the ``kubernetes`` runtime reaches the apiserver and what it watches."""
+
+    model_config = SettingsConfigDict(env_prefix="FLEXINFER_KUBERNETES_", extra="ignore")
+
+    host: str | None = None
+    """The apiserver's URL. Unset: the pod's service account when running in a cluster
+    (the usual case), else ``kubeconfig``."""
+
+    kubeconfig: Path | None = None
+    """A kubeconfig file, used outside a cluster (unset: $KUBECONFIG, then ~/.kube/config)."""
+
+    namespaces: list[str] = Field(default_factory=list)
+    """Namespaces whose Models (and engine pods) are watched, as a JSON list; empty: every
+    namespace, which the ClusterRole in k8s/base allows. One watch per namespace listed."""
+
+    watch_timeout_s: int = Field(default=300, ge=1, le=3600)
+    """Seconds a watch request lasts before it is resumed (the apiserver's own default)."""
+
+    controller_image: str = CONTROLLER_IMAGE
+    """Image of the flash loader init container and the cleanup Job."""
+
+    registry_image: str = REGISTRY_IMAGE
+    """Image of the prefetch Job (the registry client)."""
+
+    registry_address: str = REGISTRY_ADDRESS
+    """The registry's gRPC address, as the prefetch Job dials it."""
+
+    def watched(self) -> list[str | None]:
+        """The namespaces to watch, None meaning all of them."""
+        return list(self.namespaces) or [None]

@@ -1,0 +1,65 @@
+"""Build the kubernetes runtime and its Model source from the controller settings."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+
+from flexinfer_common.store import ModelStore
+from flexinfer_controller.adapters.kube.client import KubeClient
+from flexinfer_controller.adapters.kube.feed import InformerFeed
+from flexinfer_controller.adapters.kube.store import KubernetesModelStore
+from flexinfer_controller.backends import default_backends
+from flexinfer_controller.core.feed import ModelFeed
+from flexinfer_controller.kube_settings import KubernetesSettings
+from flexinfer_controller.runtime.base import ReplicaListener
+from flexinfer_controller.runtime.kubernetes.options import RenderOptions
+from flexinfer_controller.runtime.kubernetes.runtime import KubernetesRuntime
+from flexinfer_controller.settings import ControllerSettings
+
+
+def connect(kube: KubernetesSettings) -> KubeClient:
+    """A client as the settings say (ConfigError when no configuration is found)."""
+    kubeconfig = str(kube.kubeconfig) if kube.kubeconfig is not None else None
+    return KubeClient(kube.host, kubeconfig=kubeconfig)
+
+
+def render_options(settings: ControllerSettings) -> RenderOptions:
+    """The controller's side of every render."""
+    kube = settings.kubernetes
+    return RenderOptions(
+        environ=dict(os.environ),  # image overrides (DEFAULT_VLLM_IMAGE...)
+        controller_image=kube.controller_image,
+        registry_image=kube.registry_image,
+        registry_address=kube.registry_address,
+        flash=settings.flash_loader,
+    )
+
+
+def kubernetes_runtime(
+    settings: ControllerSettings, listener: ReplicaListener
+) -> KubernetesRuntime:
+    """The runtime, with its own connection pool."""
+    kube = settings.kubernetes
+    return KubernetesRuntime(
+        client=connect(kube),
+        listener=listener,
+        backends=default_backends(),
+        options=render_options(settings),
+        namespaces=kube.watched(),
+        watch_timeout_s=kube.watch_timeout_s,
+    )
+
+
+@contextlib.asynccontextmanager
+async def kubernetes_models(
+    settings: ControllerSettings,
+) -> AsyncIterator[tuple[ModelStore, ModelFeed]]:
+    """Models as custom resources, and informers of them."""
+    kube = settings.kubernetes
+    store = KubernetesModelStore(connect(kube))
+    try:
+        yield store, InformerFeed(store, kube.watched(), kube.watch_timeout_s)
+    finally:
+        await store.close()

@@ -1,0 +1,142 @@
+"""A test stand-in for the Deployment controller and the kubelet, on the fake apiserver.
+
+The fake apiserver runs no controllers. This plays both, simply: each pass makes the pods
+of every Deployment match its spec.replicas and current template (pods of an older
+template go, extra pods go lowest ``pod-deletion-cost`` first, pods of a deleted
+Deployment go), and marks each new pod Running and Ready on its own podIP, or, for a
+Model listed in ``crashing``, in CrashLoopBackOff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import itertools
+from collections.abc import AsyncIterator
+from typing import Any
+
+from flexinfer_common.testing.kube_apiserver import KubeApiServer
+from flexinfer_controller.runtime.kubernetes.names import MODEL_KEY_ANNOTATION
+from flexinfer_controller.runtime.kubernetes.pods import (
+    DELETION_COST_ANNOTATION,
+    TEMPLATE_HASH_ANNOTATION,
+)
+
+Obj = dict[str, Any]
+OWNER_ANNOTATION = "test.flexinfer.ai/deployment"
+
+
+def _cost(pod: Obj) -> int:
+    return int((pod["metadata"].get("annotations") or {}).get(DELETION_COST_ANNOTATION) or 0)
+
+
+def _hash(meta: Obj) -> str:
+    return str((meta.get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION, ""))
+
+
+class Kubelet:
+    """Runs passes until stopped; ``crashing`` holds Model keys whose engines crash."""
+
+    def __init__(self, api: KubeApiServer) -> None:
+        self.api = api
+        self.crashing: set[str] = set()
+        self._ips = itertools.count(2)
+        self._names = itertools.count(1)
+
+    def sync(self) -> None:
+        """One pass over every Deployment and pod."""
+        deployments = {
+            (d["metadata"]["namespace"], d["metadata"]["name"]): d
+            for d in self.api.objects("deployments")
+        }
+        by_owner: dict[tuple[str, str], list[Obj]] = {}
+        for pod in self.api.objects("pods"):
+            owner = (pod["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION)
+            by_owner.setdefault((pod["metadata"]["namespace"], str(owner)), []).append(pod)
+        for key, pods in by_owner.items():
+            if key not in deployments:
+                self._delete(pods)
+        for key, deployment in deployments.items():
+            self._match(deployment, by_owner.get(key, []))
+
+    def _match(self, deployment: Obj, pods: list[Obj]) -> None:
+        template = deployment["spec"]["template"]
+        current = [p for p in pods if _hash(p["metadata"]) == _hash(template["metadata"])]
+        self._delete([p for p in pods if p not in current])
+        wanted = int(deployment["spec"].get("replicas") or 0)
+        extra = sorted(current, key=_cost)[: max(0, len(current) - wanted)]
+        self._delete(extra)
+        for _ in range(wanted - len(current)):
+            self._create(deployment, template)
+
+    def _delete(self, pods: list[Obj]) -> None:
+        for pod in pods:
+            with contextlib.suppress(Exception):  # deleted by an earlier pass
+                self.api.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
+
+    def _create(self, deployment: Obj, template: Obj) -> None:
+        meta = copy.deepcopy(template["metadata"])
+        namespace = deployment["metadata"]["namespace"]
+        meta.update(
+            name=f"{deployment['metadata']['name']}-{next(self._names)}", namespace=namespace
+        )
+        meta.setdefault("annotations", {})[OWNER_ANNOTATION] = deployment["metadata"]["name"]
+        pod = self.api.create("pods", {"metadata": meta, "spec": copy.deepcopy(template["spec"])})
+        name = pod["metadata"]["name"]
+        model = meta["annotations"].get(MODEL_KEY_ANNOTATION)
+        container = template["spec"]["containers"][0]["name"]
+        if model in self.crashing:
+            self.api.set_status("pods", namespace, name, crash_status(container, restarts=1))
+        else:
+            status = {
+                "phase": "Running", "podIP": f"10.1.0.{next(self._ips)}",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [
+                    {"name": container, "ready": True, "restartCount": 0, "image": "engine",
+                     "imageID": "", "state": {"running": {}}}
+                ],
+            }  # fmt: skip
+            self.api.set_status("pods", namespace, name, status)
+
+
+def crash_status(container: str, restarts: int) -> Obj:
+    """A pod whose engine exited with 1 ``restarts`` times and is backing off."""
+    return {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "containerStatuses": [
+            {
+                "name": container, "ready": False, "restartCount": restarts, "image": "engine",
+                "imageID": "",
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+            }
+        ],
+    }  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def running_kubelet(api: KubeApiServer) -> AsyncIterator[Kubelet]:
+    """A Kubelet making a pass after every change on the apiserver, until the block ends."""
+    kubelet = Kubelet(api)
+    stop = asyncio.Event()
+
+    async def loop() -> None:
+        while not stop.is_set():
+            seen = api.resource_version
+            kubelet.sync()
+
+            def changed(server: KubeApiServer, seen: int = seen) -> bool:
+                return server.resource_version != seen
+
+            with contextlib.suppress(TimeoutError):
+                # Woken by the next change; the bound only lets a stop be noticed.
+                await api.until(changed, within_s=0.5)
+
+    task = asyncio.create_task(loop())
+    try:
+        yield kubelet
+    finally:
+        stop.set()
+        await task

@@ -1,0 +1,40 @@
+"""The kubernetes runtime's side of the reconcile's launch and source steps.
+
+The reconcile core renders a LaunchSpec before it starts a replica, which is where a
+Model that cannot run is told so (InvalidSpecError, UnsupportedBackendError). On
+Kubernetes the same check is the render of the Model's objects; the LaunchSpec then only
+describes the engine container (the runtime renders the Deployment from the Model).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flexinfer_common.api import Model
+from flexinfer_controller.backends.base import Backend, BackendRegistry
+from flexinfer_controller.backends.launch import LaunchContext, LaunchSpec
+from flexinfer_controller.core.sources import SourceResolution, SourceState
+from flexinfer_controller.runtime.kubernetes.context import build_context
+from flexinfer_controller.runtime.kubernetes.options import RenderOptions
+
+
+def launch_on_kubernetes(
+    backend: Backend, model: Model, model_dir: Path | None, ctx: LaunchContext
+) -> LaunchSpec:
+    """The engine container of ``model`` as a LaunchSpec (``model_dir`` is the cluster's)."""
+    backends = BackendRegistry({backend.name: lambda: backend})
+    engine = build_context(model, backends, RenderOptions(environ=ctx.environ)).engine
+    return LaunchSpec(
+        argv=(*engine.command, *engine.args),
+        served_name=engine.served_name,
+        env=dict(engine.env),
+    )
+
+
+def cluster_source(source: str) -> SourceResolution:
+    """Weights are the cluster's business: a volume, or a PVC the prefetch Job fills."""
+    return SourceResolution(
+        SourceState.READY,
+        reason="Cached",
+        message=f"{source} is mounted from the cluster's model cache",
+    )

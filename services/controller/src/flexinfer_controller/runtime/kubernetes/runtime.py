@@ -1,0 +1,288 @@
+"""``KubernetesRuntime``: a replica of a Model is a pod of the Model's Deployment.
+
+* ``start`` ensures the Model's objects (rendered, planned, selectively merged) and raises
+  the Deployment's replicas by one; the ReplicaSet makes the pod.
+* ``stop`` gives the pod the lowest ``pod-deletion-cost``, so the ReplicaSet removes that
+  one, and lowers the replicas by one.
+* ``list`` comes from a watch of the engine pods (and placeholders, see ``replicas``): a
+  pod is READY when its Ready condition is True, at ``http://<podIP>:<port>``.
+* ``ready`` and ``exited`` events come from pod changes; a container restart or a
+  CrashLoopBackOff is an unexpected exit, a deleted pod an expected one.
+* ``adopt`` lists the pods a previous controller left and reads their Deployments.
+* ``release`` deletes what the Model's reconciles created, explicitly rather than waiting
+  for the garbage collector, so a Model's deletion completes only once they are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import dataclasses
+import logging
+import time
+
+from flexinfer_common.errors import FlexInferError, NotFoundError
+from flexinfer_controller.adapters.kube.client import KubeClient, Obj
+from flexinfer_controller.adapters.kube.informer import Change, Informer
+from flexinfer_controller.adapters.kube.pods import PodListWatch, patch_pod
+from flexinfer_controller.adapters.kube.store import KubernetesModelStore
+from flexinfer_controller.adapters.kube.workloads import Workloads
+from flexinfer_controller.backends import BackendRegistry, LaunchSpec
+from flexinfer_controller.runtime.base import Replica, ReplicaEvent, ReplicaListener, Runtime
+from flexinfer_controller.runtime.kubernetes import plan
+from flexinfer_controller.runtime.kubernetes.apply import Applier
+from flexinfer_controller.runtime.kubernetes.names import object_name
+from flexinfer_controller.runtime.kubernetes.objects import render_cleanup, render_model
+from flexinfer_controller.runtime.kubernetes.options import RenderOptions
+from flexinfer_controller.runtime.kubernetes.pods import (
+    DELETION_COST_ANNOTATION,
+    ENGINE_SELECTOR,
+    FIRST_TO_GO,
+    GENERATION_ANNOTATION,
+    TEMPLATE_HASH_ANNOTATION,
+    PodView,
+    stamp,
+    view,
+)
+from flexinfer_controller.runtime.kubernetes.replicas import (
+    Wanted,
+    as_replica,
+    placeholder_model,
+    replicas_of,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _split(model: str) -> tuple[str, str]:
+    namespace, _, name = model.partition("/")
+    return namespace, name
+
+
+def _deployment_ref(namespace: str, name: str) -> Obj:
+    return {"kind": "Deployment", "metadata": {"namespace": namespace, "name": name}}
+
+
+class KubernetesRuntime(Runtime):
+    """Engine replicas as pods of one Deployment per Model."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        listener: ReplicaListener,
+        backends: BackendRegistry,
+        options: RenderOptions,
+        namespaces: list[str | None],
+        watch_timeout_s: int = 300,
+    ) -> None:
+        self._client = client
+        self._listener = listener
+        self._backends = backends
+        self._options = options
+        self._models = KubernetesModelStore(client)
+        self._applier = Applier(Workloads(client))
+        self._informers = [
+            self._pod_informer(namespace, watch_timeout_s) for namespace in namespaces
+        ]
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pods: dict[str, PodView] = {}
+        self._wanted: dict[str, Wanted] = {}
+        self._stopping: set[str] = set()
+        self._gone: dict[str, asyncio.Event] = {}
+        self._ready_at: dict[str, float] = {}
+
+    def _pod_informer(self, namespace: str | None, watch_timeout_s: int) -> Informer:
+        holder: list[Informer] = []
+        informer = Informer(
+            PodListWatch(self._client, ENGINE_SELECTOR),
+            lambda change: self._on_pod(holder[0], change),
+            namespace=namespace,
+            watch_timeout_s=watch_timeout_s,
+        )
+        holder.append(informer)
+        return informer
+
+    # -- the Runtime interface ---------------------------------------------------------
+
+    async def adopt(self) -> list[Replica]:
+        """Watch the engine pods; read the Deployments of the Models they serve."""
+        for informer in self._informers:
+            self._tasks.append(asyncio.create_task(informer.run(), name="watch-pods"))
+        await asyncio.gather(*(i.synced.wait() for i in self._informers))
+        for model in sorted({p.model for p in self._pods.values()}):
+            await self._read_wanted(model)
+        adopted = [r for r in self.list() if r.url is not None]
+        for replica in adopted:
+            log.info("adopted pod %s of %s at %s", replica.id, replica.model, replica.url)
+        return adopted
+
+    async def start(self, model: str, generation: int, spec: LaunchSpec) -> Replica:
+        """Ensure the Model's objects; one more replica on its Deployment."""
+        namespace, name = _split(model)
+        found = await self._models.get_model(namespace, name)
+        objects = render_model(found, self._backends, self._options)
+        deployment = next(o for o in objects if o["kind"] == "Deployment")
+        digest = stamp(deployment, model, generation)
+        wanted = self._wanted.get(model) or await self._read_wanted(model)
+        if wanted is not None and wanted.template_hash == digest:
+            # Same pods, new generation (serverless settings, say): its pods now serve it.
+            renewed = wanted.generation != generation and wanted.replicas > 0
+            target = wanted.replicas if renewed else wanted.replicas + 1
+        else:  # a new template: its replicas start from the pods already made from it
+            target = 1 + sum(p.template_hash == digest for p in self._live(model))
+        deployment["spec"]["replicas"] = target
+        # Known before the writes: the new pod's events may come before they all return.
+        self._wanted[model] = Wanted(
+            namespace, deployment["metadata"]["name"], generation, digest, target
+        )
+        try:
+            for obj in objects:
+                await self._applier.ensure(obj)
+        except FlexInferError:
+            del self._wanted[model]  # written or not: read it anew next time
+            raise
+        log.info("scaled %s to %d replica(s) (generation %d)", model, target, generation)
+        return replicas_of(model, [], self._wanted[model], {})[-1]
+
+    async def stop(self, replica_id: str) -> None:
+        """Mark the pod to go first and lower the replicas; a placeholder just lowers them."""
+        model = placeholder_model(replica_id)
+        if model is not None:
+            await self._scale_down(model)
+            return
+        pod = self._pods.get(replica_id)
+        if pod is None or replica_id in self._stopping:
+            return
+        wanted = self._wanted.get(pod.model)
+        if wanted is not None and pod.template_hash == wanted.template_hash:
+            patch = {"metadata": {"annotations": {DELETION_COST_ANNOTATION: FIRST_TO_GO}}}
+            with contextlib.suppress(NotFoundError):
+                await patch_pod(self._client, pod.namespace, pod.name, patch)
+            await self._scale_down(pod.model)
+        # else: a leftover of a rollout, which the Deployment controller removes itself
+        self._stopping.add(replica_id)
+
+    async def wait_stopped(self, replica_id: str, timeout_s: float) -> bool:
+        """Wait until the pod is gone from the watch."""
+        if replica_id not in self._pods:
+            return True
+        gone = self._gone.setdefault(replica_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(gone.wait(), timeout_s)
+        return replica_id not in self._pods
+
+    def list(self, model: str | None = None) -> list[Replica]:
+        """Live pods (not stopping, deleted or failed) and placeholders, of one model or all."""
+        models = (
+            {model}
+            if model is not None
+            else {*self._wanted, *(p.model for p in self._pods.values())}
+        )
+        out: list[Replica] = []
+        for key in sorted(models):
+            out += replicas_of(key, self._live(key), self._wanted.get(key), self._ready_at)
+        return out
+
+    async def release(self, model: str) -> None:
+        """Delete the Deployment, Service, Jobs, ConfigMap and PDB made for the Model."""
+        namespace, name = _split(model)
+        try:
+            found = await self._models.get_model(namespace, name)
+        except NotFoundError:
+            return  # gone without our finalizer: its owner references let the GC clean up
+        nodes = sorted({p.node for p in self._pods.values() if p.model == model and p.node})
+        try:
+            objects = render_model(found, self._backends, self._options)
+            on_delete = (
+                render_cleanup(found, self._backends, self._options, node=nodes[0]) if nodes else []
+            )
+        except FlexInferError:  # it never rendered, so only a name can have been created
+            objects = [_deployment_ref(namespace, object_name(name))]
+            on_delete = []
+        await self._applier.delete_all(plan.cleanup(objects, on_delete))
+        self._wanted.pop(model, None)
+
+    async def close(self, *, stop_replicas: bool) -> None:
+        """Stop watching; scale every Deployment to zero too when ``stop_replicas``."""
+        if stop_replicas:
+            for wanted in list(self._wanted.values()):
+                ref = _deployment_ref(wanted.namespace, wanted.deployment)
+                with contextlib.suppress(FlexInferError):
+                    await self._applier.scale(ref, 0)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self._client.close()
+
+    # -- state -------------------------------------------------------------------------
+
+    def _live(self, model: str) -> builtins.list[PodView]:
+        return [
+            p
+            for p in self._pods.values()
+            if p.model == model and not p.deleting and not p.failed and p.key not in self._stopping
+        ]
+
+    async def _read_wanted(self, model: str) -> Wanted | None:
+        namespace, name = _split(model)
+        try:
+            live = await self._applier.run(plan.read(_deployment_ref(namespace, object_name(name))))
+        except NotFoundError:
+            return None
+        template = live["spec"]["template"]["metadata"].get("annotations") or {}
+        notes = live["metadata"].get("annotations") or {}
+        wanted = Wanted(
+            namespace, live["metadata"]["name"], int(notes.get(GENERATION_ANNOTATION) or 0),
+            template.get(TEMPLATE_HASH_ANNOTATION, ""), int(live["spec"].get("replicas") or 0),
+        )  # fmt: skip
+        self._wanted[model] = wanted
+        return wanted
+
+    async def _scale_down(self, model: str) -> None:
+        wanted = self._wanted.get(model)
+        if wanted is None or wanted.replicas == 0:
+            return
+        ref = _deployment_ref(wanted.namespace, wanted.deployment)
+        try:
+            await self._applier.scale(ref, wanted.replicas - 1)
+        except FlexInferError:
+            del self._wanted[model]  # it may or may not have been written: read it anew
+            raise
+        self._wanted[model] = dataclasses.replace(wanted, replicas=wanted.replicas - 1)
+
+    # -- pod events --------------------------------------------------------------------
+
+    def _on_pod(self, informer: Informer, change: Change) -> None:
+        old = self._pods.get(change.key)
+        found = informer.get(change.key) if change.type != "DELETED" else None
+        new = view(found) if found is not None else None
+        if new is None:
+            if old is not None:
+                self._pod_gone(old)
+            return
+        self._pods[new.key] = new
+        wanted = self._wanted.get(new.model)
+        if new.ready and new.url and not (old is not None and old.ready and old.url):
+            self._ready_at[new.key] = time.time()
+            self._listener(ReplicaEvent("ready", as_replica(new, wanted, self._ready_at[new.key])))
+        crashes = new.restarts - old.restarts if old is not None else 0
+        if new.crash_looping and not (old is not None and old.crash_looping):
+            crashes = max(crashes, 1)
+        replica = as_replica(new, wanted, None)
+        for _ in range(max(crashes, 0)):
+            message = new.crash or f"pod {new.name}: engine container restarted"
+            self._listener(ReplicaEvent("exited", replica, expected=False, message=message))
+
+    def _pod_gone(self, pod: PodView) -> None:
+        self._pods.pop(pod.key, None)
+        self._ready_at.pop(pod.key, None)
+        self._stopping.discard(pod.key)
+        self._gone.pop(pod.key, asyncio.Event()).set()
+        replica = as_replica(pod, self._wanted.get(pod.model), None)
+        # The Deployment replaces a pod deleted under it (eviction, preemption): no crash.
+        self._listener(ReplicaEvent("exited", replica, message=f"pod {pod.name} deleted"))
