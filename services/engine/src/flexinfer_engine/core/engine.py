@@ -6,6 +6,7 @@ It is not thread-safe on purpose: the AsyncRunner serialises what may not overla
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import threading
@@ -134,21 +135,18 @@ class InferenceEngine:
         generator = make_generator(params.seed, self.device)
         with torch.inference_mode():
             for number, prompt in enumerate(prompts):
-                yield from self._generate(prompt, params, generator, cancel, number * params.n)
+                cache = KVCache(self.config, params.n, self.device, self.config.dtype)
+                with self._tracked(cache):
+                    base = number * params.n
+                    yield from self._generate(prompt, params, generator, cancel, base, cache)
 
-    def _generate(
-        self,
-        prompt: list[int],
-        params: SamplingParams,
-        generator: torch.Generator,
-        cancel: threading.Event,
-        base: int,
-    ) -> Iterator[Event]:
-        cache = KVCache(self.config, params.n, self.device, self.config.dtype)
+    @contextlib.contextmanager
+    def _tracked(self, cache: KVCache) -> Iterator[None]:
+        """Count ``cache`` in ``kv_cache_positions`` while the block runs."""
         with self._live_lock:
             self._live.append(cache)
         try:
-            yield from self._decode(prompt, params, generator, cancel, base, cache)
+            yield
         finally:
             with self._live_lock:
                 self._live.remove(cache)
@@ -158,7 +156,7 @@ class InferenceEngine:
         with self._live_lock:
             return sum(cache.positions for cache in self._live)
 
-    def _decode(
+    def _generate(
         self,
         prompt: list[int],
         params: SamplingParams,
