@@ -31,7 +31,7 @@ ADAPTERS = Path(kube_resources.__file__).parent
 _METHOD = re.compile(r"^(create|get|read|list|patch|replace|delete)_(\w+)$")
 _VERBS = {"create": "create", "get": "get", "read": "get", "list": "list", "patch": "patch",
           "replace": "update", "delete": "delete"}  # fmt: skip
-_CORE = {"config_map": "configmaps", "service": "services", "pod": "pods",
+_CORE = {"config_map": "configmaps", "service": "services", "pod": "pods", "node": "nodes",
          "persistent_volume_claim": "persistentvolumeclaims", "event": "events"}  # fmt: skip
 
 

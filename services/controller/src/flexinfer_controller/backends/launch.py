@@ -81,6 +81,10 @@ class LaunchContext:
     """Which servers are installed (the system's: PATH and importable modules)."""
     environ: Mapping[str, str] = field(default_factory=dict)
     """Where image overrides are read (the controller passes its environment)."""
+    vendor: str | None = None
+    """The GPU vendor detectGPU placed the Model on (for ``auto``); None: not detected."""
+    arch: str | None = None
+    """The detected GPU architecture (``sm_89``, ``gfx1100``); None: unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,9 @@ class LaunchSpec:
     ready_fd_flag: str = "--ready-fd"
     """Flag through which the engine is told which fd to write its ready line to."""
     env: Mapping[str, str] = field(default_factory=dict)
+    gpu_vendor: str | None = None
+    """Where detectGPU placed the Model, for runtimes that render it again at start."""
+    gpu_arch: str | None = None
     health_path: str = "/readyz"
     """HTTP path answering 200 while the engine serves (used to verify adopted engines)."""
     http_ready: HttpReadiness | None = None

@@ -94,7 +94,7 @@ class Controller:
             progress=self.progress,
             metrics=metrics,
             prestart=prestart,
-            inventory=inventory,
+            inventory=self.runtime.gpu_inventory() or inventory,
             kv_check=kv_check,
             cache=self.cache,
             sources=sources or resolve_source,

@@ -297,13 +297,21 @@ class Reconciler:
             return _Plan(Verdict(cached=cached_no, cache_failed=True, cache=detail))
         if source.state is SourceState.INVALID:
             return _Plan(Verdict(config_valid=(False, source.reason, source.message)))
+        # detectGPU before the launch is rendered (a backend's flags and image depend on the
+        # vendor); a backend that is not installed still says so first, since only
+        # installing it helps, while a wait for a fitting node may end by itself.
+        gpu = self._place(model, backend)
+        ctx = self._ctx
+        if isinstance(gpu, GPUStatus):
+            ctx = replace(ctx, vendor=gpu.vendor, arch=gpu.architecture)
         try:
-            launch_spec = launch(backend, model, source.path, self._ctx)
+            launch_spec = launch(backend, model, source.path, ctx)
         except InvalidSpecError as exc:
+            if isinstance(gpu, Verdict) and exc.field == "spec.gpu.vendor":
+                return _Plan(gpu)  # incomplete only for want of a detected vendor
             return _Plan(Verdict(config_valid=(False, "ConfigInvalid", str(exc))))
         except UnsupportedBackendError as exc:  # not installed: the message says what to do
             return _Plan(Verdict(schedulable=(False, "BackendUnsupported", str(exc))))
-        gpu = self._place(model, backend)
         if isinstance(gpu, Verdict):
             return _Plan(gpu)
         if source.state is SourceState.PENDING:
@@ -339,8 +347,8 @@ class Reconciler:
             schedulable = (False, placed.reason, placed.message)
             return Verdict(schedulable=schedulable, placement_pending=not placed.permanent)
         node = placed.node
-        if node is None:
-            return GPUStatus(vendor=placed.vendor)
+        if node is None:  # the CPU, or a fleet this controller does not see
+            return GPUStatus(vendor=None if placed.vendor == "auto" else placed.vendor)
         return GPUStatus(
             node=node.node, vendor=node.vendor, architecture=node.arch, memory_mb=node.vram_mb
         )

@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from flexinfer_common.errors import PermanentError
 from flexinfer_controller.backends import LaunchSpec
+from flexinfer_controller.core.gpu import GPUInventory
 
 
 class ReplicaState(StrEnum):
@@ -93,6 +94,11 @@ class Runtime(ABC):
     @abstractmethod
     def list(self, model: str | None = None) -> list[Replica]:
         """Live replicas (STARTING or READY), of one model or all."""
+
+    def gpu_inventory(self) -> GPUInventory | None:
+        """The fleet this runtime watches for detectGPU; None: the plugin's own (local
+        mode's declared GPUs)."""
+        return None
 
     async def release(self, model: str) -> None:
         """The Model is gone: remove what the runtime made for it besides its replicas.

@@ -60,6 +60,7 @@ def builtin_types() -> list[ResourceType]:
     apps, batch, policy, lease = "apps", "batch", "policy", "coordination.k8s.io"
     return [
         ResourceType("", "v1", "namespaces", "Namespace", namespaced=False),
+        ResourceType("", "v1", "nodes", "Node", namespaced=False, status_subresource=True),
         ResourceType("", "v1", "configmaps", "ConfigMap"),
         ResourceType("", "v1", "secrets", "Secret", defaulter=defaults.secret),
         ResourceType("", "v1", "serviceaccounts", "ServiceAccount"),

@@ -41,7 +41,8 @@ def launch_locally(
     request = RenderRequest(
         model=model,
         model_location=str(model_dir) if model_dir is not None else None,
-        vendor=local_vendor(model),
+        vendor=local_vendor(model) or ctx.vendor,
+        arch=ctx.arch,
         environ=ctx.environ,
     )
     if server is None:

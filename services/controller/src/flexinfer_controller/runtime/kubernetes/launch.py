@@ -15,7 +15,7 @@ from flexinfer_controller.backends.base import Backend, BackendRegistry
 from flexinfer_controller.backends.launch import LaunchContext, LaunchSpec
 from flexinfer_controller.core.sources import SourceResolution, SourceState
 from flexinfer_controller.runtime.kubernetes.context import build_context
-from flexinfer_controller.runtime.kubernetes.options import RenderOptions
+from flexinfer_controller.runtime.kubernetes.options import GPUPlacement, RenderOptions
 
 
 def launch_on_kubernetes(
@@ -23,11 +23,14 @@ def launch_on_kubernetes(
 ) -> LaunchSpec:
     """The engine container of ``model`` as a LaunchSpec (``model_dir`` is the cluster's)."""
     backends = BackendRegistry({backend.name: lambda: backend})
-    engine = build_context(model, backends, RenderOptions(environ=ctx.environ)).engine
+    options = RenderOptions(environ=ctx.environ, gpu=GPUPlacement(ctx.vendor, ctx.arch))
+    engine = build_context(model, backends, options).engine
     return LaunchSpec(
         argv=(*engine.command, *engine.args),
         served_name=engine.served_name,
         env=dict(engine.env),
+        gpu_vendor=ctx.vendor,
+        gpu_arch=ctx.arch,
     )
 
 

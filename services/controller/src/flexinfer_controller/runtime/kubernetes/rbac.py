@@ -21,6 +21,7 @@ RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("", "services", frozenset({"get", "create", "update", "delete"})),
     ("", "persistentvolumeclaims", frozenset({"get", "create"})),
     ("", "pods", frozenset({"list", "watch", "patch"})),
+    ("", "nodes", frozenset({"list", "watch"})),
     ("apps", "deployments", frozenset({"get", "create", "update", "patch", "delete"})),
     ("batch", "jobs", frozenset({"get", "create", "delete"})),
     ("policy", "poddisruptionbudgets", frozenset({"get", "create", "update", "delete"})),

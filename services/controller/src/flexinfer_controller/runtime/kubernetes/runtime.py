@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from dataclasses import replace
 
 from flexinfer_common.errors import FlexInferError, NotFoundError
 from flexinfer_controller.adapters.kube.client import KubeClient, Obj
@@ -29,12 +30,14 @@ from flexinfer_controller.adapters.kube.pods import PodListWatch, patch_pod
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.adapters.kube.workloads import Workloads
 from flexinfer_controller.backends import BackendRegistry, LaunchSpec
+from flexinfer_controller.core.gpu import GPUInventory
 from flexinfer_controller.runtime.base import Replica, ReplicaEvent, ReplicaListener, Runtime
 from flexinfer_controller.runtime.kubernetes import plan
 from flexinfer_controller.runtime.kubernetes.apply import Applier
+from flexinfer_controller.runtime.kubernetes.inventory import NodeInventory
 from flexinfer_controller.runtime.kubernetes.names import object_name
 from flexinfer_controller.runtime.kubernetes.objects import render_cleanup, render_model
-from flexinfer_controller.runtime.kubernetes.options import RenderOptions
+from flexinfer_controller.runtime.kubernetes.options import GPUPlacement, RenderOptions
 from flexinfer_controller.runtime.kubernetes.pods import (
     DELETION_COST_ANNOTATION,
     ENGINE_SELECTOR,
@@ -88,6 +91,7 @@ class KubernetesRuntime(Runtime):
         self._informers = [
             self._pod_informer(namespace, watch_timeout_s) for namespace in namespaces
         ]
+        self._nodes = NodeInventory(client, watch_timeout_s)
         self._tasks: list[asyncio.Task[None]] = []
         self._pods: dict[str, PodView] = {}
         self._wanted: dict[str, Wanted] = {}
@@ -112,7 +116,9 @@ class KubernetesRuntime(Runtime):
         """Watch the engine pods; read the Deployments of the Models they serve."""
         for informer in self._informers:
             self._tasks.append(asyncio.create_task(informer.run(), name="watch-pods"))
-        await asyncio.gather(*(i.synced.wait() for i in self._informers))
+        self._tasks.append(asyncio.create_task(self._nodes.informer.run(), name="watch-nodes"))
+        # The nodes too: a reconcile before their first list would see no fleet at all.
+        await asyncio.gather(*(i.synced.wait() for i in [*self._informers, self._nodes.informer]))
         for model in sorted({p.model for p in self._pods.values()}):
             await self._read_wanted(model)
         adopted = [r for r in self.list() if r.url is not None]
@@ -124,7 +130,8 @@ class KubernetesRuntime(Runtime):
         """Ensure the Model's objects; one more replica on its Deployment."""
         namespace, name = _split(model)
         found = await self._models.get_model(namespace, name)
-        objects = render_model(found, self._backends, self._options)
+        options = replace(self._options, gpu=GPUPlacement(spec.gpu_vendor, spec.gpu_arch))
+        objects = render_model(found, self._backends, options)
         deployment = next(o for o in objects if o["kind"] == "Deployment")
         digest = stamp(deployment, model, generation)
         wanted = self._wanted.get(model) or await self._read_wanted(model)
@@ -205,6 +212,10 @@ class KubernetesRuntime(Runtime):
             on_delete = []
         await self._applier.delete_all(plan.cleanup(objects, on_delete))
         self._wanted.pop(model, None)
+
+    def gpu_inventory(self) -> GPUInventory:
+        """The GPU nodes as their labels say, watched from ``adopt`` on."""
+        return self._nodes
 
     async def close(self, *, stop_replicas: bool) -> None:
         """Stop watching; scale every Deployment to zero too when ``stop_replicas``."""
