@@ -10,33 +10,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 
 from flexinfer_common.api import Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import utcnow
-from flexinfer_common.api.status import CacheStatus as ApiCacheStatus
-from flexinfer_common.api.status import GPUStatus, blocked_reason
+from flexinfer_common.api.status import blocked_reason
 from flexinfer_common.errors import (
     ConflictError,
     FlexInferError,
-    InvalidSpecError,
     NotFoundError,
     TemporaryError,
 )
 from flexinfer_common.store import ModelStore
 from flexinfer_controller.backends import (
-    Backend,
     BackendRegistry,
     LaunchContext,
     LaunchSpec,
-    UnsupportedBackendError,
-    launch,
 )
 from flexinfer_controller.core.cache import (
-    CacheState,
-    CacheStatus,
     DownloadProgress,
     ModelCache,
     NoRegistryCache,
@@ -51,11 +43,10 @@ from flexinfer_controller.core.gpu import (
     GPUInventory,
     MostVRAMPlacer,
     Placer,
-    Unplaced,
-    place,
 )
 from flexinfer_controller.core.kvcache import KVCacheCheck, NoEngineMetrics
 from flexinfer_controller.core.metrics import ControllerMetrics
+from flexinfer_controller.core.planner import Plan, Planner
 from flexinfer_controller.core.prestart import NoPreStart, PreStart
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
@@ -76,19 +67,6 @@ _IDLE_SLACK_S = 0.01
 _PULLED = SourceResolution(
     SourceState.READY, reason="Cached", message="the backend pulls the model itself"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """What the spec alone says: the verdict, how to launch, how many, and from where."""
-
-    verdict: Verdict
-    launch: LaunchSpec | None = None
-    desired: int = 0
-    model_dir: Path | None = None
-    """The model directory the launch was rendered with (None: the backend pulls)."""
-    download: DownloadProgress | None = None
-    """How far the cache's download of a remote source got (None: none running)."""
 
 
 class Reconciler:
@@ -114,10 +92,17 @@ class Reconciler:
         sources: Callable[[str], SourceResolution] = resolve_source,
     ) -> None:
         self._store = store
-        self._sources = sources
-        self._inventory: GPUInventory = inventory or DeclaredInventory([])
-        self._placer: Placer = placer or MostVRAMPlacer()
         self._cache: ModelCache = cache or NoRegistryCache()
+        self._planner = Planner(
+            backends=backends,
+            sources=sources,
+            cache=self._cache,
+            inventory=inventory or DeclaredInventory([]),
+            placer=placer or MostVRAMPlacer(),
+            context=launch_context,
+            crashes=crashes,
+            queue=queue,
+        )
         self._kv = kv_check or KVCacheCheck(NoEngineMetrics())
         self._prestart: PreStart = prestart or NoPreStart()
         self._runtime = runtime
@@ -125,7 +110,6 @@ class Reconciler:
         self._publisher = publisher
         self._crashes = crashes
         self._queue = queue
-        self._ctx = launch_context
         self._metrics = metrics
         self._progress = progress
         self._activity: dict[str, datetime] = {}
@@ -174,7 +158,7 @@ class Reconciler:
             await self._reconcile_external(model, replicas, last_active)
             return
         active_at = busy_until(last_active, replicas)
-        plan = self._plan(model, active_at)
+        plan = self._planner.plan(model, active_at)
         verdict, desired = plan.verdict, plan.desired
         # A cold start: replicas are wanted and none serves yet (the proxy queues requests).
         cold = not any(r.state is ReplicaState.READY for r in replicas)
@@ -277,84 +261,8 @@ class Reconciler:
             await self._runtime.stop(replica.id)
         await self._write_status(model, build_external_status(model, last_active=last_active))
 
-    def _plan(self, model: Model, active_at: datetime | None) -> _Plan:
-        """The verdict, how to launch and the desired replicas, from the spec alone."""
-        spec = model.spec
-        backend = self._backends.get(spec.backend)
-        if backend is None:
-            known = ", ".join(self._backends.names())
-            message = f"unknown backend {spec.backend!r}; known backends: {known}"
-            return _Plan(Verdict(config_valid=(False, "BackendUnsupported", message)))
-        # A backend that pulls its model itself (Ollama) has no directory to wait for.
-        source = self._sources(spec.source) if backend.needs_volume else _PULLED
-        cache: CacheState | None = None
-        if source.state is SourceState.REMOTE:
-            cache = self._cache.ensure(model)
-            source = _resolution(cache)
-        detail = _cache_status(cache)
-        if cache is not None and cache.status is CacheStatus.FAILED:
-            cached_no = (False, cache.reason, cache.message)
-            return _Plan(Verdict(cached=cached_no, cache_failed=True, cache=detail))
-        if source.state is SourceState.INVALID:
-            return _Plan(Verdict(config_valid=(False, source.reason, source.message)))
-        # detectGPU before the launch is rendered (a backend's flags and image depend on the
-        # vendor); a backend that is not installed still says so first, since only
-        # installing it helps, while a wait for a fitting node may end by itself.
-        gpu = self._place(model, backend)
-        ctx = self._ctx
-        if isinstance(gpu, GPUStatus):
-            ctx = replace(ctx, vendor=gpu.vendor, arch=gpu.architecture)
-        try:
-            launch_spec = launch(backend, model, source.path, ctx)
-        except InvalidSpecError as exc:
-            if isinstance(gpu, Verdict) and exc.field == "spec.gpu.vendor":
-                return _Plan(gpu)  # incomplete only for want of a detected vendor
-            return _Plan(Verdict(config_valid=(False, "ConfigInvalid", str(exc))))
-        except UnsupportedBackendError as exc:  # not installed: the message says what to do
-            return _Plan(Verdict(schedulable=(False, "BackendUnsupported", str(exc))))
-        if isinstance(gpu, Verdict):
-            return _Plan(gpu)
-        if source.state is SourceState.PENDING:
-            # Cache gate, as the operator: no replicas until the weights are in place.
-            download = cache.progress if cache is not None else None
-            pending = (False, source.reason, source.message)
-            return _Plan(Verdict(cached=pending, cache=detail, gpu=gpu), download=download)
-        cached = (True, "Cached", source.message or f"model directory {source.path}")
-        generation = model.metadata.generation or 1
-        crashes = self._crashes.crash_looping(model.key, generation, time.monotonic())
-        if crashes:
-            last = self._crashes.last_message(model.key)
-            message = f"engine crashed {crashes} times; fix the spec to retry. Last: {last}"
-            looping = Verdict(cached=cached, crash_loop=message[:2000], cache=detail, gpu=gpu)
-            return _Plan(looping)
-        wanted = desired_replicas(spec, active_at, utcnow())
-        if wanted.idle_at is not None:
-            delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
-            self._queue.add_after(model.key, delay)
-        verdict = Verdict(cached=cached, cache=detail, gpu=gpu)
-        return _Plan(verdict, launch_spec, wanted.replicas, source.path)
-
-    def _place(self, model: Model, backend: Backend) -> GPUStatus | Verdict:
-        """detectGPU and the compatibility check: the GPU status, or the verdict why not.
-
-        A model that cannot be placed is looked at again in 30 s (the seed's requeue):
-        nodes join and get labelled, and a fitting one may appear.
-        """
-        fleet = self._inventory.nodes()
-        placed = place(model.spec.gpu_or_default, fleet, backend, self._placer)
-        if isinstance(placed, Unplaced):
-            self._queue.add_after(model.key, RECHECK_S)
-            schedulable = (False, placed.reason, placed.message)
-            return Verdict(schedulable=schedulable, placement_pending=not placed.permanent)
-        node = placed.node
-        if node is None:  # the CPU, or a fleet this controller does not see
-            return GPUStatus(vendor=None if placed.vendor == "auto" else placed.vendor)
-        return GPUStatus(
-            node=node.node, vendor=node.vendor, architecture=node.arch, memory_mb=node.vram_mb
-        )
-
     async def _scale_up(
-        self, model: Model, plan: _Plan, count: int
+        self, model: Model, plan: Plan, count: int
     ) -> tuple[list[Replica], Verdict]:
         generation = model.metadata.generation or 1
         verdict = plan.verdict
@@ -381,7 +289,7 @@ class Reconciler:
                 self._metrics.engine_starts.labels(model.spec.backend).inc()
         return started, verdict
 
-    async def _prepared(self, model: Model, plan: _Plan) -> LaunchSpec:
+    async def _prepared(self, model: Model, plan: Plan) -> LaunchSpec:
         """The launch after the pre-start step, re-rendered when it moved the model."""
         assert plan.launch is not None
         if plan.model_dir is None:
@@ -389,9 +297,7 @@ class Reconciler:
         model_dir = await self._prestart.prepare(model, plan.model_dir)
         if model_dir == plan.model_dir:
             return plan.launch
-        backend = self._backends.get(model.spec.backend)
-        assert backend is not None  # the plan was made with it
-        return launch(backend, model, model_dir, self._ctx)
+        return self._planner.relaunch(model, plan, model_dir)
 
     async def _teardown(self, key: str) -> None:
         """The model is gone: withdraw its endpoints, then stop its replicas."""
@@ -408,19 +314,3 @@ class Reconciler:
         self._activity.pop(key, None)
         self._crashes.forget(key)
         self._progress.forget(key)
-
-
-def _cache_status(cache: CacheState | None) -> ApiCacheStatus | None:
-    """status.cache for a remote source: ready, the message, and the size once known."""
-    if cache is None:
-        return None
-    size = cache.progress.bytes_total if cache.progress is not None else None
-    ready = cache.status is CacheStatus.READY
-    return ApiCacheStatus(strategy="Registry", ready=ready, message=cache.message, size_bytes=size)
-
-
-def _resolution(cache: CacheState) -> SourceResolution:
-    """The cache's answer as a source resolution (FAILED is handled by the caller)."""
-    if cache.status is CacheStatus.READY:
-        return SourceResolution(SourceState.READY, cache.path, cache.reason, cache.message)
-    return SourceResolution(SourceState.PENDING, reason=cache.reason, message=cache.message)

@@ -1,0 +1,181 @@
+"""What the spec alone says of a Model: the verdict, how to launch it, how many, from where.
+
+The reconcile's steps before anything is started, in the seed's order: the backend from
+the plugin registry, the source (and, for a remote one, the cache's download), detectGPU
+and the compatibility check, the launch rendered for where the Model was placed, crash
+loops, and the desired replicas. ``Planner.plan`` reads state and queues rechecks; it
+starts nothing, so running it again changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+
+from flexinfer_common.api import Model
+from flexinfer_common.api.meta import utcnow
+from flexinfer_common.api.status import CacheStatus as ApiCacheStatus
+from flexinfer_common.api.status import GPUStatus
+from flexinfer_common.errors import InvalidSpecError
+from flexinfer_controller.backends import (
+    Backend,
+    BackendRegistry,
+    LaunchContext,
+    LaunchSpec,
+    UnsupportedBackendError,
+    launch,
+)
+from flexinfer_controller.core.cache import CacheState, CacheStatus, DownloadProgress, ModelCache
+from flexinfer_controller.core.crashes import CrashTracker
+from flexinfer_controller.core.desired import desired_replicas
+from flexinfer_controller.core.gpu import RECHECK_S, GPUInventory, Placer, Unplaced, place
+from flexinfer_controller.core.queue import WorkQueue
+from flexinfer_controller.core.sources import SourceResolution, SourceState
+from flexinfer_controller.core.status import Verdict
+
+_IDLE_SLACK_S = 0.01
+"""Reconcile just after the idle deadline so the comparison sees it expired."""
+_PULLED = SourceResolution(
+    SourceState.READY, reason="Cached", message="the backend pulls the model itself"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the spec alone says: the verdict, how to launch, how many, and from where."""
+
+    verdict: Verdict
+    launch: LaunchSpec | None = None
+    desired: int = 0
+    model_dir: Path | None = None
+    """The model directory the launch was rendered with (None: the backend pulls)."""
+    download: DownloadProgress | None = None
+    """How far the cache's download of a remote source got (None: none running)."""
+    context: LaunchContext | None = field(default=None, compare=False)
+    """The launch context with the placement, to render the launch again from a copy."""
+
+
+@dataclass(frozen=True, slots=True)
+class Planner:
+    """The reconcile's read-only steps, from the backend to the desired replicas."""
+
+    backends: BackendRegistry
+    sources: Callable[[str], SourceResolution]
+    cache: ModelCache
+    inventory: GPUInventory
+    placer: Placer
+    context: LaunchContext
+    crashes: CrashTracker
+    queue: WorkQueue
+
+    def relaunch(self, model: Model, plan: Plan, model_dir: Path) -> LaunchSpec:
+        """The plan's launch rendered again for ``model_dir`` (a pre-start copy)."""
+        backend = self.backends.get(model.spec.backend)
+        assert backend is not None  # the plan was made with it
+        return launch(backend, model, model_dir, plan.context or self.context)
+
+    def plan(self, model: Model, active_at: datetime | None) -> Plan:
+        """The verdict, how to launch and the desired replicas, from the spec alone."""
+        spec = model.spec
+        backend = self.backends.get(spec.backend)
+        if backend is None:
+            known = ", ".join(self.backends.names())
+            message = f"unknown backend {spec.backend!r}; known backends: {known}"
+            return Plan(Verdict(config_valid=(False, "BackendUnsupported", message)))
+        # A backend that pulls its model itself (Ollama) has no directory to wait for.
+        source = self.sources(spec.source) if backend.needs_volume else _PULLED
+        cache: CacheState | None = None
+        if source.state is SourceState.REMOTE:
+            cache = self.cache.ensure(model)
+            source = _resolution(cache)
+        detail = _cache_status(cache)
+        if cache is not None and cache.status is CacheStatus.FAILED:
+            cached_no = (False, cache.reason, cache.message)
+            return Plan(Verdict(cached=cached_no, cache_failed=True, cache=detail))
+        if source.state is SourceState.INVALID:
+            return Plan(Verdict(config_valid=(False, source.reason, source.message)))
+        gpu = self._place(model, backend)
+        rendered = self._launch(model, backend, source.path, gpu)
+        if isinstance(rendered, Verdict):
+            return Plan(rendered)
+        if isinstance(gpu, Verdict):
+            return Plan(gpu)
+        launch_spec, ctx = rendered
+        if source.state is SourceState.PENDING:
+            # Cache gate, as the operator: no replicas until the weights are in place.
+            download = cache.progress if cache is not None else None
+            pending = (False, source.reason, source.message)
+            return Plan(Verdict(cached=pending, cache=detail, gpu=gpu), download=download)
+        cached = (True, "Cached", source.message or f"model directory {source.path}")
+        generation = model.metadata.generation or 1
+        crashes = self.crashes.crash_looping(model.key, generation, time.monotonic())
+        if crashes:
+            last = self.crashes.last_message(model.key)
+            message = f"engine crashed {crashes} times; fix the spec to retry. Last: {last}"
+            looping = Verdict(cached=cached, crash_loop=message[:2000], cache=detail, gpu=gpu)
+            return Plan(looping)
+        wanted = desired_replicas(spec, active_at, utcnow())
+        if wanted.idle_at is not None:
+            delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
+            self.queue.add_after(model.key, delay)
+        verdict = Verdict(cached=cached, cache=detail, gpu=gpu)
+        return Plan(verdict, launch_spec, wanted.replicas, source.path, context=ctx)
+
+    def _launch(
+        self, model: Model, backend: Backend, model_dir: Path | None, gpu: GPUStatus | Verdict
+    ) -> tuple[LaunchSpec, LaunchContext] | Verdict:
+        """The launch rendered for where detectGPU placed the Model, or why it cannot be.
+
+        detectGPU comes first (a backend's flags and image depend on the vendor); a backend
+        that is not installed still says so before a wait for a node, since only installing
+        it helps, while the wait may end by itself.
+        """
+        ctx = self.context
+        if isinstance(gpu, GPUStatus):
+            ctx = replace(ctx, vendor=gpu.vendor, arch=gpu.architecture)
+        try:
+            return launch(backend, model, model_dir, ctx), ctx
+        except InvalidSpecError as exc:
+            if isinstance(gpu, Verdict) and exc.field == "spec.gpu.vendor":
+                return gpu  # incomplete only for want of a detected vendor
+            return Verdict(config_valid=(False, "ConfigInvalid", str(exc)))
+        except UnsupportedBackendError as exc:  # not installed: the message says what to do
+            return Verdict(schedulable=(False, "BackendUnsupported", str(exc)))
+
+    def _place(self, model: Model, backend: Backend) -> GPUStatus | Verdict:
+        """detectGPU and the compatibility check: the GPU status, or the verdict why not.
+
+        A model that cannot be placed is looked at again in 30 s (the seed's requeue):
+        nodes join and get labelled, and a fitting one may appear.
+        """
+        fleet = self.inventory.nodes()
+        placed = place(model.spec.gpu_or_default, fleet, backend, self.placer)
+        if isinstance(placed, Unplaced):
+            self.queue.add_after(model.key, RECHECK_S)
+            schedulable = (False, placed.reason, placed.message)
+            return Verdict(schedulable=schedulable, placement_pending=not placed.permanent)
+        node = placed.node
+        if node is None:  # the CPU, or a fleet this controller does not see
+            return GPUStatus(vendor=None if placed.vendor == "auto" else placed.vendor)
+        return GPUStatus(
+            node=node.node, vendor=node.vendor, architecture=node.arch, memory_mb=node.vram_mb
+        )
+
+
+def _cache_status(cache: CacheState | None) -> ApiCacheStatus | None:
+    """status.cache for a remote source: ready, the message, and the size once known."""
+    if cache is None:
+        return None
+    size = cache.progress.bytes_total if cache.progress is not None else None
+    ready = cache.status is CacheStatus.READY
+    return ApiCacheStatus(strategy="Registry", ready=ready, message=cache.message, size_bytes=size)
+
+
+def _resolution(cache: CacheState) -> SourceResolution:
+    """The cache's answer as a source resolution (FAILED is handled by the caller)."""
+    if cache.status is CacheStatus.READY:
+        return SourceResolution(SourceState.READY, cache.path, cache.reason, cache.message)
+    return SourceResolution(SourceState.PENDING, reason=cache.reason, message=cache.message)
