@@ -141,6 +141,24 @@ class WatchStream:
                 response.shutdown()
 
 
+async def list_json(
+    client: KubeClient, what: str, lister: Callable[..., Any]
+) -> tuple[list[Obj], str]:
+    """A list call's items (as dicts) and its resourceVersion, read as JSON in the worker
+    thread: the typed models refuse the partial statuses some kubelets write."""
+
+    def raw(**kwargs: Any) -> Any:
+        response = lister(_preload_content=False, **kwargs)
+        try:
+            return json.loads(response.data)
+        finally:
+            response.release_conn()
+
+    body = cast(dict[str, Any], await client.call(what, raw))
+    items = cast(list[Obj], body.get("items") or [])
+    return items, str(body["metadata"]["resourceVersion"])
+
+
 def watch_kwargs(resource_version: str, timeout_s: int) -> dict[str, Any]:
     """The keyword arguments (besides ``watch=True``, which each caller names, so that a scan
     of the calls sees what is watched) of a list call that watches after ``resource_version``."""

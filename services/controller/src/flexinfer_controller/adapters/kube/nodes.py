@@ -7,10 +7,15 @@ GPU nodes, never the whole cluster's.
 from __future__ import annotations
 
 import functools
-import json
-from typing import Any, cast
+from typing import Any
 
-from flexinfer_controller.adapters.kube.client import KubeClient, Obj, WatchStream, watch_kwargs
+from flexinfer_controller.adapters.kube.client import (
+    KubeClient,
+    Obj,
+    WatchStream,
+    list_json,
+    watch_kwargs,
+)
 
 GPU_NODE_SELECTOR = "flexinfer.ai/gpu.vendor"
 """Nodes the agent labelled with a GPU vendor."""
@@ -28,19 +33,7 @@ class NodeListWatch:
 
     async def list(self, namespace: str | None) -> tuple[list[Obj], str]:
         """The matching nodes (as dicts) and the list's resourceVersion."""
-        lister = self._lister()
-
-        def raw(**kwargs: Any) -> Any:
-            # As JSON: the typed models refuse node statuses some kubelets write partially.
-            response = lister(_preload_content=False, **kwargs)
-            try:
-                return json.loads(response.data)
-            finally:
-                response.release_conn()
-
-        body = cast(dict[str, Any], await self._client.call("list nodes", raw))
-        items = cast(list[Obj], body.get("items") or [])
-        return items, str(body["metadata"]["resourceVersion"])
+        return await list_json(self._client, "list nodes", self._lister())
 
     def watch(self, namespace: str | None, resource_version: str, timeout_s: int) -> WatchStream:
         """A watch of the matching nodes after ``resource_version``."""

@@ -7,14 +7,14 @@ controller never caches the cluster's other pods.
 from __future__ import annotations
 
 import functools
-import json
-from typing import Any, cast
+from typing import Any
 
 from flexinfer_controller.adapters.kube.client import (
     MERGE_PATCH,
     KubeClient,
     Obj,
     WatchStream,
+    list_json,
     watch_kwargs,
 )
 
@@ -31,19 +31,7 @@ class PodListWatch:
 
     async def list(self, namespace: str | None) -> tuple[list[Obj], str]:
         """The matching pods (as dicts) and the list's resourceVersion."""
-        lister = self._lister(namespace)
-
-        def raw(**kwargs: Any) -> Any:
-            # As JSON, read in the worker thread: the typed models refuse partial statuses.
-            response = lister(_preload_content=False, **kwargs)
-            try:
-                return json.loads(response.data)
-            finally:
-                response.release_conn()
-
-        body = cast(dict[str, Any], await self._client.call("list pods", raw))
-        items = cast(list[Obj], body.get("items") or [])
-        return items, str(body["metadata"]["resourceVersion"])
+        return await list_json(self._client, "list pods", self._lister(namespace))
 
     def watch(self, namespace: str | None, resource_version: str, timeout_s: int) -> WatchStream:
         """A watch of the matching pods after ``resource_version``."""
