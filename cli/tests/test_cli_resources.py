@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -165,7 +166,7 @@ async def test_logs_and_follow(h: Harness, tmp_path: Path) -> None:
     assert (await flexinfer("logs", "model", "a", "--tail", "0", *s)).out == ""
 
     proc = await asyncio.create_subprocess_exec(
-        "python", "-m", "flexinfer_cli", "logs", "model", "a", "-f", *s,
+        sys.executable, "-m", "flexinfer_cli", "logs", "model", "a", "-f", *s,
         stdout=asyncio.subprocess.PIPE, env=cli_env(),
     )  # fmt: skip
     assert proc.stdout is not None
