@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -49,11 +50,20 @@ class ControlResult:
     own: bool
     """Its answer named its own request, which reached the engine."""
     recorded: Recorded | None
+    closed: bool = False
+    """The proxy closed the connection (else it answered, or the wait timed out)."""
+    waited_s: float = 0.0
 
     def describe(self) -> str:
         """One line for a report."""
         if self.answer is None:
-            return "control: no answer"
+            reached = (
+                f"reached the engine on conn {self.recorded.conn}"
+                if self.recorded
+                else ("never reached the engine")
+            )
+            how = "closed by the proxy" if self.closed else "timed out"
+            return f"control: no answer, {how} after {self.waited_s:.1f} s ({reached})"
         conn = self.recorded.conn if self.recorded else None
         verdict = "its own answer" if self.own else "NOT its own answer"
         return f"control: {self.answer.status} {self.answer.body[:100]!r} ({verdict}, conn {conn})"
@@ -167,9 +177,12 @@ def control_request(nonce: str) -> bytes:
 async def control(url: str, upstream: RecordingUpstream) -> ControlResult:
     """A well-behaved client's request: did it reach the engine and get its own answer?"""
     nonce = f"control-{uuid.uuid4().hex}"
+    started = time.monotonic()
     async with _connection(url) as (reader, writer):
         await _send(writer, control_request(nonce))
-        answer = await AnswerReader(reader).next(CONTROL_TIMEOUT_S)
+        answers = AnswerReader(reader)
+        answer = await answers.next(CONTROL_TIMEOUT_S)
+    waited = time.monotonic() - started
     mine = [r for r in upstream.requests if nonce.encode() in r.body]
     recorded = mine[0] if len(mine) == 1 else None
     own = (
@@ -178,7 +191,7 @@ async def control(url: str, upstream: RecordingUpstream) -> ControlResult:
         and recorded is not None
         and answer_seq(answer.body) == recorded.seq
     )
-    return ControlResult(nonce.encode(), answer, own, recorded)
+    return ControlResult(nonce.encode(), answer, own, recorded, answers.closed, waited)
 
 
 async def run_case(

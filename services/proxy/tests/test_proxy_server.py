@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -176,3 +177,28 @@ async def test_idle_connections_close_after_the_keepalive_timeout_busy_ones_do_n
         started = asyncio.get_running_loop().time()
         assert await conn.closed()
         assert asyncio.get_running_loop().time() - started < 2
+
+
+async def test_a_request_that_lands_as_the_idle_deadline_falls_due_is_served() -> None:
+    # A stalled event loop (a long GC pause, a starved CPU) wakes with the idle deadline
+    # past due in the same turn as the client's next request arrives: the proxy must
+    # serve it, not reset the connection under it.
+    keepalive = 0.3
+    async with (
+        serve_proxy_in_background(echo_app, keepalive_s=keepalive) as url,
+        connect(url) as conn,
+    ):
+        await conn.send(post("/a", b"one"))
+        assert (await conn.response())[2] == b"POST /a one"  # the idle timer runs now
+        loop = asyncio.get_running_loop()
+        stalled = loop.create_future()
+
+        def stall() -> None:
+            time.sleep(keepalive * 2)  # blocks the loop, as a stall does
+            stalled.set_result(None)
+
+        loop.call_soon(stall)
+        await stalled  # resumes in the turn whose timers include the due deadline
+        await conn.send(post("/b", b"two"))
+        assert (await conn.response())[2] == b"POST /b two"
+        assert await conn.closed()  # and once idle for real, it still closes

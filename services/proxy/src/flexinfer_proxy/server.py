@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -83,7 +84,7 @@ class HttpProtocol(asyncio.Protocol):
         self.write_paused = False
         self.reading_paused = False
         self._drain: asyncio.Future[None] | None = None
-        self._idle = LazyTimer(self.loop, float(config.timeout_keep_alive), self.close)
+        self._idle = LazyTimer(self.loop, float(config.timeout_keep_alive), self._idle_expired)
         """Closes a connection idle (between requests) beyond the keep-alive timeout."""
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
@@ -415,6 +416,26 @@ class HttpProtocol(asyncio.Protocol):
             self.running.keep_alive = False
 
     # Internals.
+    def _idle_expired(self) -> None:
+        """Close an idle connection, unless its next request has already arrived.
+
+        After a stall of the event loop (a long GC pause, a starved CPU), the deadline
+        can fall due in the same loop turn in which the client's bytes landed: closing
+        then resets the connection under a request the client sent in time. Bytes
+        waiting unread mean the client is not idle, so the deadline moves on and the
+        read that follows serves them (a client cannot keep bytes unread on purpose:
+        the loop reads them as soon as it runs). The rest of an early-answered body is
+        no such request: its drain stays bounded by the timeout.
+        """
+        transport = self.transport
+        parsing = self.parsing
+        draining = parsing is not None and parsing.more_body
+        waiting = not (self._discard or draining or self.reading_paused)
+        if waiting and transport is not None and _unread_bytes_wait(transport):
+            self._idle.start()
+            return
+        self.close()
+
     def _reject(self, status: int, message: str) -> None:
         """Answer a malformed request and stop reading; nothing of it runs any further."""
         log.debug("rejecting a request: %s", message)
@@ -446,6 +467,17 @@ class HttpProtocol(asyncio.Protocol):
             self.loop.call_later(1.0, self.close)
         else:
             self.close()
+
+
+def _unread_bytes_wait(transport: asyncio.Transport) -> bool:
+    """Whether the client's socket holds bytes (or its EOF) not read yet."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or transport.is_closing():
+        return False
+    # poll, not select: select cannot watch descriptors above FD_SETSIZE (1024).
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _addr(value: Any) -> tuple[str, int] | None:
