@@ -194,7 +194,10 @@ async def test_a_request_that_lands_as_the_idle_deadline_falls_due_is_served() -
         stalled = loop.create_future()
 
         def stall() -> None:
-            time.sleep(keepalive * 2)  # blocks the loop, as a stall does
+            # This is the stall under test, not a wait for something to happen: the
+            # loop is blocked past the deadline, and a busier machine only blocks it
+            # longer, which leaves the deadline just as due.
+            time.sleep(keepalive * 2)
             stalled.set_result(None)
 
         loop.call_soon(stall)
