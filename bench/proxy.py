@@ -9,6 +9,7 @@ compare cost per core. Reported: requests/s, p50/p99 latency added over the dire
     python bench/proxy.py --setup              # once: venvs for the peers in bench/.venvs/
     python bench/proxy.py [--duration 5] [--rounds 3]
                           [--targets direct,flexinfer,litellm,vllm-router]
+                          [--paired]   (targets run at once, each scenario back to back)
                           (flexinfer-uvicorn: our proxy on uvicorn's protocol, to compare)
     python bench/proxy.py --streams 10000      # RSS with that many slow streams open
 
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +59,10 @@ class Target:
     name: str
     url: str
     proc: subprocess.Popen[bytes] | None
+
+
+Starter = Callable[[str, Path], Target | None]
+"""Starts one peer in front of the upstream at the URL (None: the peer is not set up)."""
 
 
 @dataclass
@@ -273,23 +279,28 @@ def wrk(url: str, lua: Path, conns: int, duration: float, pid: int | None) -> Ru
     )
 
 
-def measure(target: Target, work: Path, duration: float) -> dict[tuple[int, bool], Run]:
-    """Every scenario against ``target`` (1 s warm-up first)."""
-    results: dict[tuple[int, bool], Run] = {}
+def measure_one(target: Target, work: Path, duration: float, conns: int, stream: bool) -> Run:
+    """One scenario against ``target`` (1 s warm-up first), printed as it ends."""
     pid = target.proc.pid if target.proc else None
-    for conns, stream in SCENARIOS:
-        lua = write_lua(work, stream)
-        wrk(target.url, lua, conns, 1, None)
-        results[(conns, stream)] = wrk(target.url, lua, conns, duration, pid)
-        run = results[(conns, stream)]
-        print(
-            f"  {target.name:<12} c={conns:<3} {'stream' if stream else 'json  '} "
-            f"{run.rps:>9.0f} req/s  p50 {run.p50_us / 1000:6.2f} ms  "
-            f"p99 {run.p99_us / 1000:6.2f} ms  errors {run.errors}"
-            + (f"  cpu {run.cpu_us_per_req:.0f} us/req" if run.cpu_us_per_req else ""),
-            flush=True,
-        )
-    return results
+    lua = write_lua(work, stream)
+    wrk(target.url, lua, conns, 1, None)
+    run = wrk(target.url, lua, conns, duration, pid)
+    print(
+        f"  {target.name:<12} c={conns:<3} {'stream' if stream else 'json  '} "
+        f"{run.rps:>9.0f} req/s  p50 {run.p50_us / 1000:6.2f} ms  "
+        f"p99 {run.p99_us / 1000:6.2f} ms  errors {run.errors}"
+        + (f"  cpu {run.cpu_us_per_req:.0f} us/req" if run.cpu_us_per_req else ""),
+        flush=True,
+    )
+    return run
+
+
+def measure(target: Target, work: Path, duration: float) -> dict[tuple[int, bool], Run]:
+    """Every scenario against ``target``."""
+    return {
+        (conns, stream): measure_one(target, work, duration, conns, stream)
+        for conns, stream in SCENARIOS
+    }
 
 
 def table(all_runs: dict[str, dict[tuple[int, bool], Run]]) -> str:
@@ -342,11 +353,10 @@ def ratios(rounds: list[dict[str, dict[tuple[int, bool], Run]]], ours: str, peer
     return "\n".join(lines)
 
 
-def bench(targets: list[str], duration: float, rounds: int) -> int:
+def bench(targets: list[str], duration: float, rounds: int, paired: bool = False) -> int:
     """Start the upstream, then each target in turn, ``rounds`` times; print the table.
 
-    Rounds interleave the targets (A, B, A, B), so a change in the machine's load over a
-    run affects every target alike; cells are medians over rounds.
+    Cells are medians over rounds; ``paired`` chooses how a round measures its targets.
     """
     if shutil.which("wrk") is None:
         print("wrk is missing: install it with 'apt-get install -y wrk'", file=sys.stderr)
@@ -354,27 +364,15 @@ def bench(targets: list[str], duration: float, rounds: int) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
         work = Path(tmp)
         upstream = start_upstream(work)
-        starters = {
+        starters: dict[str, Starter] = {
             "flexinfer": start_flexinfer,
             "flexinfer-uvicorn": start_flexinfer_uvicorn,
             "litellm": start_litellm,
             "vllm-router": start_vllm_router,
         }
-        each_round: list[dict[str, dict[tuple[int, bool], Run]]] = []
+        rounds_of = _paired_rounds if paired else _interleaved_rounds
         try:
-            for number in range(rounds):
-                print(f"round {number + 1} of {rounds}", flush=True)
-                runs: dict[str, dict[tuple[int, bool], Run]] = {}
-                for name in targets:
-                    target = upstream if name == "direct" else starters[name](upstream.url, work)
-                    if target is None:
-                        continue
-                    try:
-                        runs[name] = measure(target, work, duration)
-                    finally:
-                        if target is not upstream:
-                            _stop(target.proc)
-                each_round.append(runs)
+            each_round = rounds_of(targets, upstream, starters, work, duration, rounds)
         finally:
             _stop(upstream.proc)
     medians = {
@@ -387,6 +385,77 @@ def bench(targets: list[str], duration: float, rounds: int) -> int:
         print()
         print(ratios(each_round, "flexinfer", "vllm-router"))
     return 0
+
+
+Rounds = list[dict[str, dict[tuple[int, bool], Run]]]
+
+
+def _interleaved_rounds(
+    targets: list[str],
+    upstream: Target,
+    starters: Mapping[str, Starter],
+    work: Path,
+    duration: float,
+    rounds: int,
+) -> Rounds:
+    """Each round starts every target in turn and measures all its scenarios.
+
+    Rounds interleave the targets (A, B, A, B), so a change in the machine's load over a
+    run affects every target alike.
+    """
+    each_round: Rounds = []
+    for number in range(rounds):
+        print(f"round {number + 1} of {rounds}", flush=True)
+        runs: dict[str, dict[tuple[int, bool], Run]] = {}
+        for name in targets:
+            target = upstream if name == "direct" else starters[name](upstream.url, work)
+            if target is None:
+                continue
+            try:
+                runs[name] = measure(target, work, duration)
+            finally:
+                if target is not upstream:
+                    _stop(target.proc)
+        each_round.append(runs)
+    return each_round
+
+
+def _paired_rounds(
+    targets: list[str],
+    upstream: Target,
+    starters: Mapping[str, Starter],
+    work: Path,
+    duration: float,
+    rounds: int,
+) -> Rounds:
+    """Every target running at once; each scenario measured on each target back to back.
+
+    On a shared host whose load swings within seconds, the interleaved rounds above put
+    about four wrk runs between the two measurements a ratio compares. Here the targets
+    are started once (an idle one costs no CPU) and a scenario's runs follow each other,
+    the order reversed every round, so each ratio compares measurements seconds apart.
+    """
+    running: list[Target] = []
+    try:
+        for name in targets:
+            target = upstream if name == "direct" else starters[name](upstream.url, work)
+            if target is not None:
+                running.append(target)
+        each_round: Rounds = []
+        for number in range(rounds):
+            print(f"round {number + 1} of {rounds} (paired)", flush=True)
+            runs: dict[str, dict[tuple[int, bool], Run]] = {t.name: {} for t in running}
+            order = running if number % 2 == 0 else running[::-1]
+            for conns, stream in SCENARIOS:
+                for target in order:
+                    run = measure_one(target, work, duration, conns, stream)
+                    runs[target.name][(conns, stream)] = run
+            each_round.append({t.name: runs[t.name] for t in running})
+        return each_round
+    finally:
+        for target in running:
+            if target is not upstream:
+                _stop(target.proc)
 
 
 @dataclass
@@ -489,6 +558,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--targets", default="direct,flexinfer,litellm,vllm-router")
     parser.add_argument("--streams", type=int, help="memory mode: open this many slow streams")
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="run every target at once and measure each scenario on each back to back",
+    )
     args = parser.parse_args(argv)
     if args.setup:
         return setup()
@@ -500,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    return bench(targets, args.duration, args.rounds)
+    return bench(targets, args.duration, args.rounds, args.paired)
 
 
 if __name__ == "__main__":
