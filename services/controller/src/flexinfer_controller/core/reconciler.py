@@ -195,6 +195,9 @@ class Reconciler:
         self._report_progress(model, status, ready, active_at, plan.download)
         for replica in to_stop:
             await self._runtime.stop(replica.id)
+        # ensureService/ensureDeployment before status, as the seed: a status that reports
+        # this generation means the runtime's objects were converged to it.
+        await self._runtime.ensure(model, verdict.gpu)
         await self._write_status(model, status)
 
     async def _with_kv_cache(
