@@ -199,6 +199,7 @@ class Reconciler:
         # this generation means the runtime's objects were converged to it.
         await self._runtime.ensure(model, verdict.gpu)
         await self._write_status(model, status)
+        await self._prune(key)
 
     async def _with_kv_cache(
         self, model: Model, status: ModelStatus, ready: list[Replica]
@@ -212,6 +213,12 @@ class Reconciler:
             return status
         self._queue.add_after(model.key, RECHECK_S)
         return status.model_copy(update={"kv_cache": await self._kv.check(model, urls)})
+
+    async def _prune(self, key: str) -> None:
+        """Post-reconcile: delete what failed replicas left behind (Kubernetes: Failed pods)."""
+        pruned = await self._runtime.prune(key)
+        if pruned and self._metrics is not None:
+            self._metrics.pruned_replicas.inc(len(pruned))
 
     async def _write_status(self, model: Model, status: ModelStatus) -> None:
         if status.model_dump() != model.status.model_dump():

@@ -112,6 +112,14 @@ class Runtime(ABC):
         """
         return  # a hook most runtimes do not need
 
+    async def prune(self, model: str) -> builtins.list[str]:
+        """Post-reconcile: delete what failed replicas of ``model`` left behind; their ids.
+
+        Local replicas leave nothing behind; on Kubernetes a failed pod (evicted,
+        OOM-killed) stays until deleted, long after its ReplicaSet replaced it.
+        """
+        return []
+
     async def release(self, model: str) -> None:
         """The Model is gone: remove what the runtime made for it besides its replicas.
 

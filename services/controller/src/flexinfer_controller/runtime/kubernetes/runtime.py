@@ -13,6 +13,8 @@
   0 replicas; it never changes the replicas, and leaves the template of a Deployment that
   runs pods to ``start`` (see ``plan.standby``). A Model that is not placed gets no
   Deployment, so nothing can start a pod of it.
+* ``prune`` deletes the Model's Failed pods (evicted, OOM-killed): the ReplicaSet has
+  replaced them, and Kubernetes would keep them until thousands piled up.
 * ``adopt`` lists the pods a previous controller left and reads their Deployments.
 * ``release`` deletes what the Model's reconciles created, explicitly rather than waiting
   for the garbage collector, so a Model's deletion completes only once they are gone.
@@ -30,10 +32,10 @@ from dataclasses import replace
 
 from flexinfer_common.api import Model
 from flexinfer_common.api.status import GPUStatus
-from flexinfer_common.errors import FlexInferError, InvalidSpecError, NotFoundError
+from flexinfer_common.errors import ConflictError, FlexInferError, InvalidSpecError, NotFoundError
 from flexinfer_controller.adapters.kube.client import KubeClient, Obj
 from flexinfer_controller.adapters.kube.informer import Change, Informer
-from flexinfer_controller.adapters.kube.pods import PodListWatch, patch_pod
+from flexinfer_controller.adapters.kube.pods import PodListWatch, delete_pod, patch_pod
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.adapters.kube.workloads import Workloads
 from flexinfer_controller.backends import BackendRegistry, LaunchSpec, UnsupportedBackendError
@@ -209,6 +211,19 @@ class KubernetesRuntime(Runtime):
         deployment = next(o for o in objects if o["kind"] == "Deployment")
         stamp(deployment, model.key, model.metadata.generation or 1)
         return objects
+
+    async def prune(self, model: str) -> builtins.list[str]:
+        """Delete the Model's pods in phase Failed; the keys of those deleted."""
+        # A Failed phase is final: no pod in it ever serves again.
+        failed = [p for p in self._pods.values() if p.model == model and p.failed]
+        pruned: builtins.list[str] = []
+        for pod in (p for p in failed if not p.deleting):
+            # Gone already, or the name holds a new pod: nothing of this one to delete.
+            with contextlib.suppress(NotFoundError, ConflictError):
+                await delete_pod(self._client, pod.namespace, pod.name, pod.uid)
+                log.info("pruned failed pod %s of %s (%s)", pod.key, model, pod.crash)
+                pruned.append(pod.key)
+        return pruned
 
     async def wait_stopped(self, replica_id: str, timeout_s: float) -> bool:
         """Wait until the pod is gone from the watch."""
