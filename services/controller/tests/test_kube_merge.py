@@ -308,3 +308,34 @@ def test_the_plan_creates_updates_or_leaves_alone() -> None:
         ("delete", "jobs"),
         ("delete", "services"),
     ]  # the PVC goes with its owner, through the garbage collector
+
+
+def test_standby_never_changes_replicas_nor_rolls_running_pods() -> None:
+    from flexinfer_controller.runtime.kubernetes.plan import standby
+
+    deployment = by_kind(SAMPLES[1], "Deployment")  # rendered with replicas 2
+    created = standby(deployment, None)
+    assert created is not None
+    assert created.verb == "create"
+    assert created.body is not None
+    assert created.body["spec"]["replicas"] == 0
+    running = defaulted(deployment)
+    assert standby(deployment, running) is None, "a defaulted replay needs no update"
+    running["spec"]["replicas"] = 3
+    assert standby(deployment, running) is None, "replicas are start's and stop's"
+    relabelled = copy.deepcopy(running)
+    relabelled["metadata"]["labels"]["flexinfer.ai/model"] = "old"
+    update = standby(deployment, relabelled)
+    assert update is not None
+    assert update.fields == ("metadata.labels",)
+    assert update.body is not None
+    assert update.body["spec"]["replicas"] == 3
+    retemplated = copy.deepcopy(running)
+    retemplated["spec"]["template"]["spec"]["nodeSelector"] = {"disk": "hdd"}
+    assert standby(deployment, retemplated) is None, "a new template with pods: start's call"
+    retemplated["spec"]["replicas"] = 0
+    update = standby(deployment, retemplated)
+    assert update is not None
+    assert update.fields == ("spec.template.spec.nodeSelector",)
+    assert update.body is not None
+    assert update.body["spec"]["replicas"] == 0

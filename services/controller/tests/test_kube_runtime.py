@@ -7,111 +7,32 @@ Deployment controller and marks pods Ready on their podIP. Every wait is on a co
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
-from flexinfer_common.serving import serve_in_background
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
-from flexinfer_controller.app import create_app
-from flexinfer_controller.kube_settings import KubernetesSettings
-from flexinfer_controller.runtime.kubernetes.factory import kubernetes_models
-from flexinfer_controller.runtime.kubernetes.kubelet import Kubelet, crash_status, running_kubelet
-from flexinfer_controller.settings import ControllerSettings
-from flexinfer_controller.testing import demand, eventually
+from flexinfer_controller.runtime.kubernetes.harness import (
+    Cluster,
+    controller,
+    model_body,
+    running_cluster,
+    writes,
+)
+from flexinfer_controller.runtime.kubernetes.kubelet import crash_status, running_kubelet
+from flexinfer_controller.testing import eventually
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
 FINALIZER = "flexinfer.ai/model-cleanup"
 
 
-def model_body(name: str = "tiny", **serverless: Any) -> dict[str, Any]:
-    """A CPU reference Model, scaled to zero when idle."""
-    return {
-        "apiVersion": "ai.flexinfer/v1alpha2",
-        "kind": "Model",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "backend": "reference",
-            "source": "file:///var/lib/flexinfer/models/tiny",
-            "gpu": {"vendor": "cpu"},
-            "serverless": {"idleTimeout": "300s", **serverless},
-        },
-    }
-
-
-@dataclass
-class Cluster:
-    """The fake apiserver, its kubelet, and the controller's bus."""
-
-    api: KubeApiServer
-    kubelet: Kubelet
-    bus: MemoryBus
-
-    def model(self, name: str = "tiny") -> dict[str, Any] | None:
-        """The stored Model object."""
-        return self.api.get("models", "default", name)
-
-    def status(self, name: str = "tiny") -> dict[str, Any]:
-        """Its status (empty before the first write)."""
-        found = self.model(name)
-        return dict((found or {}).get("status") or {})
-
-    def pods(self) -> list[dict[str, Any]]:
-        """The engine pods."""
-        return self.api.objects("pods", "default")
-
-    async def wait_phase(self, phase: str, name: str = "tiny", timeout_s: float = 15) -> None:
-        """Until a reconcile of the current generation wrote ``phase``."""
-
-        def reached() -> bool:
-            found = self.model(name)
-            status = (found or {}).get("status") or {}
-            current = status.get("observedGeneration") == (found or {}).get("metadata", {}).get(
-                "generation"
-            )
-            return current and status.get("phase") == phase
-
-        await eventually(reached, timeout_s)
-
-    async def demand(self) -> None:
-        """A proxy's DemandEvent for default/tiny."""
-        await self.bus.publish(topics.DEMAND, demand().model_dump(mode="json"))
-
-
-@asynccontextmanager
-async def controller(api: KubeApiServer, bus: MemoryBus, **overrides: Any) -> AsyncIterator[None]:
-    """The controller app with runtime=kubernetes on ``api``, until the block ends."""
-    values: dict[str, Any] = {
-        "port": 0, "runtime": "kubernetes", "data_dir": Path("/nonexistent/flexinfer"),
-        "kubernetes": KubernetesSettings(host=api.url, namespaces=["default"]),
-        "resync_interval_s": 3600.0, "crash_loop_limit": 3, "crash_backoff_initial_s": 0.05,
-        "crash_backoff_max_s": 0.2,
-    }  # fmt: skip
-    values.update(overrides)
-    settings = ControllerSettings(**values)
-    async with kubernetes_models(settings) as (store, feed):
-        app = create_app(settings, bus=bus, store=store, feed=feed)
-        async with serve_in_background(app):
-            yield
-
-
 @pytest.fixture
 async def cluster(apiserver: KubeApiServer) -> AsyncIterator[Cluster]:
     """A running kubelet and controller on the fake apiserver."""
-    bus = MemoryBus()
-    async with running_kubelet(apiserver) as kubelet, controller(apiserver, bus):
-        yield Cluster(apiserver, kubelet, bus)
-    await bus.close()
-
-
-def _writes(api: KubeApiServer, resource: str) -> int:
-    return api.count("update", resource) + api.count("patch", resource)
+    async with running_cluster(apiserver) as running:
+        yield running
 
 
 async def test_demand_scales_a_model_from_zero_and_idle_back(cluster: Cluster) -> None:
@@ -119,12 +40,15 @@ async def test_demand_scales_a_model_from_zero_and_idle_back(cluster: Cluster) -
     api.create("models", model_body(idleTimeout="2s"))
     await cluster.wait_phase("Idle")
     assert FINALIZER in cluster.model()["metadata"]["finalizers"]  # type: ignore[index]
-    assert api.objects("deployments") == []
+    # Idle from the start: its Deployment is there, at 0 replicas, and no pod runs.
+    assert api.get("deployments", "default", "tiny")["spec"]["replicas"] == 0  # type: ignore[index]
+    assert cluster.pods() == []
 
     await cluster.demand()
     await cluster.wait_phase("Ready")
     calls = [(c.verb, c.resource) for c in api.calls]
     assert calls.index(("patch", "models")) < calls.index(("create", "deployments"))
+    assert api.count("create", "deployments") == 1, "the start scaled the idle Deployment"
     deployment = api.get("deployments", "default", "tiny")
     assert deployment is not None
     assert deployment["spec"]["replicas"] == 1
@@ -149,12 +73,12 @@ async def test_a_spec_change_updates_the_deployment_once(cluster: Cluster) -> No
     api = cluster.api
     api.create("models", model_body(minReplicas=1))
     await cluster.wait_phase("Ready")
-    before = _writes(api, "deployments")
+    before = writes(api, "deployments")
     api.patch("models", "default", "tiny", {"spec": {"nodeSelector": {"disk": "ssd"}}})
-    await eventually(lambda: _writes(api, "deployments") > before)
+    await eventually(lambda: writes(api, "deployments") > before)
     await cluster.wait_phase("Ready")
     await eventually(lambda: len(cluster.pods()) == 1)
-    updated = _writes(api, "deployments")
+    updated = writes(api, "deployments")
     assert updated == before + 1
     template = api.get("deployments", "default", "tiny")["spec"]["template"]  # type: ignore[index]
     assert template["spec"]["nodeSelector"] == {"disk": "ssd"}
@@ -165,8 +89,8 @@ async def test_a_spec_change_updates_the_deployment_once(cluster: Cluster) -> No
     api.patch("models", "default", "tiny", {"metadata": {"labels": {"team": "a"}}})
     await eventually(lambda: api.count("get", "models", name="tiny") > 0)
     await cluster.wait_phase("Ready")
-    assert _writes(api, "deployments") == updated
-    assert _writes(api, "services") == 0
+    assert writes(api, "deployments") == updated
+    assert writes(api, "services") == 0
 
 
 async def test_deleting_a_model_removes_its_objects_then_the_finalizer(cluster: Cluster) -> None:
@@ -192,14 +116,14 @@ async def test_a_restarted_controller_adopts_running_pods(apiserver: KubeApiServ
             apiserver.create("models", model_body(minReplicas=1))
             await cluster.wait_phase("Ready")
             (pod,) = cluster.pods()
-        writes = _writes(apiserver, "deployments")
+        written = writes(apiserver, "deployments")
         creates = apiserver.count("create", "deployments")
         async with controller(apiserver, bus):
             await eventually(lambda: apiserver.count("list", "pods") >= 2)
             apiserver.patch("models", "default", "tiny", {"metadata": {"labels": {"x": "1"}}})
             await cluster.wait_phase("Ready")
             assert [p["metadata"]["name"] for p in cluster.pods()] == [pod["metadata"]["name"]]
-            assert _writes(apiserver, "deployments") == writes
+            assert writes(apiserver, "deployments") == written
             assert apiserver.count("create", "deployments") == creates
     await bus.close()
 

@@ -30,6 +30,11 @@ class ControllerMetrics:
             "Engine replicas that exited unexpectedly (crash, failed start, startup timeout).",
             registry=registry,
         )
+        self.pruned_replicas = Counter(
+            "flexinfer_controller_pruned_replicas",
+            "Failed replicas deleted after the reconcile (Kubernetes: evicted, OOM-killed pods).",
+            registry=registry,
+        )
         self.replicas = Gauge(
             "flexinfer_controller_replicas",
             "Engine replicas the runtime runs, by state (starting, ready).",

@@ -195,7 +195,11 @@ class Reconciler:
         self._report_progress(model, status, ready, active_at, plan.download)
         for replica in to_stop:
             await self._runtime.stop(replica.id)
+        # ensureService/ensureDeployment before status, as the seed: a status that reports
+        # this generation means the runtime's objects were converged to it.
+        await self._runtime.ensure(model, verdict.gpu)
         await self._write_status(model, status)
+        await self._prune(key)
 
     async def _with_kv_cache(
         self, model: Model, status: ModelStatus, ready: list[Replica]
@@ -209,6 +213,12 @@ class Reconciler:
             return status
         self._queue.add_after(model.key, RECHECK_S)
         return status.model_copy(update={"kv_cache": await self._kv.check(model, urls)})
+
+    async def _prune(self, key: str) -> None:
+        """Post-reconcile: delete what failed replicas left behind (Kubernetes: Failed pods)."""
+        pruned = await self._runtime.prune(key)
+        if pruned and self._metrics is not None:
+            self._metrics.pruned_replicas.inc(len(pruned))
 
     async def _write_status(self, model: Model, status: ModelStatus) -> None:
         if status.model_dump() != model.status.model_dump():

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from flexinfer_common.api import Model
+from flexinfer_common.api.status import GPUStatus
 from flexinfer_common.errors import PermanentError
 from flexinfer_controller.backends import LaunchSpec
 from flexinfer_controller.core.gpu import GPUInventory
@@ -99,6 +101,24 @@ class Runtime(ABC):
         """The fleet this runtime watches for detectGPU; None: the plugin's own (local
         mode's declared GPUs)."""
         return None
+
+    async def ensure(self, model: Model, gpu: GPUStatus | None) -> None:
+        """ensureService and ensureDeployment: keep what the Model's replicas are made from
+        converged at every reconcile, also while none runs.
+
+        ``gpu`` is where detectGPU placed the Model (None: not placed). Called after the
+        reconcile's starts and stops; it never changes how many replicas run. Local replicas
+        need nothing made ahead of a start.
+        """
+        return  # a hook most runtimes do not need
+
+    async def prune(self, model: str) -> builtins.list[str]:
+        """Post-reconcile: delete what failed replicas of ``model`` left behind; their ids.
+
+        Local replicas leave nothing behind; on Kubernetes a failed pod (evicted,
+        OOM-killed) stays until deleted, long after its ReplicaSet replaced it.
+        """
+        return []
 
     async def release(self, model: str) -> None:
         """The Model is gone: remove what the runtime made for it besides its replicas.

@@ -1,4 +1,4 @@
-"""Pods of the Models' engines: list and watch them (for the informer) and patch one.
+"""Pods of the Models' engines: list and watch them (for the informer), patch and delete one.
 
 Only pods with the engine labels the renderers put on every engine pod are listed, so the
 controller never caches the cluster's other pods.
@@ -64,3 +64,20 @@ async def patch_pod(client: KubeClient, namespace: str, name: str, patch: Obj) -
             response.release_conn()
 
     await client.call("patch pods", send)
+
+
+async def delete_pod(client: KubeClient, namespace: str, name: str, uid: str) -> None:
+    """Delete one pod, only while the name still holds the pod ``uid`` names (409 if not)."""
+    core = client.core
+    options = {"preconditions": {"uid": uid}} if uid else {}
+
+    def send(**kwargs: Any) -> None:
+        response = core.delete_namespaced_pod(
+            name, namespace, body=options, _preload_content=False, **kwargs
+        )
+        try:
+            response.data  # read whole, so the pooled connection can be reused  # noqa: B018
+        finally:
+            response.release_conn()
+
+    await client.call("delete pods", send)

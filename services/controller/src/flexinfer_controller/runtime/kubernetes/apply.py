@@ -8,6 +8,7 @@ that loses to another writer (the Deployment controller writing status) reads ag
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from flexinfer_common.errors import ConflictError, NotFoundError, TemporaryError
 from flexinfer_controller.adapters.kube.workloads import Workloads
@@ -16,6 +17,8 @@ from flexinfer_controller.runtime.kubernetes.names import Obj
 
 log = logging.getLogger(__name__)
 _ATTEMPTS = 5
+Decide = Callable[[Obj, Obj | None], plan.Op | None]
+"""Which call, if any, brings the live object (None: absent) to the rendered one."""
 
 
 class Applier:
@@ -37,13 +40,14 @@ class Applier:
         except NotFoundError:
             return None
 
-    async def ensure(self, desired: Obj) -> Obj:
-        """Create ``desired``, or write its owned fields onto the live object if they differ."""
+    async def ensure(self, desired: Obj, decide: Decide = plan.ensure) -> Obj:
+        """Create ``desired``, or write its owned fields onto the live object if they differ
+        (as ``decide`` says: ``plan.ensure`` unless told otherwise)."""
         for _ in range(_ATTEMPTS):
             live = await self.live(desired)
-            op = plan.ensure(desired, live)
+            op = decide(desired, live)
             if op is None:
-                assert live is not None
+                assert live is not None  # an absent object is always created
                 return live
             if op.verb == "update":
                 log.info("updating %s %s/%s: %s", op.resource, op.namespace, op.name, op.fields)

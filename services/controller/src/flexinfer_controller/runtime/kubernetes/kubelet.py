@@ -4,7 +4,8 @@ The fake apiserver runs no controllers. This plays both, simply: each pass makes
 of every Deployment match its spec.replicas and current template (pods of an older
 template go, extra pods go lowest ``pod-deletion-cost`` first, pods of a deleted
 Deployment go), and marks each new pod Running and Ready on its own podIP, or, for a
-Model listed in ``crashing``, in CrashLoopBackOff.
+Model listed in ``crashing``, in CrashLoopBackOff. As a ReplicaSet, it counts no pod in
+phase Failed: it makes a replacement and leaves the failed pod for someone to delete.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Kubelet:
 
     def _match(self, deployment: Obj, pods: list[Obj]) -> None:
         template = deployment["spec"]["template"]
+        pods = [p for p in pods if (p.get("status") or {}).get("phase") != "Failed"]
         current = [p for p in pods if _hash(p["metadata"]) == _hash(template["metadata"])]
         self._delete([p for p in pods if p not in current])
         wanted = int(deployment["spec"].get("replicas") or 0)

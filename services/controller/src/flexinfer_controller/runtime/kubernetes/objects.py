@@ -44,6 +44,11 @@ def render_model(model: Model, backends: BackendRegistry, options: RenderOptions
     return render_context(build_context(model, backends, options))
 
 
+def render_service(model: Model, backends: BackendRegistry, options: RenderOptions) -> Obj:
+    """ensureService alone: the Service of a Model not placed yet (it needs no GPU)."""
+    return service(build_context(model, backends, options))
+
+
 def render_cleanup(
     model: Model,
     backends: BackendRegistry,

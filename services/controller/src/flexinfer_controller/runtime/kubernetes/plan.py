@@ -10,6 +10,7 @@ name).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from flexinfer_controller.runtime.kubernetes.merge import merge, needs_update
@@ -61,6 +62,23 @@ def ensure(desired: Obj, live: Obj | None) -> Op | None:
         return None
     changed = needs_update(desired, live)
     return _op("update", desired, merge(desired, live), tuple(changed)) if changed else None
+
+
+def standby(desired: Obj, live: Obj | None) -> Op | None:
+    """ensureDeployment between starts: create it with 0 replicas, merge onto it what no pod
+    is made from, and its pod template only while it runs none.
+
+    spec.replicas is written as it is live: start and stop own it, so two writers never
+    fight over it. A new template on a Deployment that runs replicas would roll its pods,
+    which is start's decision (and is left to it).
+    """
+    body = copy.deepcopy(desired)
+    running = int(((live or {}).get("spec") or {}).get("replicas") or 0)
+    body["spec"]["replicas"] = running
+    op = ensure(body, live)
+    if op is not None and running and any(f.startswith("spec.template") for f in op.fields):
+        return None
+    return op
 
 
 def cleanup(rendered: list[Obj], on_delete: list[Obj]) -> list[Op]:

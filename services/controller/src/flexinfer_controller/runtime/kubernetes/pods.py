@@ -57,6 +57,7 @@ class PodView:
 
     key: str
     """namespace/pod name."""
+    uid: str
     name: str
     namespace: str
     model: str
@@ -97,7 +98,7 @@ def _ready(status: Obj) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def _crash(statuses: list[Any], phase: str | None) -> str | None:
+def _crash(statuses: list[Any], pod_status: Obj) -> str | None:
     for status in statuses:
         waiting = (status.get("state") or {}).get("waiting") or {}
         last = (status.get("lastState") or {}).get("terminated") or {}
@@ -109,7 +110,11 @@ def _crash(statuses: list[Any], phase: str | None) -> str | None:
                 return f"container {status.get('name')}: {why}, exit code {code}"
         if waiting.get("reason") in CRASH_REASONS:
             return f"container {status.get('name')}: {waiting['reason']}"
-    return "pod failed" if phase == "Failed" else None
+    if pod_status.get("phase") != "Failed":
+        return None
+    # Evicted, NodeLost...: the kubelet's reason for the whole pod, where it gave one.
+    why = ": ".join(str(pod_status[k]) for k in ("reason", "message") if pod_status.get(k))
+    return f"pod failed: {why}" if why else "pod failed"
 
 
 def view(pod: Obj) -> PodView | None:
@@ -122,14 +127,15 @@ def view(pod: Obj) -> PodView | None:
     statuses = status.get("containerStatuses") or []
     ip, port = status.get("podIP"), _port(spec)
     return PodView(
-        key=f"{meta['namespace']}/{meta['name']}", name=meta["name"],
+        key=f"{meta['namespace']}/{meta['name']}", uid=str(meta.get("uid") or ""),
+        name=meta["name"],
         namespace=meta["namespace"], model=model,
         template_hash=notes.get(TEMPLATE_HASH_ANNOTATION, ""),
         deleting=meta.get("deletionTimestamp") is not None,
         failed=status.get("phase") == "Failed", ready=_ready(status),
         url=f"http://{ip}:{port}" if ip and port else None, node=spec.get("nodeName"),
         restarts=sum(int(s.get("restartCount") or 0) for s in statuses),
-        crash=_crash(statuses, status.get("phase")), created_at=_created(meta),
+        crash=_crash(statuses, status), created_at=_created(meta),
         crash_looping=status.get("phase") == "Failed" or any(
             ((s.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
             for s in statuses

@@ -20,7 +20,7 @@ RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("", "configmaps", frozenset({"get", "list", "create", "update", "patch", "delete"})),
     ("", "services", frozenset({"get", "create", "update", "delete"})),
     ("", "persistentvolumeclaims", frozenset({"get", "create"})),
-    ("", "pods", frozenset({"list", "watch", "patch"})),
+    ("", "pods", frozenset({"list", "watch", "patch", "delete"})),
     ("", "nodes", frozenset({"list", "watch"})),
     ("apps", "deployments", frozenset({"get", "create", "update", "patch", "delete"})),
     ("batch", "jobs", frozenset({"get", "create", "delete"})),

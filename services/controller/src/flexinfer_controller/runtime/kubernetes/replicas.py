@@ -10,7 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flexinfer_controller.runtime.base import Replica, ReplicaState
-from flexinfer_controller.runtime.kubernetes.pods import PodView
+from flexinfer_controller.runtime.kubernetes.names import Obj
+from flexinfer_controller.runtime.kubernetes.pods import (
+    GENERATION_ANNOTATION,
+    TEMPLATE_HASH_ANNOTATION,
+    PodView,
+)
 
 PENDING = "pending:"
 """Placeholder replica ids: ``pending:<namespace>/<name>:<n>``."""
@@ -25,6 +30,19 @@ class Wanted:
     generation: int
     template_hash: str
     replicas: int
+
+
+def wanted_of(live: Obj) -> Wanted:
+    """What a live Deployment of a Model is set to (its stamps and replicas)."""
+    template = live["spec"]["template"]["metadata"].get("annotations") or {}
+    notes = live["metadata"].get("annotations") or {}
+    return Wanted(
+        namespace=live["metadata"]["namespace"],
+        deployment=live["metadata"]["name"],
+        generation=int(notes.get(GENERATION_ANNOTATION) or 0),
+        template_hash=template.get(TEMPLATE_HASH_ANNOTATION, ""),
+        replicas=int(live["spec"].get("replicas") or 0),
+    )
 
 
 def placeholder_model(replica_id: str) -> str | None:

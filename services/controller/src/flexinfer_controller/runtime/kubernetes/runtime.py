@@ -8,6 +8,13 @@
   pod is READY when its Ready condition is True, at ``http://<podIP>:<port>``.
 * ``ready`` and ``exited`` events come from pod changes; a container restart or a
   CrashLoopBackOff is an unexpected exit, a deleted pod an expected one.
+* ``ensure`` (every reconcile) keeps the Model's objects converged between starts: the
+  Service always, and once detectGPU placed the Model the rest, its Deployment created at
+  0 replicas; it never changes the replicas, and leaves the template of a Deployment that
+  runs pods to ``start`` (see ``plan.standby``). A Model that is not placed gets no
+  Deployment, so nothing can start a pod of it.
+* ``prune`` deletes the Model's Failed pods (evicted, OOM-killed): the ReplicaSet has
+  replaced them, and Kubernetes would keep them until thousands piled up.
 * ``adopt`` lists the pods a previous controller left and reads their Deployments.
 * ``release`` deletes what the Model's reconciles created, explicitly rather than waiting
   for the garbage collector, so a Model's deletion completes only once they are gone.
@@ -23,27 +30,31 @@ import logging
 import time
 from dataclasses import replace
 
-from flexinfer_common.errors import FlexInferError, NotFoundError
+from flexinfer_common.api import Model
+from flexinfer_common.api.status import GPUStatus
+from flexinfer_common.errors import ConflictError, FlexInferError, InvalidSpecError, NotFoundError
 from flexinfer_controller.adapters.kube.client import KubeClient, Obj
 from flexinfer_controller.adapters.kube.informer import Change, Informer
-from flexinfer_controller.adapters.kube.pods import PodListWatch, patch_pod
+from flexinfer_controller.adapters.kube.pods import PodListWatch, delete_pod, patch_pod
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.adapters.kube.workloads import Workloads
-from flexinfer_controller.backends import BackendRegistry, LaunchSpec
+from flexinfer_controller.backends import BackendRegistry, LaunchSpec, UnsupportedBackendError
 from flexinfer_controller.core.gpu import GPUInventory
 from flexinfer_controller.runtime.base import Replica, ReplicaEvent, ReplicaListener, Runtime
 from flexinfer_controller.runtime.kubernetes import plan
 from flexinfer_controller.runtime.kubernetes.apply import Applier
 from flexinfer_controller.runtime.kubernetes.inventory import NodeInventory
 from flexinfer_controller.runtime.kubernetes.names import object_name
-from flexinfer_controller.runtime.kubernetes.objects import render_cleanup, render_model
+from flexinfer_controller.runtime.kubernetes.objects import (
+    render_cleanup,
+    render_model,
+    render_service,
+)
 from flexinfer_controller.runtime.kubernetes.options import GPUPlacement, RenderOptions
 from flexinfer_controller.runtime.kubernetes.pods import (
     DELETION_COST_ANNOTATION,
     ENGINE_SELECTOR,
     FIRST_TO_GO,
-    GENERATION_ANNOTATION,
-    TEMPLATE_HASH_ANNOTATION,
     PodView,
     stamp,
     view,
@@ -53,6 +64,7 @@ from flexinfer_controller.runtime.kubernetes.replicas import (
     as_replica,
     placeholder_model,
     replicas_of,
+    wanted_of,
 )
 
 log = logging.getLogger(__name__)
@@ -173,6 +185,46 @@ class KubernetesRuntime(Runtime):
         # else: a leftover of a rollout, which the Deployment controller removes itself
         self._stopping.add(replica_id)
 
+    async def ensure(self, model: Model, gpu: GPUStatus | None) -> None:
+        """ensureService; once placed, the other objects and the Deployment (plan.standby)."""
+        try:
+            objects = self._standby_objects(model, gpu)
+        except (InvalidSpecError, UnsupportedBackendError):
+            return  # the plan's verdict already tells why it cannot run
+        for obj in objects:
+            if obj["kind"] != "Deployment":
+                await self._applier.ensure(obj)
+                continue
+            try:
+                live = await self._applier.ensure(obj, plan.standby)
+            except FlexInferError:
+                self._wanted.pop(model.key, None)  # written or not: read it anew next time
+                raise
+            self._wanted[model.key] = wanted_of(live)
+
+    def _standby_objects(self, model: Model, gpu: GPUStatus | None) -> builtins.list[Obj]:
+        """What ``ensure`` converges: the Service alone until detectGPU placed the Model."""
+        if gpu is None:
+            return [render_service(model, self._backends, self._options)]
+        options = replace(self._options, gpu=GPUPlacement(gpu.vendor, gpu.architecture))
+        objects = render_model(model, self._backends, options)
+        deployment = next(o for o in objects if o["kind"] == "Deployment")
+        stamp(deployment, model.key, model.metadata.generation or 1)
+        return objects
+
+    async def prune(self, model: str) -> builtins.list[str]:
+        """Delete the Model's pods in phase Failed; the keys of those deleted."""
+        # A Failed phase is final: no pod in it ever serves again.
+        failed = [p for p in self._pods.values() if p.model == model and p.failed]
+        pruned: builtins.list[str] = []
+        for pod in (p for p in failed if not p.deleting):
+            # Gone already, or the name holds a new pod: nothing of this one to delete.
+            with contextlib.suppress(NotFoundError, ConflictError):
+                await delete_pod(self._client, pod.namespace, pod.name, pod.uid)
+                log.info("pruned failed pod %s of %s (%s)", pod.key, model, pod.crash)
+                pruned.append(pod.key)
+        return pruned
+
     async def wait_stopped(self, replica_id: str, timeout_s: float) -> bool:
         """Wait until the pod is gone from the watch."""
         if replica_id not in self._pods:
@@ -221,6 +273,8 @@ class KubernetesRuntime(Runtime):
         """Stop watching; scale every Deployment to zero too when ``stop_replicas``."""
         if stop_replicas:
             for wanted in list(self._wanted.values()):
+                if not wanted.replicas:
+                    continue  # an idle Model's Deployment, at 0 already
                 ref = _deployment_ref(wanted.namespace, wanted.deployment)
                 with contextlib.suppress(FlexInferError):
                     await self._applier.scale(ref, 0)
@@ -245,13 +299,7 @@ class KubernetesRuntime(Runtime):
             live = await self._applier.run(plan.read(_deployment_ref(namespace, object_name(name))))
         except NotFoundError:
             return None
-        template = live["spec"]["template"]["metadata"].get("annotations") or {}
-        notes = live["metadata"].get("annotations") or {}
-        wanted = Wanted(
-            namespace, live["metadata"]["name"], int(notes.get(GENERATION_ANNOTATION) or 0),
-            template.get(TEMPLATE_HASH_ANNOTATION, ""), int(live["spec"].get("replicas") or 0),
-        )  # fmt: skip
-        self._wanted[model] = wanted
+        wanted = self._wanted[model] = wanted_of(live)
         return wanted
 
     async def _scale_down(self, model: str) -> None:
