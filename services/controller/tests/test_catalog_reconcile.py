@@ -3,6 +3,7 @@ OCI registry (catalog.testing) that the catalogs list. Tests wait on status, nev
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
@@ -213,19 +214,17 @@ async def test_a_deleted_catalog_stops_syncing(
 async def test_a_slow_registry_blocks_neither_models_nor_more_than_the_workers(
     h: Harness, registry: tuple[TestRegistry, str]
 ) -> None:
-    import asyncio
-
     reg, url = registry
     reg.manifest_gate = gate = asyncio.Event()
     for name in ("a", "b", "c"):
         await put(h, catalog_doc(name, {"type": "OCI", "url": url}))
     loop = catalogs(h)
-    await eventually(lambda: loop.reconciler.syncs == 2 and reg.in_flight > 0)
+    await eventually(lambda: loop.reconciler.syncs == 2 and reg.in_flight > 0, timeout_s=20)
     # Both catalog workers wait on the registry; a Model still reconciles.
     doc = model_doc("ext", "file:///unused")
     doc["spec"]["endpoints"] = ["http://127.0.0.1:9/v1"]
     await h.put_model(doc)
-    await h.wait_phase("ext", "Ready")
+    await h.wait_phase("ext", "Ready", timeout_s=20)
     assert loop.reconciler.syncs == 2  # the third catalog waits for a worker
     gate.set()
     for name in ("a", "b", "c"):

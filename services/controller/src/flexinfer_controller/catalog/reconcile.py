@@ -64,9 +64,10 @@ class CatalogReconciler:
     options: SyncOptions = field(default_factory=SyncOptions)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
-    _backoff: dict[str, float] = field(default_factory=dict)
-    syncs: int = 0
-    """Syncs run (tests and metrics watch it)."""
+    syncs: int = field(default=0, init=False)
+    """Syncs run (tests watch it)."""
+    _backoff: dict[str, float] = field(default_factory=dict, init=False)
+    """The current retry delay of each catalog whose last sync failed temporarily."""
 
     async def reconcile(self, key: str) -> None:
         """Sync the catalog ``key`` if it is due, else queue it for when it will be."""
