@@ -34,6 +34,7 @@ from flexinfer_common.api import (
 from flexinfer_common.errors import ConflictError, FlexInferError, NotFoundError, StoreError
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import lifecycle
+from flexinfer_common.store import sql_endpoints as endpoints
 from flexinfer_common.store import sql_schema as schema
 from flexinfer_common.store.base import EndpointRecord, ModelStore
 from flexinfer_common.store.sql_engine import build_engine, create_tables, ensure_schema, upsert
@@ -349,45 +350,15 @@ class SqlModelStore(ModelStore):
 
     async def put_endpoint(self, record: EndpointRecord) -> None:
         """Insert or replace the endpoint (model, replica)."""
-        await self._call(self._put_endpoint, record)
-
-    def _put_endpoint(self, record: EndpointRecord) -> None:
-        values = {
-            "model": record.model,
-            "replica": record.replica,
-            "url": record.url,
-            "ready": record.ready,
-            "node": record.node,
-            "updated_at": schema.to_utc(record.updated_at),
-        }
-        stmt = upsert(self._engine, schema.ENDPOINTS).values(values)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["model", "replica"],
-            set_={k: v for k, v in values.items() if k not in ("model", "replica")},
-        )
-        with self._engine.begin() as conn:
-            conn.execute(stmt)
+        await self._call(endpoints.put_endpoint, self._engine, record)
 
     async def delete_endpoint(self, model: str, replica: str) -> None:
         """Remove the endpoint if present."""
-        await self._call(self._delete_endpoint, model, replica)
-
-    def _delete_endpoint(self, model: str, replica: str) -> None:
-        with self._engine.begin() as conn:
-            conn.execute(delete(schema.ENDPOINTS).where(_E.model == model, _E.replica == replica))
+        await self._call(endpoints.delete_endpoint, self._engine, model, replica)
 
     async def list_endpoints(self, model: str | None = None) -> list[EndpointRecord]:
         """Endpoints of one model, or of all models, ordered by (model, replica)."""
-        return await self._call(self._list_endpoints, model)
-
-    def _list_endpoints(self, model: str | None) -> list[EndpointRecord]:
-        stmt = select(schema.ENDPOINTS)
-        if model is not None:
-            stmt = stmt.where(_E.model == model)
-        with self._engine.connect() as conn:
-            rows = conn.execute(stmt).all()
-        records = (schema.row_to_endpoint(dict(r._mapping)) for r in rows)
-        return sorted(records, key=lambda r: (r.model, r.replica))
+        return await self._call(endpoints.list_endpoints, self._engine, model)
 
     async def close(self) -> None:
         """Dispose of pooled connections (an in-memory SQLite database is discarded)."""
