@@ -22,6 +22,7 @@ from flexinfer_common.store.base import EndpointRecord
 from flexinfer_common.store.sql import SqlModelStore
 from flexinfer_common.store.sql_schema import METADATA
 from flexinfer_common.testing.store_contract import MODEL_STORE_CHECKS, Check, Traits, make_model
+from flexinfer_common.testing.store_contract_catalog import CATALOG_STORE_CHECKS
 from flexinfer_common.testing.store_contract_lora import ADAPTER_STORE_CHECKS
 from flexinfer_testing.services import postgres_database
 
@@ -70,7 +71,9 @@ async def new_store(store_url: str) -> AsyncIterator[StoreFactory]:
 
 
 @pytest.mark.parametrize(
-    "check", [*MODEL_STORE_CHECKS, *ADAPTER_STORE_CHECKS], ids=lambda c: c.__name__
+    "check",
+    [*MODEL_STORE_CHECKS, *ADAPTER_STORE_CHECKS, *CATALOG_STORE_CHECKS],
+    ids=lambda c: c.__name__,
 )
 async def test_sql_store_contract(check: Check, new_store: StoreFactory) -> None:
     await check(new_store, Traits(noop_write_bumps_version=True))

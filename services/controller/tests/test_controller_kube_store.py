@@ -20,6 +20,7 @@ from flexinfer_common.testing.store_contract import (
     Traits,
     make_model,
 )
+from flexinfer_common.testing.store_contract_catalog import CATALOG_STORE_CHECKS
 from flexinfer_common.testing.store_contract_lora import ADAPTER_STORE_CHECKS
 from flexinfer_controller.adapters.kube.endpoints import configmap_name
 from flexinfer_controller.adapters.kube.resources import MODEL_FINALIZER
@@ -53,7 +54,9 @@ def store(new_store: StoreFactory) -> KubernetesModelStore:
 
 
 @pytest.mark.parametrize(
-    "check", [*MODEL_STORE_CHECKS, *ADAPTER_STORE_CHECKS], ids=lambda c: c.__name__
+    "check",
+    [*MODEL_STORE_CHECKS, *ADAPTER_STORE_CHECKS, *CATALOG_STORE_CHECKS],
+    ids=lambda c: c.__name__,
 )
 async def test_kubernetes_store_contract(check: Check, new_store: StoreFactory) -> None:
     await check(new_store, Traits(noop_write_bumps_version=False))

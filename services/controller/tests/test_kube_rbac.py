@@ -32,7 +32,8 @@ _METHOD = re.compile(r"^(create|get|read|list|patch|replace|delete)_(\w+)$")
 _VERBS = {"create": "create", "get": "get", "read": "get", "list": "list", "patch": "patch",
           "replace": "update", "delete": "delete"}  # fmt: skip
 _CORE = {"config_map": "configmaps", "service": "services", "pod": "pods", "node": "nodes",
-         "persistent_volume_claim": "persistentvolumeclaims", "event": "events"}  # fmt: skip
+         "persistent_volume_claim": "persistentvolumeclaims", "event": "events",
+         "secret": "secrets"}  # fmt: skip
 
 
 def _custom_resources() -> list[Resource]:
@@ -133,6 +134,8 @@ def test_the_scan_sees_the_adapters_calls() -> None:
     assert ("", "configmaps", "patch") in grants
     assert ("ai.flexinfer", "models/status", "patch") in grants
     assert ("ai.flexinfer", "loraadapters", "watch") in grants
+    assert ("ai.flexinfer", "modelcatalogs/status", "patch") in grants
+    assert ("", "secrets", "get") in grants
     assert ("", "pods", "watch") in grants
     assert ("", "pods", "patch") in grants
 

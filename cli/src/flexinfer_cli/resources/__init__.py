@@ -34,9 +34,9 @@ def commands() -> dict[str, Callable[[list[str]], int]]:
 
 
 USAGE = (
-    ("apply -f FILE", "create or update Models and LoRAAdapters from YAML/JSON (DIR, - stdin)"),
-    ("get KIND [NAME]", "list models or loraadapters (-o yaml|json|wide|name)"),
-    ("describe KIND NAME", "a Model or LoRAAdapter in detail, with its conditions"),
+    ("apply -f FILE", "create or update Models, LoRAAdapters, ModelCatalogs (YAML/JSON, DIR, -)"),
+    ("get KIND [NAME]", "list models, loraadapters, modelcatalogs (-o yaml|json|wide|name)"),
+    ("describe KIND NAME", "a Model, LoRAAdapter or ModelCatalog in detail, with conditions"),
     ("delete KIND NAME", "delete by name (or -f FILE)"),
     ("scale model NAME", "--replicas N: pin N replicas, or 0 to scale to zero when idle"),
     ("logs model NAME", "a replica's output (-f follows, --tail N)"),

@@ -1,4 +1,5 @@
-"""``flexinfer apply|get|describe|delete``: kubectl's verbs on Models and LoRAAdapters."""
+"""``flexinfer apply|get|describe|delete``: kubectl's verbs on Models, LoRAAdapters and
+ModelCatalogs."""
 
 from __future__ import annotations
 
@@ -126,7 +127,9 @@ def _apply(args: argparse.Namespace, client: ResourceClient) -> int:
 
 def apply_main(argv: list[str]) -> int:
     """``flexinfer apply -f FILE|DIR|-``."""
-    p = parser("apply", "Create or update Models and LoRAAdapters from YAML or JSON documents.")
+    p = parser(
+        "apply", "Create or update Models, LoRAAdapters and ModelCatalogs from YAML or JSON."
+    )
     _files_argument(p, required=True)
     return run("apply", p, _apply, argv)
 
@@ -150,9 +153,13 @@ def _get(args: argparse.Namespace, client: ResourceClient) -> int:
 
 
 def get_main(argv: list[str]) -> int:
-    """``flexinfer get models|loraadapters [NAME...] [-o yaml|json]``."""
-    p = parser("get", "List Models or LoRAAdapters, or show some by name.")
-    p.add_argument("kind", metavar="KIND", help="models or loraadapters (or model, mdl, lora...)")
+    """``flexinfer get models|loraadapters|modelcatalogs [NAME...] [-o yaml|json]``."""
+    p = parser("get", "List Models, LoRAAdapters or ModelCatalogs, or show some by name.")
+    p.add_argument(
+        "kind",
+        metavar="KIND",
+        help="models, loraadapters or modelcatalogs (or model, mdl, lora, mcat...)",
+    )
     p.add_argument("names", nargs="*", metavar="NAME")
     _output_argument(p)
     return run("get", p, _get, argv)
@@ -169,8 +176,8 @@ def _describe(args: argparse.Namespace, client: ResourceClient) -> int:
 
 def describe_main(argv: list[str]) -> int:
     """``flexinfer describe model NAME``."""
-    p = parser("describe", "Show a Model or LoRAAdapter in detail: spec, status, conditions.")
-    p.add_argument("kind", metavar="KIND", help="model or loraadapter")
+    p = parser("describe", "Show a Model, LoRAAdapter or ModelCatalog: spec, status, conditions.")
+    p.add_argument("kind", metavar="KIND", help="model, loraadapter or modelcatalog")
     p.add_argument("names", nargs="+", metavar="NAME")
     return run("describe", p, _describe, argv)
 
@@ -207,7 +214,9 @@ def _delete(args: argparse.Namespace, client: ResourceClient) -> int:
 
 def delete_main(argv: list[str]) -> int:
     """``flexinfer delete KIND NAME...`` or ``flexinfer delete -f FILE``."""
-    p = parser("delete", "Delete Models or LoRAAdapters by name or by the documents of files.")
+    p = parser(
+        "delete", "Delete Models, LoRAAdapters or ModelCatalogs by name or by files' documents."
+    )
     p.add_argument("kind", nargs="?", metavar="KIND")
     p.add_argument("names", nargs="*", metavar="NAME")
     _files_argument(p, required=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flexinfer_cli.resources.errors import usage_error
-from flexinfer_common.api import LoRAAdapter, Model
+from flexinfer_common.api import LoRAAdapter, Model, ModelCatalog
 from flexinfer_common.api.model import API_GROUP
 from flexinfer_common.crd import Column, KindDescription, kind_description
 
@@ -20,7 +20,7 @@ class Kind:
     """One served kind."""
 
     desc: KindDescription
-    type: type[Model] | type[LoRAAdapter]
+    type: type[Model] | type[LoRAAdapter] | type[ModelCatalog]
     """The API type that validates its documents."""
     extra: tuple[tuple[int, Column], ...] = ()
     """Columns the CLI adds: (position among the CRD's columns, column)."""
@@ -63,7 +63,8 @@ READY = Column("Ready", "ready", ".status")
 
 MODEL = Kind(kind_description("Model"), Model, extra=((2, READY),))
 LORA_ADAPTER = Kind(kind_description("LoRAAdapter"), LoRAAdapter)
-KINDS = (MODEL, LORA_ADAPTER)
+MODEL_CATALOG = Kind(kind_description("ModelCatalog"), ModelCatalog)
+KINDS = (MODEL, LORA_ADAPTER, MODEL_CATALOG)
 
 
 def _names(kind: Kind) -> set[str]:
@@ -86,5 +87,5 @@ def kind_by_name(kind: str) -> Kind | None:
 
 
 def known_kinds() -> str:
-    """``models (Model), loraadapters (LoRAAdapter)``."""
+    """``models (Model), loraadapters (LoRAAdapter), modelcatalogs (ModelCatalog)``."""
     return ", ".join(f"{k.plural} ({k.name})" for k in KINDS)

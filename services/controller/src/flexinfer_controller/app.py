@@ -21,6 +21,9 @@ from flexinfer_controller.adapters.registry.factory import create_model_cache
 from flexinfer_controller.api.admin import install_admin
 from flexinfer_controller.api.logs import logs_router
 from flexinfer_controller.backends import LaunchContext, default_backends
+from flexinfer_controller.catalog.client import ClientOptions
+from flexinfer_controller.catalog.service import CatalogService
+from flexinfer_controller.catalog.wiring import CatalogSources, catalog_controller
 from flexinfer_controller.core.adapters import AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
 from flexinfer_controller.core.feed import ModelFeed, NoFeed
@@ -57,11 +60,15 @@ def create_app(
     bus: EventBus,
     store: ModelStore,
     feed: ModelFeed | None = None,
+    catalog_sources: CatalogSources | None = None,
+    catalog_client: ClientOptions | None = None,
 ) -> FastAPI:
     """The controller app; its lifespan adopts engines and runs the reconciler.
 
     ``feed`` reports Model changes made behind the admin API's back (the apiserver's
-    informers on Kubernetes); none is needed with the SQL store.
+    informers on Kubernetes); none is needed with the SQL store. ``catalog_sources``
+    (default: the runtime's) is where ModelCatalogs read Secrets and learn of changes;
+    ``catalog_client`` overrides the registry client's options.
 
     ConfigError when the admin API would be open beyond loopback (see ``AdminAuthSettings``).
     """
@@ -73,6 +80,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await controller_.start()
         watching = asyncio.create_task(model_feed.run(controller_.enqueue), name="model-feed")
+        await catalogs.start()
         log.info("controller ready (runtime %s, data dir %s)", settings.runtime, settings.data_dir)
         try:
             yield
@@ -80,6 +88,7 @@ def create_app(
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watching
+            await catalogs.stop()
             await controller_.stop(stop_engines=settings.stop_engines_on_shutdown)
             await engine_metrics.aclose()
 
@@ -107,6 +116,10 @@ def create_app(
     app.state.controller = controller
     app.state.model_service = service
     app.state.adapter_service = AdapterService(store, bus)
+    sources = catalog_sources or plugin.catalogs(settings, store)
+    catalogs = catalog_controller(settings.catalog, store, sources, catalog_client)
+    app.state.catalogs = catalogs
+    app.state.catalog_service = CatalogService(store, catalogs.enqueue)
     app.state.metrics = metrics
 
     async def ready() -> bool:

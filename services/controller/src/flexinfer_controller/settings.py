@@ -15,6 +15,7 @@ from pydantic_settings import SettingsConfigDict
 from flexinfer_common.auth import AdminAuthSettings
 from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings, TelemetrySettings
 from flexinfer_controller.adapters.registry.settings import RegistryClientSettings
+from flexinfer_controller.catalog.settings import CatalogSettings
 from flexinfer_controller.flashload.settings import FlashLoadSettings
 from flexinfer_controller.kube_settings import KubernetesSettings
 
@@ -132,6 +133,8 @@ class ControllerSettings(AdminAuthSettings):
     ``spec.cache.flashLoader`` overrides it per model."""
     registry: RegistryClientSettings = Field(default_factory=RegistryClientSettings)
     """The registry that fetches remote sources (``FLEXINFER_CONTROLLER_REGISTRY_*``)."""
+    catalog: CatalogSettings = Field(default_factory=CatalogSettings)
+    """How ModelCatalogs are synced (``FLEXINFER_CATALOG_*``)."""
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     """The apiserver and watched namespaces of the ``kubernetes`` runtime
     (``FLEXINFER_KUBERNETES_*``)."""

@@ -1,6 +1,11 @@
 """FlexInfer API types (group ``ai.flexinfer``): the single source of the CRD schemas."""
 
-from flexinfer_common.api.catalog import CATALOG_KIND, ModelCatalog, ModelCatalogSpec
+from flexinfer_common.api.catalog import (
+    CATALOG_KIND,
+    ModelCatalog,
+    ModelCatalogSpec,
+    ModelCatalogStatus,
+)
 from flexinfer_common.api.conversion import (
     V1ALPHA1_ANNOTATION,
     V1ALPHA2_ANNOTATION,
@@ -73,6 +78,7 @@ __all__ = [
     "ModelCacheSpec",
     "ModelCatalog",
     "ModelCatalogSpec",
+    "ModelCatalogStatus",
     "ModelDeployment",
     "ModelDeploymentSpec",
     "ModelPhase",

@@ -85,3 +85,8 @@ class ModelCatalog(ApiModel):
     metadata: ObjectMeta
     spec: ModelCatalogSpec
     status: ModelCatalogStatus = Field(default_factory=ModelCatalogStatus)
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``: the object's unique key."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"

@@ -1,4 +1,4 @@
-"""The store interface: Models and LoRAAdapters (spec + status, optimistic concurrency), endpoints.
+"""The store interface: Models, LoRAAdapters, ModelCatalogs (spec + status), endpoints.
 
 The store plays the part the Kubernetes API server plays in the operator: the controller
 writes, the proxy reads, and every write bumps ``metadata.resourceVersion`` so a writer
@@ -11,7 +11,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime
 
-from flexinfer_common.api import LoRAAdapter, LoRAAdapterStatus, Model, ModelStatus
+from flexinfer_common.api import (
+    LoRAAdapter,
+    LoRAAdapterStatus,
+    Model,
+    ModelCatalog,
+    ModelCatalogStatus,
+    ModelStatus,
+)
 from flexinfer_common.errors import NotFoundError, PermanentError
 
 
@@ -124,3 +131,36 @@ class ModelStore(ABC):
     async def delete_adapter(self, namespace: str, name: str) -> None:
         """Delete the LoRAAdapter (finalizers hold it back, as Models); NotFoundError if absent."""
         raise NotFoundError(f"loraadapter {namespace}/{name} not found")
+
+    # ModelCatalogs: the same rules again; a store that holds none (the proxy's static one)
+    # keeps the defaults, the SQL and Kubernetes stores override them all.
+
+    async def create_catalog(self, catalog: ModelCatalog) -> ModelCatalog:
+        """Insert a new ModelCatalog (generation 1); ConflictError if the key exists."""
+        raise PermanentError(f"{type(self).__name__} does not keep ModelCatalogs")
+
+    async def get_catalog(self, namespace: str, name: str) -> ModelCatalog:
+        """The ModelCatalog, or NotFoundError."""
+        raise NotFoundError(f"modelcatalog {namespace}/{name} not found")
+
+    async def list_catalogs(self, namespace: str | None = None) -> list[ModelCatalog]:
+        """All ModelCatalogs, optionally of one namespace, ordered by key."""
+        return []
+
+    async def replace_catalog(self, catalog: ModelCatalog) -> ModelCatalog:
+        """Replace labels/annotations and spec; the resource_version rule of replace_model."""
+        raise PermanentError(f"{type(self).__name__} does not keep ModelCatalogs")
+
+    async def update_catalog_status(
+        self,
+        namespace: str,
+        name: str,
+        status: ModelCatalogStatus,
+        resource_version: str | None = None,
+    ) -> ModelCatalog:
+        """Replace the status only; the same resource_version rule as replace_catalog."""
+        raise PermanentError(f"{type(self).__name__} does not keep ModelCatalogs")
+
+    async def delete_catalog(self, namespace: str, name: str) -> None:
+        """Delete the ModelCatalog; NotFoundError if absent."""
+        raise NotFoundError(f"modelcatalog {namespace}/{name} not found")

@@ -1,5 +1,7 @@
 """The ModelStore on SQLAlchemy: SQLite (embedded) or PostgreSQL (distributed).
 
+Models, LoRAAdapters and ModelCatalogs share one row layout and one set of queries.
+
 The sync engine runs in worker threads (``anyio.to_thread``). Every write is one short
 transaction that first bumps the global resource-version counter (taking the write lock,
 so SQLite never has to upgrade a read lock) and then does a single compare-and-set
@@ -21,10 +23,18 @@ import pydantic
 from sqlalchemy import Connection, Engine, Table, case, delete, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from flexinfer_common.api import LoRAAdapter, LoRAAdapterStatus, Model, ModelStatus
+from flexinfer_common.api import (
+    LoRAAdapter,
+    LoRAAdapterStatus,
+    Model,
+    ModelCatalog,
+    ModelCatalogStatus,
+    ModelStatus,
+)
 from flexinfer_common.errors import ConflictError, FlexInferError, NotFoundError, StoreError
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import lifecycle
+from flexinfer_common.store import sql_endpoints as endpoints
 from flexinfer_common.store import sql_schema as schema
 from flexinfer_common.store.base import EndpointRecord, ModelStore
 from flexinfer_common.store.sql_engine import build_engine, create_tables, ensure_schema, upsert
@@ -36,6 +46,8 @@ becomes StoreError like every other failure)."""
 
 _E = schema.ENDPOINTS.c
 _ADAPTER = "loraadapter"
+_CATALOG = "modelcatalog"
+ApiObject = Model | LoRAAdapter | ModelCatalog
 
 
 class SqlModelStore(ModelStore):
@@ -98,7 +110,7 @@ class SqlModelStore(ModelStore):
 
     # -- objects (Models, LoRAAdapters): one row layout, one set of queries ---------------
 
-    def _insert(self, table: Table, obj: Model | LoRAAdapter, what: str, out: Row[T]) -> T:
+    def _insert(self, table: Table, obj: ApiObject, what: str, out: Row[T]) -> T:
         spec = schema.dump(obj.spec)
         values = {
             "namespace": obj.metadata.namespace,
@@ -137,7 +149,7 @@ class SqlModelStore(ModelStore):
         return [out(dict(r._mapping)) for r in rows]
 
     @staticmethod
-    def _spec_values(table: Table, obj: Model | LoRAAdapter) -> dict[str, Any]:
+    def _spec_values(table: Table, obj: ApiObject) -> dict[str, Any]:
         """The columns a replace writes; generation bumps only when the spec changed."""
         spec = schema.dump(obj.spec)
         digest = schema.spec_hash(spec)
@@ -290,49 +302,63 @@ class SqlModelStore(ModelStore):
         """Delete the LoRAAdapter; NotFoundError if absent."""
         await self._call(self._delete, schema.ADAPTERS, _ADAPTER, namespace, name)
 
+    # -- model catalogs ---------------------------------------------------------------
+
+    async def create_catalog(self, catalog: ModelCatalog) -> ModelCatalog:
+        """Insert a new ModelCatalog (generation 1); ConflictError if the key exists."""
+        args = (schema.CATALOGS, catalog, _CATALOG, schema.row_to_catalog)
+        return await self._call(self._insert, *args)
+
+    async def get_catalog(self, namespace: str, name: str) -> ModelCatalog:
+        """The ModelCatalog, or NotFoundError."""
+        args = (schema.CATALOGS, namespace, name, _CATALOG, schema.row_to_catalog)
+        return await self._call(self._select, *args)
+
+    async def list_catalogs(self, namespace: str | None = None) -> list[ModelCatalog]:
+        """All ModelCatalogs, optionally of one namespace, ordered by key."""
+        args = (schema.CATALOGS, namespace, schema.row_to_catalog)
+        return sorted(await self._call(self._select_all, *args), key=lambda c: c.key)
+
+    async def replace_catalog(self, catalog: ModelCatalog) -> ModelCatalog:
+        """Replace labels/annotations and spec; bump generation when spec changed."""
+        values = self._spec_values(schema.CATALOGS, catalog)
+        meta = catalog.metadata
+        return await self._catalog_cas(meta.namespace, meta.name, meta.resource_version, values)
+
+    async def update_catalog_status(
+        self,
+        namespace: str,
+        name: str,
+        status: ModelCatalogStatus,
+        resource_version: str | None = None,
+    ) -> ModelCatalog:
+        """Replace the status only; the same resource_version rule as replace_catalog."""
+        values = {"status": schema.dump(status)}
+        return await self._catalog_cas(namespace, name, resource_version, values)
+
+    async def _catalog_cas(
+        self, namespace: str, name: str, expected: str | None, values: dict[str, Any]
+    ) -> ModelCatalog:
+        args = (schema.CATALOGS, _CATALOG, namespace, name, expected, values, schema.row_to_catalog)
+        return await self._call(self._cas, *args)
+
+    async def delete_catalog(self, namespace: str, name: str) -> None:
+        """Delete the ModelCatalog; NotFoundError if absent."""
+        await self._call(self._delete, schema.CATALOGS, _CATALOG, namespace, name)
+
     # -- endpoints --------------------------------------------------------------------
 
     async def put_endpoint(self, record: EndpointRecord) -> None:
         """Insert or replace the endpoint (model, replica)."""
-        await self._call(self._put_endpoint, record)
-
-    def _put_endpoint(self, record: EndpointRecord) -> None:
-        values = {
-            "model": record.model,
-            "replica": record.replica,
-            "url": record.url,
-            "ready": record.ready,
-            "node": record.node,
-            "updated_at": schema.to_utc(record.updated_at),
-        }
-        stmt = upsert(self._engine, schema.ENDPOINTS).values(values)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["model", "replica"],
-            set_={k: v for k, v in values.items() if k not in ("model", "replica")},
-        )
-        with self._engine.begin() as conn:
-            conn.execute(stmt)
+        await self._call(endpoints.put_endpoint, self._engine, record)
 
     async def delete_endpoint(self, model: str, replica: str) -> None:
         """Remove the endpoint if present."""
-        await self._call(self._delete_endpoint, model, replica)
-
-    def _delete_endpoint(self, model: str, replica: str) -> None:
-        with self._engine.begin() as conn:
-            conn.execute(delete(schema.ENDPOINTS).where(_E.model == model, _E.replica == replica))
+        await self._call(endpoints.delete_endpoint, self._engine, model, replica)
 
     async def list_endpoints(self, model: str | None = None) -> list[EndpointRecord]:
         """Endpoints of one model, or of all models, ordered by (model, replica)."""
-        return await self._call(self._list_endpoints, model)
-
-    def _list_endpoints(self, model: str | None) -> list[EndpointRecord]:
-        stmt = select(schema.ENDPOINTS)
-        if model is not None:
-            stmt = stmt.where(_E.model == model)
-        with self._engine.connect() as conn:
-            rows = conn.execute(stmt).all()
-        records = (schema.row_to_endpoint(dict(r._mapping)) for r in rows)
-        return sorted(records, key=lambda r: (r.model, r.replica))
+        return await self._call(endpoints.list_endpoints, self._engine, model)
 
     async def close(self) -> None:
         """Dispose of pooled connections (an in-memory SQLite database is discarded)."""

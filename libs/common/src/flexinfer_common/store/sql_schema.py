@@ -19,7 +19,14 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-from flexinfer_common.api import API_VERSION, LORA_KIND, LoRAAdapter, Model
+from flexinfer_common.api import (
+    API_VERSION,
+    CATALOG_KIND,
+    LORA_KIND,
+    LoRAAdapter,
+    Model,
+    ModelCatalog,
+)
 from flexinfer_common.store.base import EndpointRecord
 
 # JSONB on PostgreSQL (compact, comparable); JSON text elsewhere.
@@ -61,6 +68,12 @@ class LoRAAdapterRow(_ObjectRow, table=True):
     __tablename__ = "flexinfer_lora_adapters"
 
 
+class ModelCatalogRow(_ObjectRow, table=True):
+    """One ModelCatalog: the same layout again (status holds the synced entries)."""
+
+    __tablename__ = "flexinfer_model_catalogs"
+
+
 class EndpointRow(_StoreTable, table=True):
     """One replica's endpoint."""
 
@@ -88,6 +101,7 @@ METADATA = _StoreTable.metadata
 MODELS = cast(Table, ModelRow.__table__)  # type: ignore[attr-defined]
 ENDPOINTS = cast(Table, EndpointRow.__table__)  # type: ignore[attr-defined]
 ADAPTERS = cast(Table, LoRAAdapterRow.__table__)  # type: ignore[attr-defined]
+CATALOGS = cast(Table, ModelCatalogRow.__table__)  # type: ignore[attr-defined]
 COUNTERS = cast(Table, CounterRow.__table__)  # type: ignore[attr-defined]
 
 RESOURCE_VERSION = "resource_version"
@@ -111,7 +125,7 @@ def dump(obj: Any) -> dict[str, Any]:
     return data
 
 
-def meta_json(model: Model | LoRAAdapter) -> dict[str, Any]:
+def meta_json(model: Model | LoRAAdapter | ModelCatalog) -> dict[str, Any]:
     """Metadata without the fields that have columns of their own."""
     data = dump(model.metadata)
     for key in _COLUMN_META:
@@ -126,7 +140,7 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
 
 
 def _document(row: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """The API document of an object row (a Model's or a LoRAAdapter's)."""
+    """The API document of an object row (a Model's, LoRAAdapter's or ModelCatalog's)."""
     meta = dict(row["meta"])
     meta.update(
         name=row["name"],
@@ -153,6 +167,11 @@ def row_to_model(row: Mapping[str, Any]) -> Model:
 def row_to_adapter(row: Mapping[str, Any]) -> LoRAAdapter:
     """A fully populated LoRAAdapter from a ``flexinfer_lora_adapters`` row."""
     return LoRAAdapter.model_validate(_document(row, LORA_KIND))
+
+
+def row_to_catalog(row: Mapping[str, Any]) -> ModelCatalog:
+    """A fully populated ModelCatalog from a ``flexinfer_model_catalogs`` row."""
+    return ModelCatalog.model_validate(_document(row, CATALOG_KIND))
 
 
 def row_to_endpoint(row: Mapping[str, Any]) -> EndpointRecord:

@@ -1,4 +1,4 @@
-"""Admin REST API: Model and LoRAAdapter CRUD (JSON or YAML, as the CRDs), endpoint records."""
+"""Admin REST API: Model, LoRAAdapter and ModelCatalog CRUD (JSON or YAML), endpoint records."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Annotated, Any, Generic, Protocol, TypeVar
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from flexinfer_common.api import API_VERSION, LoRAAdapter, Model
+from flexinfer_common.api import API_VERSION, LoRAAdapter, Model, ModelCatalog
 from flexinfer_common.api.meta import ApiModel
 from flexinfer_common.errors import InvalidSpecError
 from flexinfer_common.web import openai_error
@@ -21,12 +21,14 @@ from flexinfer_controller.api.schema import (
     list_model,
     request_body,
 )
+from flexinfer_controller.catalog.service import CatalogService
 from flexinfer_controller.core.adapters import AdapterService
 from flexinfer_controller.core.documents import (
     Format,
     MalformedDocumentError,
     decode,
     parse_adapter,
+    parse_catalog,
     parse_model,
 )
 from flexinfer_controller.core.models import ModelService
@@ -63,6 +65,12 @@ def get_settings(request: Request) -> ControllerSettings:
 def get_adapter_service(request: Request) -> AdapterService:
     """The app's AdapterService (built in create_app)."""
     service: AdapterService = request.app.state.adapter_service
+    return service
+
+
+def get_catalog_service(request: Request) -> CatalogService:
+    """The app's CatalogService (built in create_app)."""
+    service: CatalogService = request.app.state.catalog_service
     return service
 
 
@@ -144,7 +152,7 @@ def dump(model: ApiModel) -> dict[str, Any]:
 
 
 class CrudService(Protocol[Doc]):
-    """What the CRUD routes of one kind call (ModelService, AdapterService)."""
+    """What the CRUD routes of one kind call (ModelService, AdapterService, CatalogService)."""
 
     async def create(self, doc: Doc, /) -> Doc:
         """Store a new object; ConflictError if it exists."""
@@ -277,6 +285,10 @@ def admin_router() -> APIRouter:
     _crud_routes(
         router,
         CrudKind("LoRAAdapter", LoRAAdapter, "loraadapters", parse_adapter, get_adapter_service),
+    )
+    _crud_routes(
+        router,
+        CrudKind("ModelCatalog", ModelCatalog, "modelcatalogs", parse_catalog, get_catalog_service),
     )
 
     @router.get(

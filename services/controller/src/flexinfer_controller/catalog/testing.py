@@ -116,6 +116,10 @@ class TestRegistry:
         """Answer the next ``count`` /v2/ requests 429 with ``Retry-After: retry_after``."""
         self._throttle += [retry_after] * count
 
+    def recover(self) -> None:
+        """Stop answering 429: the throttled requests not yet made are served again."""
+        self._throttle.clear()
+
     def tamper(self, digest: str, body: bytes) -> None:
         """Serve ``body`` for the manifest ``digest`` (still claiming ``digest``)."""
         self.tampered[digest] = body

@@ -9,7 +9,14 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import ValidationError
 
-from flexinfer_common.api import API_VERSION, LORA_KIND, LoRAAdapter, Model
+from flexinfer_common.api import (
+    API_VERSION,
+    CATALOG_KIND,
+    LORA_KIND,
+    LoRAAdapter,
+    Model,
+    ModelCatalog,
+)
 from flexinfer_common.api.meta import ApiModel
 from flexinfer_common.errors import ConfigError, InvalidSpecError
 
@@ -282,6 +289,20 @@ def parse_adapter(
     """Validate a decoded document into a LoRAAdapter; ``status`` is ignored."""
     return parse_document(
         LoRAAdapter, LORA_KIND, doc,
+        namespace=namespace, default_namespace=default_namespace, path_name=path_name,
+    )  # fmt: skip
+
+
+def parse_catalog(
+    doc: dict[str, Any],
+    *,
+    namespace: str | None,
+    default_namespace: str,
+    path_name: str | None = None,
+) -> ModelCatalog:
+    """Validate a decoded document into a ModelCatalog; ``status`` is ignored."""
+    return parse_document(
+        ModelCatalog, CATALOG_KIND, doc,
         namespace=namespace, default_namespace=default_namespace, path_name=path_name,
     )  # fmt: skip
 

@@ -114,6 +114,10 @@ class WorkQueue:
                 self._waiters.remove(waiter)
         return not self._shutdown
 
+    def idle(self, key: str) -> bool:
+        """Whether nothing of ``key`` is queued, being processed, or waiting on a timer."""
+        return key not in self._dirty and key not in self._processing and key not in self._timers
+
     def __len__(self) -> int:
         return len(self._queue)
 

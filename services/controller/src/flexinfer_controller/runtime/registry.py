@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from flexinfer_common.errors import ConfigError
 from flexinfer_common.store import ModelStore, create_store
+from flexinfer_controller.catalog.secrets import DirectorySecrets
+from flexinfer_controller.catalog.wiring import CatalogSources
 from flexinfer_controller.core.feed import ModelFeed, NoFeed
 from flexinfer_controller.core.gpu import (
     DeclaredInventory,
@@ -37,6 +39,8 @@ ModelSource = Callable[
     [ControllerSettings], AbstractAsyncContextManager[tuple[ModelStore, ModelFeed]]
 ]
 """Opens the Model store and the feed of its changes; closes them when the block ends."""
+CatalogSourcesFactory = Callable[[ControllerSettings, ModelStore], CatalogSources]
+"""Where catalogs read Secrets and learn of changes, given the opened store."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,8 @@ class RuntimePlugin:
     models: ModelSource
     inventory: InventoryFactory
     """Where detectGPU learns the fleet's accelerators."""
+    catalogs: CatalogSourcesFactory
+    """Where ModelCatalogs read registry Secrets and learn of changes."""
 
 
 def _local(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
@@ -95,6 +101,21 @@ async def _sql_models(settings: ControllerSettings) -> AsyncIterator[tuple[Model
         await store.close()
 
 
+def _local_catalogs(settings: ControllerSettings, store: ModelStore) -> CatalogSources:
+    # The SQL store's writers (the admin API) queue catalog syncs themselves.
+    return CatalogSources(DirectorySecrets(settings.catalog.secrets_dir))
+
+
+def _kube_catalogs(settings: ControllerSettings, store: ModelStore) -> CatalogSources:
+    from flexinfer_controller.adapters.kube.catalogs import ApiServerSecrets, CatalogInformerFeed
+    from flexinfer_controller.adapters.kube.store import KubernetesModelStore
+
+    if not isinstance(store, KubernetesModelStore):  # a test's SQL store under this runtime
+        return _local_catalogs(settings, store)
+    feed = CatalogInformerFeed(store, settings.kubernetes.watched())
+    return CatalogSources(ApiServerSecrets(store.client), feed)
+
+
 def _kubernetes(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
     from flexinfer_controller.runtime.kubernetes.factory import kubernetes_runtime
 
@@ -121,9 +142,16 @@ def _kube_models(
 
 def _plugins() -> dict[str, RuntimePlugin]:
     return {
-        "local": RuntimePlugin(_local, _flash_loader, resolve_source, _sql_models, _declared),
+        "local": RuntimePlugin(
+            _local, _flash_loader, resolve_source, _sql_models, _declared, _local_catalogs
+        ),
         "kubernetes": RuntimePlugin(
-            _kubernetes, _no_prestart, _cluster_source, _kube_models, _unknown_fleet
+            _kubernetes,
+            _no_prestart,
+            _cluster_source,
+            _kube_models,
+            _unknown_fleet,
+            _kube_catalogs,
         ),
     }
 

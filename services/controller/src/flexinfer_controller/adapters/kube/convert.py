@@ -6,11 +6,11 @@ from typing import Any, TypeVar
 
 import pydantic
 
-from flexinfer_common.api import LoRAAdapter, Model
+from flexinfer_common.api import LoRAAdapter, Model, ModelCatalog
 from flexinfer_common.errors import ConflictError, StoreError
 
 Obj = dict[str, Any]
-Api = TypeVar("Api", Model, LoRAAdapter)
+Api = TypeVar("Api", Model, LoRAAdapter, ModelCatalog)
 _META = (
     "name",
     "namespace",
@@ -31,7 +31,7 @@ def dump(value: pydantic.BaseModel) -> Obj:
     return value.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def to_body(obj: Model | LoRAAdapter) -> Obj:
+def to_body(obj: Model | LoRAAdapter | ModelCatalog) -> Obj:
     """The body of a create: metadata the client owns, and the spec."""
     meta = obj.metadata
     body_meta: Obj = {"name": meta.name, "namespace": meta.namespace}

@@ -1,4 +1,4 @@
-"""The store operations one kind (Model or LoRAAdapter) shares, on its custom resource.
+"""The store operations one kind (Model, LoRAAdapter, ModelCatalog) shares, on its custom resource.
 
 Writes are single JSON patches: the spec (or status) and, for a conditional write, the
 caller's resourceVersion, so the apiserver does the compare-and-swap and there is no

@@ -1,4 +1,5 @@
-"""``KubernetesModelStore``: the ModelStore on the Kubernetes API (Models, LoRAAdapters).
+"""``KubernetesModelStore``: the ModelStore on the Kubernetes API (Models, LoRAAdapters,
+ModelCatalogs).
 
 On Kubernetes the apiserver is the source of truth, as the SQL store is when embedded;
 both implement flexinfer_common.store.ModelStore, so the reconcile core does not know
@@ -19,7 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flexinfer_common.api import LoRAAdapter, LoRAAdapterStatus, Model, ModelStatus
+from flexinfer_common.api import (
+    LoRAAdapter,
+    LoRAAdapterStatus,
+    Model,
+    ModelCatalog,
+    ModelCatalogStatus,
+    ModelStatus,
+)
 from flexinfer_common.store.base import EndpointRecord, ModelStore
 from flexinfer_controller.adapters.kube.client import KubeClient
 from flexinfer_controller.adapters.kube.convert import from_object
@@ -28,7 +36,12 @@ from flexinfer_controller.adapters.kube.finalizers import add_finalizer, remove_
 from flexinfer_controller.adapters.kube.informer import Change, CustomListWatch, Informer
 from flexinfer_controller.adapters.kube.kinds import KindStore
 from flexinfer_controller.adapters.kube.objects import CustomObjects
-from flexinfer_controller.adapters.kube.resources import LORA_ADAPTERS, MODEL_FINALIZER, MODELS
+from flexinfer_controller.adapters.kube.resources import (
+    LORA_ADAPTERS,
+    MODEL_CATALOGS,
+    MODEL_FINALIZER,
+    MODELS,
+)
 
 
 class KubernetesModelStore(ModelStore):
@@ -38,6 +51,9 @@ class KubernetesModelStore(ModelStore):
         self._client = client
         self._models = KindStore(CustomObjects(client, MODELS), Model, "model")
         self._adapters = KindStore(CustomObjects(client, LORA_ADAPTERS), LoRAAdapter, "loraadapter")
+        self._catalogs = KindStore(
+            CustomObjects(client, MODEL_CATALOGS), ModelCatalog, "modelcatalog"
+        )
         self._endpoints = ConfigMapEndpoints(client)
 
     @classmethod
@@ -104,6 +120,36 @@ class KubernetesModelStore(ModelStore):
         """Delete the LoRAAdapter; NotFoundError if absent."""
         await self._adapters.delete(namespace, name)
 
+    async def create_catalog(self, catalog: ModelCatalog) -> ModelCatalog:
+        """Insert a new ModelCatalog (generation 1); ConflictError if the key exists."""
+        return await self._catalogs.create(catalog)
+
+    async def get_catalog(self, namespace: str, name: str) -> ModelCatalog:
+        """The ModelCatalog, or NotFoundError."""
+        return await self._catalogs.get(namespace, name)
+
+    async def list_catalogs(self, namespace: str | None = None) -> list[ModelCatalog]:
+        """All ModelCatalogs, optionally of one namespace, ordered by key."""
+        return await self._catalogs.list(namespace)
+
+    async def replace_catalog(self, catalog: ModelCatalog) -> ModelCatalog:
+        """Replace labels/annotations and spec; the resource_version rule of replace_model."""
+        return await self._catalogs.replace(catalog)
+
+    async def update_catalog_status(
+        self,
+        namespace: str,
+        name: str,
+        status: ModelCatalogStatus,
+        resource_version: str | None = None,
+    ) -> ModelCatalog:
+        """Replace the status through the status subresource."""
+        return await self._catalogs.update_status(namespace, name, status, resource_version)
+
+    async def delete_catalog(self, namespace: str, name: str) -> None:
+        """Delete the ModelCatalog; NotFoundError if absent."""
+        await self._catalogs.delete(namespace, name)
+
     async def put_endpoint(self, record: EndpointRecord) -> None:
         """Insert or replace the endpoint (model, replica)."""
         await self._endpoints.put(record)
@@ -147,6 +193,19 @@ class KubernetesModelStore(ModelStore):
         return Informer(
             CustomListWatch(self._client, LORA_ADAPTERS), on_change, namespace=namespace
         )
+
+    def catalog_informer(
+        self, on_change: Callable[[Change], None], namespace: str | None = None
+    ) -> Informer:
+        """An informer of ModelCatalogs."""
+        return Informer(
+            CustomListWatch(self._client, MODEL_CATALOGS), on_change, namespace=namespace
+        )
+
+    @property
+    def client(self) -> KubeClient:
+        """The connection pool (other readers of the same apiserver share it)."""
+        return self._client
 
     async def close(self) -> None:
         """Close the connection pool."""

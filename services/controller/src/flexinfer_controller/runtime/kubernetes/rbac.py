@@ -14,10 +14,13 @@ _CRUD = frozenset({"get", "list", "watch", "create", "patch", "delete"})
 RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("ai.flexinfer", "models", _CRUD),
     ("ai.flexinfer", "loraadapters", _CRUD),
+    ("ai.flexinfer", "modelcatalogs", _CRUD),
     ("ai.flexinfer", "models/status", frozenset({"patch"})),
     ("ai.flexinfer", "loraadapters/status", frozenset({"patch"})),
+    ("ai.flexinfer", "modelcatalogs/status", frozenset({"patch"})),
     ("ai.flexinfer", "models/finalizers", frozenset({"update"})),
     ("", "configmaps", frozenset({"get", "list", "create", "update", "patch", "delete"})),
+    ("", "secrets", frozenset({"get"})),  # ModelCatalog registries' secretRef
     ("", "services", frozenset({"get", "create", "update", "delete"})),
     ("", "persistentvolumeclaims", frozenset({"get", "create"})),
     ("", "pods", frozenset({"list", "watch", "patch", "delete"})),
