@@ -14,11 +14,12 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from flexinfer_common.errors import FlexInferError, TemporaryError
+from flexinfer_common.errors import FlexInferError
 from flexinfer_common.store import ModelStore
 from flexinfer_controller.catalog.reconcile import CatalogReconciler
 from flexinfer_controller.core.feed import ModelFeed
-from flexinfer_controller.core.queue import ShutDownError, WorkQueue
+from flexinfer_controller.core.queue import WorkQueue
+from flexinfer_controller.core.workers import Backoff, run_worker
 
 log = logging.getLogger(__name__)
 MAX_ERROR_DELAY_S = 60.0
@@ -44,7 +45,9 @@ class CatalogController:
         self._feed = feed
         self._workers = workers
         self._resync_interval_s = resync_interval_s
-        self._failures: dict[str, int] = {}
+        # What fails a catalog reconcile is the store (or a conflict: a spec changed
+        # mid-sync); registries' own failures are written to status, never raised here.
+        self._backoff = Backoff(max_s=MAX_ERROR_DELAY_S)
         self._tasks: list[asyncio.Task[None]] = []
 
     def enqueue(self, key: str) -> int:
@@ -54,7 +57,8 @@ class CatalogController:
     async def start(self) -> None:
         """Start the workers, the feed and the resync loop (which lists every catalog now)."""
         for index in range(self._workers):
-            self._spawn(self._worker(), f"catalog-worker-{index}")
+            work = run_worker(self.queue, self.reconciler.reconcile, self._backoff, "catalog")
+            self._spawn(work, f"catalog-worker-{index}")
         self._spawn(self._feed.run(self.enqueue), "catalog-feed")
         self._spawn(self._resync_loop(), "catalog-resync")
 
@@ -84,30 +88,3 @@ class CatalogController:
             except FlexInferError as exc:
                 log.warning("catalog resync failed: %s", exc)
             await asyncio.sleep(self._resync_interval_s)
-
-    async def _worker(self) -> None:
-        while True:
-            try:
-                key = await self.queue.get()
-            except ShutDownError:
-                return
-            try:
-                await self.reconciler.reconcile(key)
-            except Exception as exc:  # a worker must survive any one catalog's failure
-                self._retry(key, exc)
-            else:
-                self._failures.pop(key, None)
-            finally:
-                self.queue.done(key)
-
-    def _retry(self, key: str, exc: Exception) -> None:
-        # Store failures and conflicts (a spec changed mid-sync): registries' own failures
-        # never get here, they are written to status by the reconciler.
-        count = self._failures[key] = self._failures.get(key, 0) + 1
-        delay = min(MAX_ERROR_DELAY_S, 0.1 * 2 ** min(count, 10))
-        if isinstance(exc, TemporaryError):
-            delay = max(delay, min(exc.delay, MAX_ERROR_DELAY_S))
-        level = logging.WARNING if isinstance(exc, FlexInferError) else logging.ERROR
-        log.log(level, "catalog %s: reconcile failed (retry in %.1fs): %s", key, delay, exc,
-                exc_info=not isinstance(exc, FlexInferError))  # fmt: skip
-        self.queue.add_after(key, delay)

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from flexinfer_common.api.meta import utcnow
 from flexinfer_common.bus import EventBus, topics
-from flexinfer_common.errors import FlexInferError, TemporaryError
+from flexinfer_common.errors import FlexInferError
 from flexinfer_common.store import ModelStore
 from flexinfer_controller.backends import BackendRegistry, LaunchContext
 from flexinfer_controller.core.cache import ModelCache, NoRegistryCache, Notify
@@ -25,9 +25,10 @@ from flexinfer_controller.core.kvcache import KVCacheCheck
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.prestart import PreStart
 from flexinfer_controller.core.progress import ProgressReporter
-from flexinfer_controller.core.queue import ShutDownError, WorkQueue
+from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.reconciler import Reconciler
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
+from flexinfer_controller.core.workers import Backoff, run_worker
 from flexinfer_controller.runtime import ReplicaEvent, ReplicaListener, Runtime
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,8 @@ class Controller:
             sources=sources or resolve_source,
         )
         self._tasks: list[asyncio.Task[None]] = []
-        self._failures: dict[str, int] = {}
+        self._backoff = Backoff(max_s=30.0)
+        """A failed reconcile is retried after 0.1 s, doubling up to 30 s."""
         self._loops: list[EventLoop] = []
         self.ready = False
 
@@ -112,7 +114,10 @@ class Controller:
             self._event_loop(topics.ACTIVITY, topics.ActivityEvent),
         ]
         for index in range(self._config.workers):
-            self._spawn(self._worker(), f"reconcile-worker-{index}")
+            work = run_worker(
+                self.queue, self.reconciler.reconcile, self._backoff, "model", self._count_reconcile
+            )
+            self._spawn(work, f"reconcile-worker-{index}")
         for loop in self._loops:
             self._spawn(loop.run(), "controller-consumer")
         await self.resync()
@@ -197,34 +202,9 @@ class Controller:
                 self._metrics.engine_crashes.inc()
         self.queue.add(replica.model)
 
-    async def _worker(self) -> None:
-        while True:
-            try:
-                key = await self.queue.get()
-            except ShutDownError:
-                return
-            try:
-                await self.reconciler.reconcile(key)
-            except Exception as exc:  # a worker must survive any one model's failure
-                self._retry(key, exc)
-            else:
-                self._failures.pop(key, None)
-                if self._metrics is not None:
-                    self._metrics.reconciles.labels("ok").inc()
-            finally:
-                self.queue.done(key)
-
-    def _retry(self, key: str, exc: Exception) -> None:
-        count = self._failures[key] = self._failures.get(key, 0) + 1
-        delay = min(30.0, 0.1 * 2 ** min(count, 10))
-        if isinstance(exc, TemporaryError):
-            delay = max(delay, min(exc.delay, 30.0))
-        level = logging.WARNING if isinstance(exc, FlexInferError) else logging.ERROR
-        log.log(level, "reconcile of %s failed (retry in %.1fs): %s", key, delay, exc,
-                exc_info=not isinstance(exc, FlexInferError))  # fmt: skip
+    def _count_reconcile(self, ok: bool) -> None:
         if self._metrics is not None:
-            self._metrics.reconciles.labels("error").inc()
-        self.queue.add_after(key, delay)
+            self._metrics.reconciles.labels("ok" if ok else "error").inc()
 
     async def resync(self) -> None:
         """Queue every stored model and every model the runtime runs replicas of."""
