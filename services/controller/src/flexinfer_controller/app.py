@@ -81,13 +81,15 @@ def create_app(
         await controller_.start()
         watching = asyncio.create_task(model_feed.run(controller_.enqueue), name="model-feed")
         await catalogs.start()
+        adapting = asyncio.create_task(adapter_feed.run(adapters.observed), name="adapter-feed")
         log.info("controller ready (runtime %s, data dir %s)", settings.runtime, settings.data_dir)
         try:
             yield
         finally:
-            watching.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watching
+            for task in (adapting, watching):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await catalogs.stop()
             await controller_.stop(stop_engines=settings.stop_engines_on_shutdown)
             await engine_metrics.aclose()
@@ -115,7 +117,9 @@ def create_app(
     app.state.settings = settings
     app.state.controller = controller
     app.state.model_service = service
-    app.state.adapter_service = AdapterService(store, bus)
+    adapters = AdapterService(store, bus)
+    app.state.adapter_service = adapters
+    adapter_feed = plugin.adapters(settings, store)
     sources = catalog_sources or plugin.catalogs(settings, store)
     catalogs = catalog_controller(settings.catalog, store, sources, catalog_client)
     app.state.catalogs = catalogs

@@ -4,11 +4,17 @@ The controller does not load adapters into engines yet (vLLM: ``POST /v1/load_lo
 on every replica of the base Model). Until it does, a stored adapter stays Pending with a
 ``Loaded=False`` condition that says so; the proxy routes its name to the base Model
 regardless, which is enough for engines started with the adapter (``--lora-modules``).
+
+On Kubernetes adapters are also applied with kubectl: an ``AdapterFeed`` (the apiserver's
+informers) reports those changes, and ``AdapterService.observed`` gives them the status and
+the bus event the admin API would have.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from flexinfer_common.api import Condition, LoRAAdapter, LoRAAdapterPhase, LoRAAdapterStatus
 from flexinfer_common.bus import EventBus, topics
@@ -39,12 +45,38 @@ def pending_status(adapter: LoRAAdapter) -> LoRAAdapterStatus:
     )
 
 
+AdapterChanged = Callable[[LoRAAdapter, bool], Awaitable[None]]
+"""Called with (adapter, deleted) for every change an AdapterFeed sees."""
+
+
+class AdapterFeed(Protocol):
+    """Reports LoRAAdapter changes made behind the admin API's back, until cancelled."""
+
+    async def run(self, changed: AdapterChanged) -> None:
+        """Await ``changed`` for every change; returns at once when there is nothing to watch."""
+
+
+class NoAdapterFeed:
+    """The SQL store's feed: only the admin API writes adapters, and it publishes itself."""
+
+    async def run(self, changed: AdapterChanged) -> None:
+        """Nothing to watch."""
+
+
+def _status_current(adapter: LoRAAdapter) -> bool:
+    generation = adapter.metadata.generation
+    return any(c.observed_generation == generation for c in adapter.status.conditions)
+
+
 class AdapterService:
     """What the admin API does with LoRAAdapters; knows nothing of HTTP."""
 
     def __init__(self, store: ModelStore, bus: EventBus) -> None:
         self._store = store
         self._bus = bus
+        # Last generation published per key (0: deleted), so an informer's echo of the
+        # admin API's own write, or of the status write below, is not published twice.
+        self._published: dict[str, int] = {}
 
     async def create(self, adapter: LoRAAdapter) -> LoRAAdapter:
         """Insert a new LoRAAdapter (status Pending); ConflictError if it exists."""
@@ -89,6 +121,23 @@ class AdapterService:
         await self._store.delete_adapter(namespace, name)
         await self._publish(adapter, deleted=True)
 
+    async def observed(self, adapter: LoRAAdapter, deleted: bool) -> None:
+        """A change an AdapterFeed saw: status of the current generation, then the event."""
+        if deleted:
+            if self._published.pop(adapter.key, None) != 0:
+                await self._publish(adapter, deleted=True)
+            return
+        if not _status_current(adapter):
+            meta = adapter.metadata
+            try:
+                adapter = await self._store.update_adapter_status(
+                    meta.namespace, meta.name, pending_status(adapter), meta.resource_version
+                )
+            except (ConflictError, NotFoundError):
+                return  # changed or deleted since: the feed reports that version next
+        if self._published.get(adapter.key) != (adapter.metadata.generation or 0):
+            await self._changed(adapter)
+
     async def _changed(self, adapter: LoRAAdapter) -> None:
         await self._publish(adapter, deleted=False)
 
@@ -99,6 +148,7 @@ class AdapterService:
             generation=0 if deleted else adapter.metadata.generation or 0,
             deleted=deleted,
         )
+        self._published[adapter.key] = event.generation
         try:
             await self._bus.publish(topics.ADAPTERS, event.model_dump(mode="json"))
         except BusError as exc:

@@ -19,6 +19,7 @@ from flexinfer_common.errors import ConfigError
 from flexinfer_common.store import ModelStore, create_store
 from flexinfer_controller.catalog.secrets import DirectorySecrets
 from flexinfer_controller.catalog.wiring import CatalogSources
+from flexinfer_controller.core.adapters import AdapterFeed, NoAdapterFeed
 from flexinfer_controller.core.feed import ModelFeed, NoFeed
 from flexinfer_controller.core.gpu import (
     DeclaredInventory,
@@ -41,6 +42,8 @@ ModelSource = Callable[
 """Opens the Model store and the feed of its changes; closes them when the block ends."""
 CatalogSourcesFactory = Callable[[ControllerSettings, ModelStore], CatalogSources]
 """Where catalogs read Secrets and learn of changes, given the opened store."""
+AdapterFeedFactory = Callable[[ControllerSettings, ModelStore], AdapterFeed]
+"""Where the controller learns of LoRAAdapter changes not made through its admin API."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,8 @@ class RuntimePlugin:
     """Where detectGPU learns the fleet's accelerators."""
     catalogs: CatalogSourcesFactory
     """Where ModelCatalogs read registry Secrets and learn of changes."""
+    adapters: AdapterFeedFactory
+    """Where LoRAAdapter changes applied behind the admin API's back come from."""
 
 
 def _local(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
@@ -116,6 +121,19 @@ def _kube_catalogs(settings: ControllerSettings, store: ModelStore) -> CatalogSo
     return CatalogSources(ApiServerSecrets(store.client), feed)
 
 
+def _no_adapter_feed(settings: ControllerSettings, store: ModelStore) -> AdapterFeed:
+    return NoAdapterFeed()  # the SQL store's only writer is the admin API
+
+
+def _kube_adapters(settings: ControllerSettings, store: ModelStore) -> AdapterFeed:
+    from flexinfer_controller.adapters.kube.loras import AdapterInformerFeed
+    from flexinfer_controller.adapters.kube.store import KubernetesModelStore
+
+    if not isinstance(store, KubernetesModelStore):  # a test's SQL store under this runtime
+        return NoAdapterFeed()
+    return AdapterInformerFeed(store, settings.kubernetes.watched())
+
+
 def _kubernetes(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
     from flexinfer_controller.runtime.kubernetes.factory import kubernetes_runtime
 
@@ -143,7 +161,13 @@ def _kube_models(
 def _plugins() -> dict[str, RuntimePlugin]:
     return {
         "local": RuntimePlugin(
-            _local, _flash_loader, resolve_source, _sql_models, _declared, _local_catalogs
+            _local,
+            _flash_loader,
+            resolve_source,
+            _sql_models,
+            _declared,
+            _local_catalogs,
+            _no_adapter_feed,
         ),
         "kubernetes": RuntimePlugin(
             _kubernetes,
@@ -152,6 +176,7 @@ def _plugins() -> dict[str, RuntimePlugin]:
             _kube_models,
             _unknown_fleet,
             _kube_catalogs,
+            _kube_adapters,
         ),
     }
 

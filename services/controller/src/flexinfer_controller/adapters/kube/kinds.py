@@ -30,8 +30,12 @@ class KindStore(Generic[Api]):
         self._kind: type[Api] = kind
         self._what = what
 
-    async def create(self, obj: Api) -> Api:
-        """POST the object; a non-default status follows through the status subresource."""
+    async def create(self, obj: Api, guard_status: bool = True) -> Api:
+        """POST the object; a non-default status follows through the status subresource.
+
+        ``guard_status=False`` writes that status whatever was written since the POST: for a
+        kind whose other status writer writes the same status (LoRAAdapters' informer).
+        """
         key = obj.key
         try:
             found = await self.objects.create(obj.metadata.namespace, to_body(obj))
@@ -41,9 +45,8 @@ class KindStore(Generic[Api]):
         if obj.status == type(obj.status)():
             return created
         meta = created.metadata
-        return await self.update_status(
-            meta.namespace, meta.name, obj.status, meta.resource_version
-        )
+        version = meta.resource_version if guard_status else None
+        return await self.update_status(meta.namespace, meta.name, obj.status, version)
 
     async def get(self, namespace: str, name: str) -> Api:
         """The object, or NotFoundError."""

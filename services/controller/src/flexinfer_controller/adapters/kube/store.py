@@ -92,7 +92,9 @@ class KubernetesModelStore(ModelStore):
 
     async def create_adapter(self, adapter: LoRAAdapter) -> LoRAAdapter:
         """Insert a new LoRAAdapter (generation 1); ConflictError if the key exists."""
-        return await self._adapters.create(adapter)
+        # The informer may write the pending status between the POST and this status
+        # write: the same status, so it is no conflict (a later spec edit rewrites it).
+        return await self._adapters.create(adapter, guard_status=False)
 
     async def get_adapter(self, namespace: str, name: str) -> LoRAAdapter:
         """The LoRAAdapter, or NotFoundError."""
