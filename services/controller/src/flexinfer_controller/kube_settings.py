@@ -34,6 +34,9 @@ class KubernetesSettings(BaseSettings):
     watch_timeout_s: int = Field(default=300, ge=1, le=3600)
     """Seconds a watch request lasts before it is resumed (the apiserver's own default)."""
 
+    job_poll_s: float = Field(default=5.0, gt=0, le=300)
+    """Seconds between reads of a running prefetch/quantize Job (Jobs are not watched)."""
+
     controller_image: str = CONTROLLER_IMAGE
     """Image of the flash loader init container and the cleanup Job."""
 

@@ -83,7 +83,10 @@ class Controller:
         )
         self.progress = ProgressReporter(bus)
         # The cache re-queues a Model when its download moves (the reconcile never waits).
-        self.cache = cache_factory(self._requeue) if cache_factory else NoRegistryCache()
+        cache = self.runtime.model_cache(self._requeue)  # Kubernetes: the cache Jobs' gate
+        if cache is None:
+            cache = cache_factory(self._requeue) if cache_factory else NoRegistryCache()
+        self.cache = cache
         self.reconciler = Reconciler(
             store=store,
             runtime=self.runtime,

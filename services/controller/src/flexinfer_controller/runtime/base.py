@@ -12,6 +12,7 @@ from flexinfer_common.api import Model
 from flexinfer_common.api.status import GPUStatus
 from flexinfer_common.errors import PermanentError
 from flexinfer_controller.backends import LaunchSpec
+from flexinfer_controller.core.cache import ModelCache, Notify
 from flexinfer_controller.core.gpu import GPUInventory
 
 
@@ -100,6 +101,11 @@ class Runtime(ABC):
     def gpu_inventory(self) -> GPUInventory | None:
         """The fleet this runtime watches for detectGPU; None: the plugin's own (local
         mode's declared GPUs)."""
+        return None
+
+    def model_cache(self, notify: Notify) -> ModelCache | None:
+        """Where this runtime's remote sources are fetched, re-queueing through ``notify``;
+        None: the plugin's own (local mode's registry download)."""
         return None
 
     async def ensure(self, model: Model, gpu: GPUStatus | None) -> None:

@@ -49,6 +49,7 @@ def kubernetes_runtime(
         options=render_options(settings),
         namespaces=kube.watched(),
         watch_timeout_s=kube.watch_timeout_s,
+        job_poll_s=kube.job_poll_s,
     )
 
 

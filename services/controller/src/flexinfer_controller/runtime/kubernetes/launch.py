@@ -9,11 +9,13 @@ describes the engine container (the runtime renders the Deployment from the Mode
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from flexinfer_common.api import Model
 from flexinfer_controller.backends.base import Backend, BackendRegistry
 from flexinfer_controller.backends.launch import LaunchContext, LaunchSpec
 from flexinfer_controller.core.sources import SourceResolution, SourceState
+from flexinfer_controller.runtime.kubernetes.cache import PROVIDERS
 from flexinfer_controller.runtime.kubernetes.context import build_context
 from flexinfer_controller.runtime.kubernetes.options import GPUPlacement, RenderOptions
 
@@ -35,7 +37,9 @@ def launch_on_kubernetes(
 
 
 def cluster_source(source: str) -> SourceResolution:
-    """Weights are the cluster's business: a volume, or a PVC the prefetch Job fills."""
+    """A volume is ready as mounted; a fetched source waits for the cache gate (its Jobs)."""
+    if urlsplit(source).scheme.lower() in PROVIDERS:
+        return SourceResolution(SourceState.REMOTE, reason="CacheNotReady")
     return SourceResolution(
         SourceState.READY,
         reason="Cached",

@@ -13,6 +13,8 @@
   0 replicas; it never changes the replicas, and leaves the template of a Deployment that
   runs pods to ``start`` (see ``plan.standby``). A Model that is not placed gets no
   Deployment, so nothing can start a pod of it.
+* ``model_cache`` is the cache gate (``gate.JobGate``): ``ensure`` hands it the prefetch and
+  quantize Jobs it read, and the planner starts nothing until they succeeded.
 * ``prune`` deletes the Model's Failed pods (evicted, OOM-killed): the ReplicaSet has
   replaced them, and Kubernetes would keep them until thousands piled up.
 * ``adopt`` lists the pods a previous controller left and reads their Deployments.
@@ -39,10 +41,12 @@ from flexinfer_controller.adapters.kube.pods import PodListWatch, delete_pod, pa
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.adapters.kube.workloads import Workloads
 from flexinfer_controller.backends import BackendRegistry, LaunchSpec, UnsupportedBackendError
+from flexinfer_controller.core.cache import ModelCache, Notify
 from flexinfer_controller.core.gpu import GPUInventory
 from flexinfer_controller.runtime.base import Replica, ReplicaEvent, ReplicaListener, Runtime
 from flexinfer_controller.runtime.kubernetes import plan
 from flexinfer_controller.runtime.kubernetes.apply import Applier
+from flexinfer_controller.runtime.kubernetes.gate import JobGate, gated
 from flexinfer_controller.runtime.kubernetes.inventory import NodeInventory
 from flexinfer_controller.runtime.kubernetes.names import object_name
 from flexinfer_controller.runtime.kubernetes.objects import (
@@ -93,6 +97,7 @@ class KubernetesRuntime(Runtime):
         options: RenderOptions,
         namespaces: list[str | None],
         watch_timeout_s: int = 300,
+        job_poll_s: float = 5.0,
     ) -> None:
         self._client = client
         self._listener = listener
@@ -110,6 +115,7 @@ class KubernetesRuntime(Runtime):
         self._stopping: set[str] = set()
         self._gone: dict[str, asyncio.Event] = {}
         self._ready_at: dict[str, float] = {}
+        self._gate = JobGate(job_poll_s, lambda model: bool(self._live(model)))
 
     def _pod_informer(self, namespace: str | None, watch_timeout_s: int) -> Informer:
         holder: list[Informer] = []
@@ -191,9 +197,11 @@ class KubernetesRuntime(Runtime):
             objects = self._standby_objects(model, gpu)
         except (InvalidSpecError, UnsupportedBackendError):
             return  # the plan's verdict already tells why it cannot run
+        jobs: builtins.list[Obj] = []
         for obj in objects:
             if obj["kind"] != "Deployment":
-                await self._applier.ensure(obj)
+                live = await self._applier.ensure(obj)
+                jobs += [live] if gated(obj) else []
                 continue
             try:
                 live = await self._applier.ensure(obj, plan.standby)
@@ -201,6 +209,12 @@ class KubernetesRuntime(Runtime):
                 self._wanted.pop(model.key, None)  # written or not: read it anew next time
                 raise
             self._wanted[model.key] = wanted_of(live)
+        if gpu is not None:  # the Jobs are rendered only once placed
+            self._gate.record(model, jobs)
+
+    def model_cache(self, notify: Notify) -> ModelCache:
+        """The cache gate: the Model's prefetch and quantize Jobs, as ``ensure`` reads them."""
+        return self._gate.bind(notify)
 
     def _standby_objects(self, model: Model, gpu: GPUStatus | None) -> builtins.list[Obj]:
         """What ``ensure`` converges: the Service alone until detectGPU placed the Model."""

@@ -1,0 +1,174 @@
+"""Cache gating on Kubernetes: a fetched source's Model starts nothing until its Jobs succeed.
+
+An hf:// Model is Pending, with no pod and its Deployment at 0, while its prefetch Job
+runs, even under demand; the Job's success (its status, as a Job controller would write
+it) lets the demand start a replica; a Job that failed makes the Model Failed with the
+Job's reason. With spec.quantize the quantize Job gates the same way after the prefetch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flexinfer_common.api import Model
+from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
+from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
+from flexinfer_controller.core.cache import CacheStatus
+from flexinfer_controller.kube_settings import KubernetesSettings
+from flexinfer_controller.runtime.kubernetes.gate import JobGate, job_state, jobs_state
+from flexinfer_controller.runtime.kubernetes.harness import Cluster, model_body, running_cluster
+from flexinfer_controller.runtime.kubernetes.names import COMPONENT_LABEL
+from flexinfer_controller.testing import eventually
+
+apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
+SUCCEEDED = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+FAILED = {
+    "failed": 4,
+    "conditions": [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit"},
+    ],
+}  # fmt: skip
+
+
+@pytest.fixture
+async def cluster(apiserver: KubeApiServer) -> AsyncIterator[Cluster]:
+    """The controller on the fake apiserver, reading running Jobs again every 0.2 s."""
+    kube = KubernetesSettings(host=apiserver.url, namespaces=["default"], job_poll_s=0.2)
+    async with running_cluster(apiserver, kubernetes=kube) as running:
+        yield running
+
+
+def _fetched(**spec: Any) -> dict[str, Any]:
+    body = model_body(minReplicas=0)
+    body["spec"] |= {"source": "hf://org/tiny", **spec}
+    return body
+
+
+def _job(api: KubeApiServer, component: str) -> dict[str, Any] | None:
+    jobs = api.objects("jobs", "default")
+    found = [j for j in jobs if j["metadata"]["labels"].get(COMPONENT_LABEL) == component]
+    return found[0] if found else None
+
+
+def _cached(cluster: Cluster) -> dict[str, Any]:
+    conditions = cluster.status().get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Cached"), {})
+
+
+async def _gated_by(cluster: Cluster, component: str) -> str:
+    """Until the Model is Pending on the ``component`` Job, under demand; the Job's name."""
+    await eventually(lambda: _job(cluster.api, component) is not None)
+    job = _job(cluster.api, component)
+    assert job is not None
+    name = str(job["metadata"]["name"])
+    await cluster.demand()
+    await eventually(
+        lambda: (
+            bool(cluster.status().get("lastActiveTime"))
+            and name in str(_cached(cluster).get("message"))
+        )
+    )
+    await cluster.wait_phase("Pending")
+    assert _cached(cluster)["reason"] == f"{component.capitalize()}Running"
+    assert cluster.pods() == []
+    deployment = cluster.api.get("deployments", "default", "tiny")
+    assert deployment is not None
+    assert deployment["spec"]["replicas"] == 0
+    return name
+
+
+async def test_a_prefetch_job_gates_the_start_until_it_succeeded(cluster: Cluster) -> None:
+    api = cluster.api
+    api.create("models", _fetched())
+    name = await _gated_by(cluster, "prefetch")
+    assert cluster.status()["phase"] == "Pending"
+
+    api.set_status("jobs", "default", name, SUCCEEDED)
+    await eventually(lambda: _cached(cluster).get("status") == "True")
+    await cluster.demand()
+    await cluster.wait_phase("Ready")
+    assert len(cluster.pods()) == 1
+
+
+async def test_a_failed_prefetch_job_fails_the_model_with_its_reason(cluster: Cluster) -> None:
+    api = cluster.api
+    api.create("models", _fetched())
+    name = await _gated_by(cluster, "prefetch")
+
+    api.set_status("jobs", "default", name, FAILED)
+    await cluster.wait_phase("Failed")
+    cached = _cached(cluster)
+    assert cached["reason"] == "PrefetchFailed"
+    assert name in cached["message"]
+    assert "BackoffLimitExceeded" in cached["message"]
+    await cluster.demand()
+    await eventually(lambda: name in str(cluster.status().get("message")))
+    assert cluster.pods() == []
+
+
+async def test_the_quantize_job_gates_after_the_prefetch(cluster: Cluster) -> None:
+    api = cluster.api
+    api.create("models", _fetched(quantize={"format": "GGUF"}))
+    prefetch = await _gated_by(cluster, "prefetch")
+
+    api.set_status("jobs", "default", prefetch, SUCCEEDED)
+    quantize = await _gated_by(cluster, "quantize")
+
+    api.set_status("jobs", "default", quantize, SUCCEEDED)
+    await eventually(lambda: _cached(cluster).get("status") == "True")
+    await cluster.demand()
+    await cluster.wait_phase("Ready")
+
+
+def _obj(component: str, status: dict[str, Any], backoff: int = 3) -> dict[str, Any]:
+    meta = {"name": f"tiny-{component}", "labels": {COMPONENT_LABEL: component}}
+    return {"kind": "Job", "metadata": meta, "spec": {"backoffLimit": backoff}, "status": status}
+
+
+def test_a_job_state_follows_its_status() -> None:
+    assert job_state(_obj("prefetch", {})).status is CacheStatus.PENDING
+    assert job_state(_obj("prefetch", {"active": 1})).reason == "PrefetchRunning"
+    assert job_state(_obj("prefetch", {"succeeded": 1})).status is CacheStatus.READY
+    failed = job_state(_obj("quantize", FAILED))
+    assert (failed.status, failed.reason) == (CacheStatus.FAILED, "QuantizeFailed")
+    # A Job controller that has not written the condition yet: the count says it.
+    over = job_state(_obj("prefetch", {"failed": 2}, backoff=1))
+    assert over.status is CacheStatus.FAILED
+    assert "BackoffLimitExceeded" in over.message
+
+
+def test_the_first_job_not_done_decides() -> None:
+    done, running = _obj("prefetch", SUCCEEDED), _obj("quantize", {"active": 1})
+    assert jobs_state([running, done]).reason == "QuantizeRunning"
+    assert jobs_state([done]).status is CacheStatus.READY
+    assert jobs_state([]).status is CacheStatus.READY
+
+
+def _model(source: str = "hf://org/tiny", generation: int = 1) -> Model:
+    body = model_body()
+    body["spec"]["source"] = source
+    body["metadata"]["generation"] = generation
+    return Model.model_validate(body)
+
+
+async def test_the_gate_keeps_its_answer_for_the_same_jobs() -> None:
+    running: set[str] = set()
+    gate = JobGate(60, lambda key: key in running)
+    model = _model()
+    assert gate.ensure(model).reason == "PrefetchRunning"  # not read yet
+    gate.record(model, [_obj("prefetch", SUCCEEDED)])
+    # A new generation that renders the same Jobs (serverless settings): still ready.
+    assert gate.ensure(_model(generation=2)).status is CacheStatus.READY
+    # A new source renders new Jobs: pending until they were read.
+    assert gate.ensure(_model("hf://org/other", 3)).status is CacheStatus.PENDING
+    # Adopted pods, not read since the start: they keep running until the Jobs are read.
+    await gate.release(model.key)
+    running.add(model.key)
+    assert gate.ensure(model).status is CacheStatus.READY
+    assert gate.ensure(_model("file:///m")).status is CacheStatus.READY  # nothing fetched
+    await gate.close()
