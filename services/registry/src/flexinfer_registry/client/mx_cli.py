@@ -19,6 +19,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from flexinfer_common.errors import FlexInferError
@@ -32,7 +33,8 @@ from flexinfer_registry.client.mx_client import (
     ServerUnreachableError,
     server_address,
 )
-from flexinfer_registry.client.mx_direct import cache_dir, download_direct
+from flexinfer_registry.client.mx_direct import cache_dir, download_direct, target_dir
+from flexinfer_registry.client.mx_fetch import complete, marker, write_streamed
 from flexinfer_registry.client.mx_output import Output, byte_counts
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -119,7 +121,10 @@ def _add_model_actions(model: argparse.ArgumentParser) -> None:
     )
     download.add_argument("--ignore-weights", action="store_true", help="skip weight files")
     download.add_argument(
-        "--cache-dir", help="DirectOnly/fallback cache (MODEL_EXPRESS_CACHE_DIRECTORY)"
+        "--cache-dir",
+        help="local cache: DirectOnly/fallback downloads land here "
+        "(MODEL_EXPRESS_CACHE_DIRECTORY); given as a flag, a server download is also "
+        "copied here, to the same path",
     )
 
 
@@ -167,8 +172,27 @@ def _download_server(args: argparse.Namespace, client: MxClient, out: Output, pr
         out.error(f"{args.name}: {status}: {message}", {"update": last})
         return EXIT_FAILED
     revision = f" @ {last['resolved_revision']}" if last.get("resolved_revision") else ""
-    out.result({"ok": True, "strategy": "server", **last}, f"{args.name}: DOWNLOADED{revision}")
+    where = ""
+    if args.cache_dir:  # the prefetch Job: the engine reads the volume, not the registry
+        last["path"] = str(_copy_to_cache(args, client, out, provider))
+        where = f" to {last['path']}"
+    out.result({"ok": True, "strategy": "server", **last},
+               f"{args.name}: DOWNLOADED{revision}{where}")  # fmt: skip
     return EXIT_OK
+
+
+def _copy_to_cache(args: argparse.Namespace, client: MxClient, out: Output, provider: int) -> Path:
+    """Stream the registry's copy into --cache-dir where DirectOnly would put it (or reuse it)."""
+    target = target_dir(Path(args.cache_dir), args.name, provider)
+    if complete(target, args.name, args.revision):
+        return target
+    listing = _listing(args, client)
+    note = marker(args.name, args.revision, [(f["path"], f["size"]) for f in listing["files"]])
+    with out.progress(f"{args.name} (to {target})") as sink:
+        chunks = client.stream(args.name, provider, args.revision)
+        write_streamed(chunks, listing, target, note)
+        sink.finished()
+    return target
 
 
 def _listing(args: argparse.Namespace, client: MxClient) -> dict[str, Any]:

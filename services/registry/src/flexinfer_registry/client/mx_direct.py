@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from flexinfer_registry.adapters.providers import builtin_providers
+from flexinfer_registry.client import mx_fetch
 from flexinfer_registry.core.providers.base import ProgressCallback, ProviderConfig
+from flexinfer_registry.core.providers.registry import ProviderRegistry
 
 
 def cache_dir(flag: str | None, env: Mapping[str, str] | None = None) -> Path:
@@ -28,6 +30,17 @@ def local_dir(root: Path, provider: str, model_name: str) -> Path:
     return root.joinpath(provider, *parts) if parts else root / provider / "_"
 
 
+def _registry() -> ProviderRegistry:
+    # The user's own process reading the user's own files: no privilege boundary to guard,
+    # so any directory they can read is a file source (the server allows only its roots).
+    return builtin_providers(ProviderConfig(file_roots=(Path("/"),)))
+
+
+def target_dir(root: Path, model_name: str, provider_enum: int) -> Path:
+    """The directory a download of ``model_name`` leaves in ``root``, by either path."""
+    return local_dir(root, _registry().name_for(model_name, provider_enum), model_name)
+
+
 def download_direct(
     model_name: str,
     provider_enum: int,
@@ -38,9 +51,7 @@ def download_direct(
     progress: ProgressCallback | None = None,
 ) -> dict[str, Any]:
     """Download with the matching provider into a temp dir, then rename it into place."""
-    # The user's own process reading the user's own files: no privilege boundary to guard,
-    # so any directory they can read is a file source (the server allows only its roots).
-    registry = builtin_providers(ProviderConfig(file_roots=(Path("/"),)))
+    registry = _registry()
     name = registry.name_for(model_name, provider_enum)
     target = local_dir(root, name, model_name)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -51,9 +62,8 @@ def download_direct(
                 model_name, revision, staging, ignore_weights=ignore_weights, progress=progress
             )
         )
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+        files = [(f.path, f.size) for f in result.files]
+        mx_fetch.install(staging, target, mx_fetch.marker(model_name, revision, files))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {

@@ -1,8 +1,9 @@
 """The cache Jobs: prefetch through the registry, quantization, and the flash cleanup.
 
-The prefetch Job runs the registry client (``flexinfer mx model download``): it calls the
-registry's EnsureModelDownloaded and, where the registry cannot be reached, downloads
-directly into the cache volume (SmartFallback). Jobs are never updated (their pod template
+The prefetch Job runs the registry client (``flexinfer mx model download --cache-dir``): it
+calls the registry's EnsureModelDownloaded, then streams the registry's copy into the cache
+volume at ``<provider>/<name>``; where the registry cannot be reached it downloads directly
+to the same path (SmartFallback). Jobs are never updated (their pod template
 is immutable): a changed spec gets a new Job, named by a hash of what it does.
 """
 
