@@ -16,6 +16,7 @@ import yaml
 from flexinfer_controller.runtime.local import LocalRuntime
 from flexinfer_controller.testing import (
     Harness,
+    eventually,
     fake_model_dir,
     kill_engines,
     model_doc,
@@ -130,8 +131,15 @@ async def test_scale_pins_and_releases_replicas(h: Harness, tmp_path: Path) -> N
     await flexinfer("apply", "-f", str(_write(tmp_path / "m.yaml", doc)), *s)
     up = await flexinfer("scale", "model", "a", "--replicas", "2", *s)
     assert up.out == "model.ai.flexinfer/a scaled\n", up.report()
-    model = await h.wait_phase("a", "Ready", timeout_s=20)
-    assert (model.spec.serverless_or_default.min_replicas, model.status.ready_replicas) == (2, 2)
+    await h.wait_phase("a", "Ready", timeout_s=20)
+
+    # Ready comes with the first ready replica; the second may still be loading.
+    async def both_ready() -> bool:
+        return (await h.store.get_model("default", "a")).status.ready_replicas == 2
+
+    await eventually(both_ready, timeout_s=30)
+    model = await h.store.get_model("default", "a")
+    assert model.spec.serverless_or_default.min_replicas == 2
     assert model.metadata.labels == {"keep": "me"}
     assert model.spec.serverless_or_default.idle_timeout.total_seconds() == 420
     down = await flexinfer("scale", "model", "a", "--replicas", "0", *s)
