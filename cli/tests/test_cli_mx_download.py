@@ -138,14 +138,17 @@ async def test_the_progress_bar_shows_the_total_the_registry_knows(
             finally:
                 gate.set()
             code, out, _ = await cli
+            assert code == 0, term.text
+            # The CLI can return before the reader thread has taken its last frame off the pty,
+            # so wait for the full bar to arrive instead of reading the text at once.
+            full = shown_total.lstrip("/").split()[0] + shown_total
+            await asyncio.to_thread(term.wait_for, full)
             drawn = term.text
-    assert code == 0, drawn
     assert out.startswith("org/tiny: DOWNLOADED")
     # Before the registry's first progress report the total is unknown; from then on every
     # frame shows it, the last one full.
     after = drawn[drawn.index(shown_total) :]
     assert "/? " not in after, "a frame lost the total"
-    full = shown_total.lstrip("/").split()[0] + shown_total
     assert full in after, repr(after)
 
 
