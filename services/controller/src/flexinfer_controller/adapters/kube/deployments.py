@@ -1,0 +1,140 @@
+"""ModelDeployments (ai.flexinfer/v1alpha1) on Kubernetes: the bridge's apiserver side.
+
+``ApiServerDeployments`` is the bridge's ``DeploymentApi``; ``DeploymentInformerFeed``
+watches ModelDeployments and Models and queues the key of every ModelDeployment whose
+own object or Model changed (a Model's status change is what the mirror follows).
+
+``MODEL_DEPLOYMENTS`` is declared here, not in ``resources``: the RBAC test grants every
+generic custom-object verb to the kinds listed there, and the bridge never creates or
+deletes a ModelDeployment (its verbs are taken from a run against the fake apiserver).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from flexinfer_common.api import API_GROUP, DEPLOYMENT_FINALIZER, DEPLOYMENT_KIND
+from flexinfer_common.errors import NotFoundError
+from flexinfer_controller.adapters.kube.client import KubeClient, Obj, Resource
+from flexinfer_controller.adapters.kube.finalizers import add_finalizer, remove_finalizer
+from flexinfer_controller.adapters.kube.informer import Change, CustomListWatch, Informer
+from flexinfer_controller.adapters.kube.objects import CustomObjects, JsonPatch, version_guard
+from flexinfer_controller.adapters.kube.resources import MODELS
+from flexinfer_controller.core.feed import Enqueue
+from flexinfer_controller.legacy.deployment_bridge import DeploymentBridge
+from flexinfer_controller.legacy.deployments import is_managed
+
+MODEL_DEPLOYMENTS = Resource(API_GROUP, "v1alpha1", "modeldeployments", DEPLOYMENT_KIND)
+
+
+class ApiServerDeployments:
+    """ModelDeployments and their Models as custom resources (the bridge's DeploymentApi)."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self._deployments = CustomObjects(client, MODEL_DEPLOYMENTS)
+        self._models = CustomObjects(client, MODELS)
+
+    async def get_deployment(self, namespace: str, name: str) -> Obj | None:
+        """The stored ModelDeployment, or None."""
+        return await _get(self._deployments, namespace, name)
+
+    async def add_deployment_finalizer(self, namespace: str, name: str) -> Obj:
+        """The ModelDeployment, holding ``flexinfer.ai/cleanup``."""
+        return await add_finalizer(self._deployments, namespace, name, DEPLOYMENT_FINALIZER)
+
+    async def remove_deployment_finalizer(self, namespace: str, name: str) -> None:
+        """The ModelDeployment without ``flexinfer.ai/cleanup``."""
+        await remove_finalizer(self._deployments, namespace, name, DEPLOYMENT_FINALIZER)
+
+    async def write_deployment_status(
+        self, namespace: str, name: str, resource_version: str, status: Obj
+    ) -> None:
+        """The whole status through the subresource; ConflictError when the version is stale."""
+        ops: JsonPatch = [
+            *version_guard(resource_version),
+            {"op": "add", "path": "/status", "value": status},
+        ]
+        await self._deployments.json_patch_status(namespace, name, ops)
+
+    async def get_model(self, namespace: str, name: str) -> Obj | None:
+        """The stored Model, or None."""
+        return await _get(self._models, namespace, name)
+
+    async def create_model(self, body: Obj) -> Obj:
+        """POST the Model; ConflictError when the name is taken."""
+        return await self._models.create(body["metadata"]["namespace"], body)
+
+    async def update_model(self, resource_version: str, body: Obj) -> Obj:
+        """The bridged metadata and the spec in one guarded patch (finalizers are untouched:
+        the Model's own cleanup finalizer is the Model controller's)."""
+        meta = body["metadata"]
+        ops: JsonPatch = [
+            *version_guard(resource_version),
+            *(
+                {"op": "add", "path": f"/metadata/{field}", "value": meta[field]}
+                for field in ("labels", "annotations", "ownerReferences")
+            ),
+            {"op": "add", "path": "/spec", "value": body["spec"]},
+        ]
+        return await self._models.json_patch(meta["namespace"], meta["name"], ops)
+
+    async def delete_model(self, namespace: str, name: str) -> None:
+        """DELETE the Model; already gone is fine."""
+        with contextlib.suppress(NotFoundError):
+            await self._models.delete(namespace, name)
+
+
+async def _get(objects: CustomObjects, namespace: str, name: str) -> Obj | None:
+    try:
+        return await objects.get(namespace, name)
+    except NotFoundError:
+        return None
+
+
+class DeploymentInformerFeed:
+    """ModelDeployment keys to reconcile: every change of one, or of its Model."""
+
+    def __init__(
+        self, client: KubeClient, namespaces: list[str | None], watch_timeout_s: int = 300
+    ) -> None:
+        self._client = client
+        self._namespaces = namespaces
+        self._watch_timeout_s = watch_timeout_s
+        self.informers: list[Informer] = []
+
+    async def run(self, enqueue: Enqueue) -> None:
+        """List and watch ModelDeployments and Models in every namespace until cancelled."""
+
+        def deployment_changed(change: Change) -> None:
+            enqueue(change.key)
+
+        def model_changed(change: Change) -> None:
+            # A deleted Model is no longer cached, but its ModelDeployment (waiting in its
+            # finalizer, or for the name to be freed) is.
+            model = next((found for i in models if (found := i.get(change.key))), None)
+            if any(i.get(change.key) for i in deployments) or (model and is_managed(model)):
+                enqueue(change.key)
+
+        deployments = [
+            self._informer(MODEL_DEPLOYMENTS, deployment_changed, ns) for ns in self._namespaces
+        ]
+        models = [self._informer(MODELS, model_changed, ns) for ns in self._namespaces]
+        self.informers = [*deployments, *models]
+        await asyncio.gather(*(informer.run() for informer in self.informers))
+
+    def _informer(
+        self, resource: Resource, on_change: Callable[[Change], None], namespace: str | None
+    ) -> Informer:
+        source = CustomListWatch(self._client, resource)
+        timeout = self._watch_timeout_s
+        return Informer(source, on_change, namespace=namespace, watch_timeout_s=timeout)
+
+
+def deployment_bridge(
+    client: KubeClient, namespaces: list[str | None], watch_timeout_s: int = 300
+) -> DeploymentBridge:
+    """The ModelDeployment bridge on ``client``, watching ``namespaces`` (None: all)."""
+    feed = DeploymentInformerFeed(client, namespaces, watch_timeout_s)
+    return DeploymentBridge(ApiServerDeployments(client), feed)
