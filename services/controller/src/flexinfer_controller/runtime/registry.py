@@ -14,6 +14,7 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import Protocol
 
 from flexinfer_common.errors import ConfigError
 from flexinfer_common.store import ModelStore, create_store
@@ -46,6 +47,30 @@ AdapterFeedFactory = Callable[[ControllerSettings, ModelStore], AdapterFeed]
 """Where the controller learns of LoRAAdapter changes not made through its admin API."""
 
 
+class BackgroundLoop(Protocol):
+    """A loop the controller's lifespan starts and stops (the ModelDeployment bridge)."""
+
+    async def start(self) -> None:
+        """Start its tasks."""
+
+    async def stop(self) -> None:
+        """Stop them."""
+
+
+class NoLoop:
+    """Nothing to run: the runtime serves no such kind."""
+
+    async def start(self) -> None:
+        """Nothing to start."""
+
+    async def stop(self) -> None:
+        """Nothing to stop."""
+
+
+DeploymentLoopFactory = Callable[[ControllerSettings, ModelStore], BackgroundLoop]
+"""What serves legacy v1alpha1 ModelDeployments, given the opened store."""
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimePlugin:
     """How one runtime is built, with the steps and the Model source that go with it."""
@@ -60,6 +85,8 @@ class RuntimePlugin:
     """Where ModelCatalogs read registry Secrets and learn of changes."""
     adapters: AdapterFeedFactory
     """Where LoRAAdapter changes applied behind the admin API's back come from."""
+    deployments: DeploymentLoopFactory
+    """What serves v1alpha1 ModelDeployments (only the apiserver holds them)."""
 
 
 def _local(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
@@ -134,6 +161,20 @@ def _kube_adapters(settings: ControllerSettings, store: ModelStore) -> AdapterFe
     return AdapterInformerFeed(store, settings.kubernetes.watched())
 
 
+def _no_deployments(settings: ControllerSettings, store: ModelStore) -> BackgroundLoop:
+    return NoLoop()  # ModelDeployments are custom resources: there are none without a cluster
+
+
+def _kube_deployments(settings: ControllerSettings, store: ModelStore) -> BackgroundLoop:
+    from flexinfer_controller.adapters.kube.deployments import deployment_bridge
+    from flexinfer_controller.adapters.kube.store import KubernetesModelStore
+
+    if not isinstance(store, KubernetesModelStore):  # a test's SQL store under this runtime
+        return NoLoop()
+    kube = settings.kubernetes
+    return deployment_bridge(store.client, kube.watched(), kube.watch_timeout_s)
+
+
 def _kubernetes(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
     from flexinfer_controller.runtime.kubernetes.factory import kubernetes_runtime
 
@@ -168,6 +209,7 @@ def _plugins() -> dict[str, RuntimePlugin]:
             _declared,
             _local_catalogs,
             _no_adapter_feed,
+            _no_deployments,
         ),
         "kubernetes": RuntimePlugin(
             _kubernetes,
@@ -177,6 +219,7 @@ def _plugins() -> dict[str, RuntimePlugin]:
             _unknown_fleet,
             _kube_catalogs,
             _kube_adapters,
+            _kube_deployments,
         ),
     }
 
