@@ -2,7 +2,9 @@
 
 The verbs are derived from the code, not listed again: the kubernetes client methods the
 adapters call (scanned from their source), and the API calls the kubernetes runtime's plan
-makes for every rendered object. k8s/base is read as ``kubectl kustomize`` prints it.
+makes for every rendered object, and the ModelDeployment bridge's calls in a run through
+its whole lifecycle against the fake apiserver. k8s/base is read as ``kubectl kustomize``
+prints it.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ from typing import Any
 import pytest
 import yaml
 
+from flexinfer_common.api import MODEL_FINALIZER
+from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
+from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
 from flexinfer_controller.adapters.kube import resources as kube_resources
-from flexinfer_controller.adapters.kube.client import Resource
+from flexinfer_controller.adapters.kube.client import KubeClient, Resource
+from flexinfer_controller.adapters.kube.deployments import deployment_bridge
 from flexinfer_controller.backends.registry import default_backends
 from flexinfer_controller.runtime.kubernetes import rbac, render_cleanup, render_model
 from flexinfer_controller.runtime.kubernetes.plan import Op, cleanup, ensure, read, scale
@@ -27,6 +33,7 @@ from flexinfer_controller.runtime.kubernetes.testing import SAMPLES
 from flexinfer_testing.repo import repo_root
 
 Grant = tuple[str, str, str]
+apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
 ADAPTERS = Path(kube_resources.__file__).parent
 _METHOD = re.compile(r"^(create|get|read|list|patch|replace|delete)_(\w+)$")
 _VERBS = {"create": "create", "get": "get", "read": "get", "list": "list", "patch": "patch",
@@ -121,12 +128,51 @@ def plan_grants() -> set[Grant]:
     return grants
 
 
+def _static_table() -> set[Grant]:
+    return {g for g in rbac.grants() if g[1] not in rbac.BRIDGED}
+
+
 def test_the_table_is_what_the_code_uses() -> None:
     derived = adapter_grants() | plan_grants()
-    assert rbac.grants() == derived, (
-        f"granted but unused: {sorted(rbac.grants() - derived)}; "
-        f"used but not granted: {sorted(derived - rbac.grants())}"
+    assert _static_table() == derived, (
+        f"granted but unused: {sorted(_static_table() - derived)}; "
+        f"used but not granted: {sorted(derived - _static_table())}"
     )
+
+
+def _phase(api: KubeApiServer, resource: str) -> str | None:
+    return ((api.get(resource, "default", "chat") or {}).get("status") or {}).get("phase")
+
+
+async def _bridge_lifecycle(api: KubeApiServer) -> None:
+    """One ModelDeployment created, served (Running), deleted, with the bridge on ``api``."""
+    client = KubeClient(api.url)
+    bridge = deployment_bridge(client, ["default"])
+    await bridge.start()
+    try:
+        spec = {"backend": "vllm", "model": "org/chat"}
+        meta = {"name": "chat", "namespace": "default"}
+        api.create("modeldeployments", {"kind": "ModelDeployment", "metadata": meta, "spec": spec})
+        await api.until(lambda a: a.get("models", "default", "chat") is not None, within_s=20)
+        api.patch("models", "default", "chat", {"metadata": {"finalizers": [MODEL_FINALIZER]}})
+        api.set_status("models", "default", "chat", {"phase": "Ready"})
+        await api.until(lambda a: _phase(a, "modeldeployments") == "Running", within_s=20)
+        api.delete("modeldeployments", "default", "chat")
+        await api.until(lambda a: _phase(a, "modeldeployments") == "Terminating", within_s=20)
+        await api.until(lambda a: a.count(verb="delete", resource="models") == 1, within_s=20)
+        api.patch("models", "default", "chat", {"metadata": {"finalizers": []}})
+        await api.until(lambda a: a.get("modeldeployments", "default", "chat") is None)
+    finally:
+        await bridge.stop()
+        await client.close()
+
+
+async def test_the_bridge_uses_exactly_its_rows(apiserver: KubeApiServer) -> None:
+    await _bridge_lifecycle(apiserver)
+    used = {(c.group, c.rbac_resource, c.verb) for c in apiserver.calls}
+    bridged = {g for g in rbac.grants() if g[1] in rbac.BRIDGED}
+    assert {g for g in used if g[1] in rbac.BRIDGED} == bridged
+    assert used <= rbac.grants(), f"used but not granted: {sorted(used - rbac.grants())}"
 
 
 def test_the_scan_sees_the_adapters_calls() -> None:

@@ -4,7 +4,9 @@ This table is what k8s/base/rbac.yaml grants the controller's ClusterRole, no mo
 derives the same set from the code (the adapters' client calls and the runtime's plan), so
 a new call fails the test until the table, and then the manifest, grant it.
 ``models/finalizers`` update is what the apiserver's OwnerReferencesPermissionEnforcement
-checks for owner references with ``blockOwnerDeletion``.
+checks for owner references with ``blockOwnerDeletion``. ModelDeployments (v1alpha1) are
+only read, watched, finalized and given a status by the bridge, never created or deleted:
+their rows are taken from the calls of a bridge run against the fake apiserver.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("ai.flexinfer", "loraadapters/status", frozenset({"patch"})),
     ("ai.flexinfer", "modelcatalogs/status", frozenset({"patch"})),
     ("ai.flexinfer", "models/finalizers", frozenset({"update"})),
+    ("ai.flexinfer", "modeldeployments", frozenset({"get", "list", "watch", "patch"})),
+    ("ai.flexinfer", "modeldeployments/status", frozenset({"patch"})),
     ("", "configmaps", frozenset({"get", "list", "create", "update", "patch", "delete"})),
     ("", "secrets", frozenset({"get"})),  # ModelCatalog registries' secretRef
     ("", "services", frozenset({"get", "create", "update", "delete"})),
@@ -29,6 +33,10 @@ RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("batch", "jobs", frozenset({"get", "create", "delete"})),
     ("policy", "poddisruptionbudgets", frozenset({"get", "create", "update", "delete"})),
 )  # fmt: skip
+
+
+BRIDGED = frozenset({"modeldeployments", "modeldeployments/status"})
+"""The resources whose rows the bridge's calls give (not the adapters' static scan)."""
 
 
 def grants() -> set[tuple[str, str, str]]:
