@@ -85,23 +85,19 @@ def mirrored(
     conditions = [
         c.model_copy(update={"observed_generation": generation}) for c in status.conditions
     ]
-    if not any(c.type == READY for c in conditions):
-        running = status.phase is DeploymentPhase.RUNNING
-        reason, text = (
-            (DEPLOYMENT_READY, "the Model is Ready")
-            if running
-            else (
-                RECONCILING,
-                f"the Model is {(model.get('status') or {}).get('phase', 'Pending')}",
-            )
-        )
-        conditions.append(_ready("True" if running else "False", reason, text, generation))
+    if not any(c.type == READY for c in conditions):  # the Model wrote none (yet)
+        conditions.append(_ready_of_phase(status.phase, model, generation))
     return _merged(previous, status.model_copy(update={"conditions": conditions}))
+
+
+def _ready_of_phase(phase: DeploymentPhase, model: Obj, generation: int | None) -> Condition:
+    if phase is DeploymentPhase.RUNNING:
+        return _ready("True", DEPLOYMENT_READY, "the Model is Ready", generation)
+    model_phase = (model.get("status") or {}).get("phase") or "Pending"
+    return _ready("False", RECONCILING, f"the Model is {model_phase}", generation)
 
 
 def status_current(model: Obj) -> bool:
     """Whether the Model's status observed its latest spec (generation)."""
-    meta, status = model.get("metadata") or {}, model.get("status") or {}
-    return status.get("observedGeneration") is not None and status.get(
-        "observedGeneration"
-    ) == meta.get("generation")
+    observed = (model.get("status") or {}).get("observedGeneration")
+    return observed is not None and observed == (model.get("metadata") or {}).get("generation")
