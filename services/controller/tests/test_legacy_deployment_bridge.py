@@ -221,9 +221,9 @@ async def test_an_invalid_deployment_fails_once_without_retries(bridged: KubeApi
 
 async def test_a_restart_mid_way_converges(apiserver: KubeApiServer) -> None:
     api = apiserver
-    # First life: the Model is created, then the status write fails and the bridge stops
-    # before its retry (0.2 s later): a crash between the two writes.
-    api.inject(500, verb="patch", resource="modeldeployments", subresource="status")
+    # First life: the Model is created, then every status write fails until the bridge
+    # stops: a crash between the two writes, however many retries fit in before it.
+    api.inject(500, verb="patch", resource="modeldeployments", subresource="status", times=10**6)
     async with running_bridge(api):
         api.create("modeldeployments", deployment_body())
         await api.until(spec_is_converted(), within_s=20)
@@ -232,6 +232,7 @@ async def test_a_restart_mid_way_converges(apiserver: KubeApiServer) -> None:
             within_s=20,
         )
     assert status_of(api) == {}
+    api.clear_faults()
     _hold(api)
     async with running_bridge(api):
         await api.until(lambda a: status_of(a).get("phase") == "Pending", within_s=20)

@@ -82,6 +82,10 @@ class Hooks:
         """Answer the next ``times`` matching calls with ``error`` instead of handling them."""
         self._faults.append(_Fault(match, error, times))
 
+    def clear_faults(self) -> None:
+        """Drop every fault not yet used up."""
+        self._faults.clear()
+
     def after(self, match: Match, action: Callable[[], object], times: int) -> None:
         """Run ``action`` after each of the next ``times`` matching calls was handled."""
         self._afters.append(_After(match, action, times))

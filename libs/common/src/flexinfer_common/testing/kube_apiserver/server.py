@@ -293,6 +293,11 @@ class KubeApiServer:
         with self._store.cond:
             self._hooks.inject(Match(verb, resource, subresource, name), error, times)
 
+    def clear_faults(self) -> None:
+        """Forget the injected faults not yet used up (the next calls are handled again)."""
+        with self._store.cond:
+            self._hooks.clear_faults()
+
     def after(
         self,
         action: Callable[[], object],
