@@ -1,0 +1,1 @@
+"""The legacy v1alpha1 kinds (ModelCache...) reconciled on Kubernetes."""
