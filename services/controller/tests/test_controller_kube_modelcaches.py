@@ -14,7 +14,7 @@ import pytest
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
 from flexinfer_controller.adapters.kube.client import KubeClient
-from flexinfer_controller.adapters.kube.modelcaches import modelcache_controller
+from flexinfer_controller.adapters.kube.modelcaches import modelcache_controller, parse_cache
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.legacy.modelcache.controller import ModelCacheController
 from flexinfer_controller.legacy.modelcache.testing import cache_manifest
@@ -277,3 +277,12 @@ async def test_every_call_is_granted_by_the_controller_role(cluster: Cluster) ->
     await api.until(lambda a: a.get("persistentvolumeclaims", "ml", "shared-cache") is None)
     used = {(c.group, c.rbac_resource, c.verb) for c in api.calls}
     assert used <= rbac.grants(), sorted(used - rbac.grants())
+
+
+def test_metadata_the_api_type_does_not_declare_is_left_behind() -> None:
+    found = cache_manifest("c", source="hf://o/m")
+    found["metadata"] |= {"managedFields": [{"manager": "kubectl"}], "ownerReferences": []}
+    cache = parse_cache(found)
+    assert cache is not None
+    assert cache.spec.source == "hf://o/m"
+    assert parse_cache(cache_manifest("c", source="hf://o/m", storageSize=7)) is None

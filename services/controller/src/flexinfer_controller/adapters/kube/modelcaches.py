@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import pydantic
+
 from flexinfer_common.api import API_GROUP, ModelCache
 from flexinfer_common.api.modelcache import ModelCacheStatus
 from flexinfer_common.errors import NotFoundError
@@ -27,7 +29,7 @@ from flexinfer_controller.adapters.kube.client import (
     list_json,
     watch_kwargs,
 )
-from flexinfer_controller.adapters.kube.convert import dump
+from flexinfer_controller.adapters.kube.convert import api_body, dump
 from flexinfer_controller.adapters.kube.informer import Change, Informer
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.legacy.modelcache.controller import ModelCacheController
@@ -82,7 +84,7 @@ class ApiServerCacheCluster(CacheObjects):
         for informer in self.informers:  # namespaces do not overlap: one holds the key
             found = informer.get(key)
             if found is not None:
-                return _parse(found)
+                return parse_cache(found)
         return None
 
     async def write_status(self, cache: ModelCache, status: ModelCacheStatus) -> None:
@@ -98,11 +100,11 @@ class ApiServerCacheCluster(CacheObjects):
             log.info("modelcache %s is gone: status not written", cache_key(cache))
 
 
-def _parse(found: Obj) -> ModelCache | None:
+def parse_cache(found: Obj) -> ModelCache | None:
+    """The ModelCache of a stored dict; None (logged) when the type refuses it."""
     try:
-        body = {key: found.get(key) or {} for key in ("metadata", "spec", "status")}
-        return ModelCache.model_validate(body)
-    except ValueError as exc:  # the CRD schema let through what the type refuses
+        return ModelCache.model_validate(api_body(found))
+    except pydantic.ValidationError as exc:  # the CRD schema let through what the type refuses
         meta = found.get("metadata") or {}
         log.warning("ignoring modelcache %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
         return None
