@@ -1,6 +1,7 @@
-"""ModelDeployments through the whole controller (create_app, runtime=kubernetes) on the fake
+"""The legacy kinds through the whole controller (create_app, runtime=kubernetes) on the fake
 apiserver and its kubelet: the bridge's Model is served by the Model controller, its Ready
-status comes back as Running, and a delete waits for the Model's own cleanup."""
+status comes back as Running, and a delete waits for the Model's own cleanup; a ModelCache
+gets its PVC and download Job."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from flexinfer_common.api import MODEL_FINALIZER
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
+from flexinfer_controller.legacy.modelcache.testing import cache_manifest
 from flexinfer_controller.runtime.kubernetes.harness import running_cluster
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
@@ -56,3 +58,14 @@ async def test_a_deployment_is_served_and_deleted_through_its_model(
             within_s=30,
         )
         assert api.objects("deployments", "default") == []
+
+
+async def test_the_controller_reconciles_a_modelcache(apiserver: KubeApiServer) -> None:
+    """The legacy loops are wired together: a ModelCache gets its PVC and download Job."""
+    api = apiserver
+    manifest = cache_manifest("qwen", "default", source="hf://Qwen/Qwen2.5-0.5B")
+    async with running_cluster(api):
+        api.create("modelcaches", manifest)
+        await api.until(lambda a: phase(a, "modelcaches", "qwen") == "Provisioning")
+        assert [c["metadata"]["name"] for c in api.objects("persistentvolumeclaims", "default")]
+        assert len(api.objects("jobs", "default")) == 1

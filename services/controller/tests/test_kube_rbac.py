@@ -1,16 +1,18 @@
 """RBAC least privilege: the controller's ClusterRole grants exactly the verbs the code uses.
 
 The verbs are derived from the code, not listed again: the kubernetes client methods the
-adapters call (scanned from their source), and the API calls the kubernetes runtime's plan
-makes for every rendered object, and the ModelDeployment bridge's calls in a run through
-its whole lifecycle against the fake apiserver. k8s/base is read as ``kubectl kustomize``
-prints it.
+adapters call (scanned from their source; a file that declares its own custom ``Resource``
+calls custom-object methods on that one only), the API calls the kubernetes runtime's plan
+makes for every rendered object, the owner references of what the legacy ModelCache
+reconcile renders, and the ModelDeployment bridge's calls in a run through its whole
+lifecycle against the fake apiserver. k8s/base is read as ``kubectl kustomize`` prints it.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import importlib
 import re
 import shutil
 import subprocess
@@ -27,6 +29,9 @@ from flexinfer_controller.adapters.kube import resources as kube_resources
 from flexinfer_controller.adapters.kube.client import KubeClient, Resource
 from flexinfer_controller.adapters.kube.deployments import deployment_bridge
 from flexinfer_controller.backends.registry import default_backends
+from flexinfer_controller.legacy.modelcache.plan import claim_object, download_jobs
+from flexinfer_controller.legacy.modelcache.plan import plan as cache_plan
+from flexinfer_controller.legacy.modelcache.testing import CACHE_SAMPLES, OPTIONS, sample_cache
 from flexinfer_controller.runtime.kubernetes import rbac, render_cleanup, render_model
 from flexinfer_controller.runtime.kubernetes.plan import Op, cleanup, ensure, read, scale
 from flexinfer_controller.runtime.kubernetes.testing import SAMPLES
@@ -41,13 +46,35 @@ _VERBS = {"create": "create", "get": "get", "read": "get", "list": "list", "patc
 _CORE = {"config_map": "configmaps", "service": "services", "pod": "pods", "node": "nodes",
          "persistent_volume_claim": "persistentvolumeclaims", "event": "events",
          "secret": "secrets"}  # fmt: skip
+_BATCH = {"job": "jobs"}
+_OWNERS = {"Model": "models", "ModelCache": "modelcaches"}
+"""Owner kind -> plural, for ``<plural>/finalizers`` update (blockOwnerDeletion)."""
 
 
 def _custom_resources() -> list[Resource]:
     return [v for v in vars(kube_resources).values() if isinstance(v, Resource)]
 
 
-def _grants_of_method(method: str) -> set[Grant]:
+def _declared_resources(path: Path, tree: ast.Module) -> list[Resource]:
+    """The ``Resource`` constants ``path`` itself assigns at module level."""
+    names = [
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and getattr(node.value.func, "id", None) == "Resource"
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    ]
+    if not names:
+        return []
+    module = importlib.import_module(f"{kube_resources.__package__}.{path.stem}")
+    return [getattr(module, name) for name in names]
+
+
+def _grants_of_method(
+    owner: str, method: str, resources: list[Resource] | None = None
+) -> set[Grant]:
     match = _METHOD.match(method)
     assert match is not None
     verb, rest = _VERBS[match.group(1)], match.group(2)
@@ -57,19 +84,21 @@ def _grants_of_method(method: str) -> set[Grant]:
     rest = rest.removesuffix("_status")
     suffix = "/status" if status else ""
     if rest == "custom_object":
-        return {(r.group, r.plural + suffix, verb) for r in _custom_resources()}
+        return {(r.group, r.plural + suffix, verb) for r in resources or _custom_resources()}
+    if owner == "batch":
+        return {("batch", _BATCH[rest] + suffix, verb)}
     return {("", _CORE[rest] + suffix, verb)}
 
 
-def _client_calls(tree: ast.AST) -> set[str]:
-    """Methods called on the client's APIs (``….core.x`` / ``….custom.x``)."""
+def _client_calls(tree: ast.AST) -> set[tuple[str, str]]:
+    """(API, method) called on the client's APIs (``….core.x``, ``….custom.x``, ``….batch.x``)."""
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _METHOD.match(node.attr):
             owner = node.value
             name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
-            if name in ("core", "custom"):
-                found.add(node.attr)
+            if name in ("core", "custom", "batch"):
+                found.add((name, node.attr))
     return found
 
 
@@ -94,11 +123,11 @@ def adapter_grants() -> set[Grant]:
     grants: set[Grant] = set()
     for path in sorted(ADAPTERS.glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        calls = _client_calls(tree)
-        for method in calls:
-            grants |= _grants_of_method(method)
+        calls, own = _client_calls(tree), _declared_resources(path, tree)
+        for owner, method in calls:
+            grants |= _grants_of_method(owner, method, own)
         if _watches(tree):
-            listed = set().union(*(_grants_of_method(m) for m in calls if _listed(m)))
+            listed = set().union(*(_grants_of_method(o, m, own) for o, m in calls if _listed(m)))
             grants |= {(group, resource, "watch") for group, resource, _ in listed}
     return grants
 
@@ -121,10 +150,28 @@ def plan_grants() -> set[Grant]:
         ops += cleanup(objects, on_delete)
         ops += [scale(o, 0) for o in objects if o["kind"] == "Deployment"]
         grants |= {(op.group, op.resource, op.verb) for op in ops if op is not None}
-        for obj in objects:
-            for ref in obj["metadata"].get("ownerReferences", []):
-                if ref.get("blockOwnerDeletion"):
-                    grants.add(("ai.flexinfer", "models/finalizers", "update"))
+        grants |= _owner_grants(objects)
+    return grants
+
+
+def _owner_grants(objects: list[dict[str, Any]]) -> set[Grant]:
+    """``<owner>/finalizers`` update for each owner reference with blockOwnerDeletion."""
+    return {
+        ("ai.flexinfer", f"{_OWNERS[ref['kind']]}/finalizers", "update")
+        for obj in objects
+        for ref in obj["metadata"].get("ownerReferences", [])
+        if ref.get("blockOwnerDeletion")
+    }
+
+
+def modelcache_grants() -> set[Grant]:
+    """What the owner references of the ModelCache reconcile's PVCs and Jobs need (its
+    calls are the adapters', scanned above)."""
+    grants: set[Grant] = set()
+    for manifest in CACHE_SAMPLES:
+        plan = cache_plan(sample_cache(manifest))
+        objects = [o for o in [claim_object(plan)] if o is not None]
+        grants |= _owner_grants(objects + download_jobs(plan, OPTIONS, ["n"]))
     return grants
 
 
@@ -133,7 +180,7 @@ def _static_table() -> set[Grant]:
 
 
 def test_the_table_is_what_the_code_uses() -> None:
-    derived = adapter_grants() | plan_grants()
+    derived = adapter_grants() | plan_grants() | modelcache_grants()
     assert _static_table() == derived, (
         f"granted but unused: {sorted(_static_table() - derived)}; "
         f"used but not granted: {sorted(derived - _static_table())}"
@@ -184,6 +231,10 @@ def test_the_scan_sees_the_adapters_calls() -> None:
     assert ("", "secrets", "get") in grants
     assert ("", "pods", "watch") in grants
     assert ("", "pods", "patch") in grants
+    assert ("ai.flexinfer", "modelcaches", "watch") in grants
+    assert ("ai.flexinfer", "modelcaches", "create") not in grants  # only its own file's calls
+    assert ("batch", "jobs", "list") in grants
+    assert ("batch", "jobs", "watch") not in grants
 
 
 def _kustomized() -> list[dict[str, Any]]:

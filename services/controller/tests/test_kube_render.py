@@ -11,6 +11,10 @@ from flexinfer_common.errors import InvalidSpecError
 from flexinfer_controller.backends.base import UnsupportedBackendError
 from flexinfer_controller.backends.registry import default_backends
 from flexinfer_controller.flashload.__main__ import PROG, cleanup_parser, copy_parser
+from flexinfer_controller.legacy.modelcache.plan import claim_object, download_jobs
+from flexinfer_controller.legacy.modelcache.plan import plan as cache_plan
+from flexinfer_controller.legacy.modelcache.testing import CACHE_SAMPLES, sample_cache
+from flexinfer_controller.legacy.modelcache.testing import OPTIONS as CACHE_OPTIONS
 from flexinfer_controller.runtime.kubernetes import RenderOptions, render_cleanup, render_model
 from flexinfer_controller.runtime.kubernetes.names import object_name
 from flexinfer_controller.runtime.kubernetes.testing import SAMPLES, UID, Sample, manifest
@@ -55,6 +59,19 @@ def test_every_object_is_valid_for_kubernetes_1_31(sample: Sample) -> None:
     for obj in rendered:
         kubernetes_validate.validate(obj, K8S, strict=True)
         assert obj["metadata"]["namespace"] == sample.model().metadata.namespace
+        assert len(obj["metadata"]["name"]) <= 63
+
+
+@pytest.mark.parametrize(
+    "manifest", CACHE_SAMPLES, ids=[m["metadata"]["name"] for m in CACHE_SAMPLES]
+)
+def test_every_modelcache_object_is_valid_for_kubernetes_1_31(manifest: Obj) -> None:
+    plan = cache_plan(sample_cache(manifest))
+    rendered = [o for o in [claim_object(plan)] if o is not None]
+    rendered += download_jobs(plan, CACHE_OPTIONS, ["gpu-1", "gpu-2.example.com"])
+    for obj in rendered:
+        kubernetes_validate.validate(obj, K8S, strict=True)
+        assert obj["metadata"]["namespace"] == "ml"
         assert len(obj["metadata"]["name"]) <= 63
 
 

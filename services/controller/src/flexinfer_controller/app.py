@@ -82,7 +82,7 @@ def create_app(
         watching = asyncio.create_task(model_feed.run(controller_.enqueue), name="model-feed")
         await catalogs.start()
         adapting = asyncio.create_task(adapter_feed.run(adapters.observed), name="adapter-feed")
-        await deployments.start()
+        await legacy.start()
         log.info("controller ready (runtime %s, data dir %s)", settings.runtime, settings.data_dir)
         try:
             yield
@@ -91,7 +91,7 @@ def create_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await deployments.stop()
+            await legacy.stop()
             await catalogs.stop()
             await controller_.stop(stop_engines=settings.stop_engines_on_shutdown)
             await engine_metrics.aclose()
@@ -122,7 +122,7 @@ def create_app(
     adapters = AdapterService(store, bus)
     app.state.adapter_service = adapters
     adapter_feed = plugin.adapters(settings, store)
-    deployments = plugin.deployments(settings, store)  # the v1alpha1 ModelDeployment bridge
+    legacy = plugin.legacy(settings, store)  # v1alpha1 ModelDeployments and ModelCaches
     sources = catalog_sources or plugin.catalogs(settings, store)
     catalogs = catalog_controller(settings.catalog, store, sources, catalog_client)
     app.state.catalogs = catalogs

@@ -1,1 +1,2 @@
-"""The legacy v1alpha1 kinds, served on Kubernetes by bridging them to v1alpha2 objects."""
+"""The legacy v1alpha1 kinds on Kubernetes: ModelDeployments bridged to Models, ModelCaches
+reconciled into PVCs and download Jobs."""

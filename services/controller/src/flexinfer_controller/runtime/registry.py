@@ -48,7 +48,7 @@ AdapterFeedFactory = Callable[[ControllerSettings, ModelStore], AdapterFeed]
 
 
 class BackgroundLoop(Protocol):
-    """A loop the controller's lifespan starts and stops (the ModelDeployment bridge)."""
+    """A loop the controller's lifespan starts and stops (the legacy kinds' loops)."""
 
     async def start(self) -> None:
         """Start its tasks."""
@@ -57,18 +57,25 @@ class BackgroundLoop(Protocol):
         """Stop them."""
 
 
-class NoLoop:
-    """Nothing to run: the runtime serves no such kind."""
+class Loops:
+    """Several loops started in order and stopped in reverse (none: nothing runs)."""
+
+    def __init__(self, *loops: BackgroundLoop) -> None:
+        self._loops = loops
 
     async def start(self) -> None:
-        """Nothing to start."""
+        """Start each loop."""
+        for loop in self._loops:
+            await loop.start()
 
     async def stop(self) -> None:
-        """Nothing to stop."""
+        """Stop each loop, the last started first."""
+        for loop in reversed(self._loops):
+            await loop.stop()
 
 
-DeploymentLoopFactory = Callable[[ControllerSettings, ModelStore], BackgroundLoop]
-"""What serves legacy v1alpha1 ModelDeployments, given the opened store."""
+LegacyLoopFactory = Callable[[ControllerSettings, ModelStore], BackgroundLoop]
+"""What serves the legacy v1alpha1 kinds (ModelDeployment, ModelCache), given the store."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +92,8 @@ class RuntimePlugin:
     """Where ModelCatalogs read registry Secrets and learn of changes."""
     adapters: AdapterFeedFactory
     """Where LoRAAdapter changes applied behind the admin API's back come from."""
-    deployments: DeploymentLoopFactory
-    """What serves v1alpha1 ModelDeployments (only the apiserver holds them)."""
+    legacy: LegacyLoopFactory
+    """What serves v1alpha1 ModelDeployments and ModelCaches (only the apiserver holds them)."""
 
 
 def _local(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
@@ -161,18 +168,20 @@ def _kube_adapters(settings: ControllerSettings, store: ModelStore) -> AdapterFe
     return AdapterInformerFeed(store, settings.kubernetes.watched())
 
 
-def _no_deployments(settings: ControllerSettings, store: ModelStore) -> BackgroundLoop:
-    return NoLoop()  # ModelDeployments are custom resources: there are none without a cluster
+def _no_legacy(settings: ControllerSettings, store: ModelStore) -> BackgroundLoop:
+    return Loops()  # the legacy kinds are custom resources: there are none without a cluster
 
 
-def _kube_deployments(settings: ControllerSettings, store: ModelStore) -> BackgroundLoop:
+def _kube_legacy(settings: ControllerSettings, store: ModelStore) -> BackgroundLoop:
     from flexinfer_controller.adapters.kube.deployments import deployment_bridge
+    from flexinfer_controller.adapters.kube.modelcaches import modelcache_controller
     from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 
     if not isinstance(store, KubernetesModelStore):  # a test's SQL store under this runtime
-        return NoLoop()
+        return Loops()
     kube = settings.kubernetes
-    return deployment_bridge(store.client, kube.watched(), kube.watch_timeout_s)
+    bridge = deployment_bridge(store.client, kube.watched(), kube.watch_timeout_s)
+    return Loops(bridge, modelcache_controller(store.client, kube))
 
 
 def _kubernetes(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
@@ -209,7 +218,7 @@ def _plugins() -> dict[str, RuntimePlugin]:
             _declared,
             _local_catalogs,
             _no_adapter_feed,
-            _no_deployments,
+            _no_legacy,
         ),
         "kubernetes": RuntimePlugin(
             _kubernetes,
@@ -219,7 +228,7 @@ def _plugins() -> dict[str, RuntimePlugin]:
             _unknown_fleet,
             _kube_catalogs,
             _kube_adapters,
-            _kube_deployments,
+            _kube_legacy,
         ),
     }
 

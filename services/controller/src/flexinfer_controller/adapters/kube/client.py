@@ -173,7 +173,7 @@ def watch_kwargs(resource_version: str, timeout_s: int) -> dict[str, Any]:
 
 
 class KubeClient:
-    """One API client (connection pool) for custom objects and ConfigMaps."""
+    """One API client (connection pool) for custom objects, core objects and Jobs."""
 
     def __init__(
         self, host: str | None = None, token: str | None = None, kubeconfig: str | None = None
@@ -181,6 +181,7 @@ class KubeClient:
         self._api_client = kube_client.ApiClient(configuration(host, token, kubeconfig))
         self.custom = kube_client.CustomObjectsApi(self._api_client)
         self.core = kube_client.CoreV1Api(self._api_client)
+        self.batch = kube_client.BatchV1Api(self._api_client)
         self._closed = False
 
     @property

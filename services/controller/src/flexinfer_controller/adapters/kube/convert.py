@@ -45,15 +45,22 @@ def to_body(obj: Model | LoRAAdapter | ModelCatalog) -> Obj:
     return {"metadata": body_meta, "spec": dump(obj.spec)}
 
 
-def from_object(kind: type[Api], found: Obj) -> Api:
-    """The API object of a stored dict; StoreError when it does not validate."""
+def api_body(found: Obj) -> Obj:
+    """A stored dict as an API type reads it: the metadata it declares, spec and status."""
     meta = {k: v for k, v in (found.get("metadata") or {}).items() if k in _META}
     body = {"metadata": meta, "spec": found.get("spec") or {}}
     if found.get("status") is not None:
         body["status"] = found["status"]
+    return body
+
+
+def from_object(kind: type[Api], found: Obj) -> Api:
+    """The API object of a stored dict; StoreError when it does not validate."""
+    body = api_body(found)
     try:
         return kind.model_validate(body)
     except pydantic.ValidationError as exc:
+        meta = body["metadata"]
         name = f"{meta.get('namespace')}/{meta.get('name')}"
         raise StoreError(f"stored {kind.__name__} {name} is invalid: {exc}") from exc
 

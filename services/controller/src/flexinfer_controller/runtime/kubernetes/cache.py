@@ -125,13 +125,20 @@ def persistent_volume_claim(model: Model, backend: str, cache: CachePlan) -> Obj
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": metadata(model, cache.claim, obj_labels, notes),
-        "spec": {
-            # Every replica (on any node) and the prefetch Job mount the same claim.
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": spec.storage_class if spec else "longhorn",
-            "resources": {"requests": {"storage": spec.size if spec else "50Gi"}},
-        },
+        "spec": claim_spec(
+            spec.storage_class if spec else "longhorn", spec.size if spec else "50Gi"
+        ),
     }
+
+
+def claim_spec(storage_class: str | None, size: str) -> Obj:
+    """A cache PVC's spec (no storageClassName with ``storage_class`` None: the default)."""
+    # Every replica (on any node) and the prefetch Job mount the same claim.
+    spec: Obj = {"accessModes": ["ReadWriteMany"]}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
+    spec["resources"] = {"requests": {"storage": size}}
+    return spec
 
 
 def check_quantize_has_cache(model: Model, cache: CachePlan) -> None:

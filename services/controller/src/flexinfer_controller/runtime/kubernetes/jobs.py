@@ -14,6 +14,7 @@ import json
 
 from flexinfer_controller.flashload.render import CACHE_VOLUME, cleanup_job
 from flexinfer_controller.runtime.kubernetes import scheduling
+from flexinfer_controller.runtime.kubernetes.cache import Fetch
 from flexinfer_controller.runtime.kubernetes.context import RenderContext
 from flexinfer_controller.runtime.kubernetes.names import (
     CACHE_DEST_ANNOTATION,
@@ -31,41 +32,45 @@ REGISTRY_CLI = ["python", "-m", "flexinfer_registry.client.mx_cli"]
 _UID = 10001
 
 
-def _digest(value: object) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:6]
+def job_name(base: str, component: str, *rendered: object) -> str:
+    """``<base>-<component>-<hash of what the Job does>``: a changed Job gets a new name."""
+    digest = hashlib.sha256(json.dumps(list(rendered), sort_keys=True).encode()).hexdigest()[:6]
+    return object_name(base, f"{component}-{digest}")
 
 
-def _cache_volume(ctx: RenderContext) -> Obj:
-    """The cache volume, writable (the engine's copy is read-only)."""
-    cache = ctx.cache
-    if cache.claim is not None:
-        return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache.claim}}
-    assert cache.host_path is not None  # a Job exists only for a cache with a volume
+def cache_volume(claim: str | None, host_path: str | None) -> Obj:
+    """The cache volume, writable (the engine's copy is read-only): a claim or a node path."""
+    if claim is not None:
+        return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": claim}}
+    assert host_path is not None  # a Job exists only for a cache with a volume
+    return {"name": CACHE_VOLUME, "hostPath": {"path": host_path, "type": "DirectoryOrCreate"}}
+
+
+def job_spec(job_labels: dict[str, str], container: Obj, pod: Obj, volume: Obj) -> Obj:
+    """The spec of a cache Job: one container, the cache volume, retried three times."""
     return {
-        "name": CACHE_VOLUME,
-        "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"},
+        "backoffLimit": 3,
+        "template": {
+            "metadata": {"labels": dict(job_labels)},
+            "spec": {
+                "restartPolicy": "OnFailure",
+                "containers": [container],
+                "volumes": [volume],
+                **pod,
+            },
+        },
     }
 
 
 def _job(ctx: RenderContext, component: str, container: Obj, pod: Obj, notes: Obj) -> Obj:
     job_labels = labels(ctx.model, ctx.backend_name, component)
-    name = object_name(ctx.model.metadata.name, f"{component}-{_digest([container, pod])}")
+    name = job_name(ctx.model.metadata.name, component, container, pod)
+    volume = cache_volume(ctx.cache.claim, ctx.cache.host_path)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": metadata(ctx.model, name, job_labels, notes),
-        "spec": {
-            "backoffLimit": 3,
-            "template": {
-                "metadata": {"labels": dict(job_labels)},
-                "spec": {
-                    "restartPolicy": "OnFailure",
-                    "containers": [container],
-                    "volumes": [_cache_volume(ctx)],
-                    **pod,
-                },
-            },
-        },
+        "spec": job_spec(job_labels, container, pod, volume),
     }
 
 
@@ -73,25 +78,40 @@ def _mount(ctx: RenderContext) -> Obj:
     return {"name": CACHE_VOLUME, "mountPath": ctx.options.model_mount}
 
 
-def prefetch_job(ctx: RenderContext) -> Obj | None:
-    """The Job filling the cache from the registry; None when nothing is fetched."""
-    fetch = ctx.cache.fetch
-    if fetch is None:
-        return None
-    args = ["--server", ctx.options.registry_address, "model", "download", fetch.name]
+def prefetch_container(
+    fetch: Fetch, image: str, registry_address: str, mount: Obj, cache_dir: str | None = None
+) -> Obj:
+    """The registry client downloading ``fetch`` into ``cache_dir`` (default: the mount's
+    root) of the volume mounted as ``mount``."""
+    args = ["--server", registry_address, "model", "download", fetch.name]
     args += ["--provider", fetch.provider] if fetch.provider else []
-    args += ["--strategy", "SmartFallback", "--cache-dir", ctx.options.model_mount]
-    container = {
+    args += ["--strategy", "SmartFallback", "--cache-dir", cache_dir or mount["mountPath"]]
+    return {
         "name": "prefetch",
-        "image": ctx.options.registry_image,
+        "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": REGISTRY_CLI,
         "args": args,
         "env": [{"name": "HOME", "value": "/tmp"}],
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
-        "volumeMounts": [_mount(ctx)],
+        "volumeMounts": [mount],
     }
-    pod: Obj = {"securityContext": {"runAsNonRoot": True, "runAsUser": _UID, "fsGroup": _UID}}
+
+
+def prefetch_pod() -> Obj:
+    """The prefetch pod's settings: a non-root user that owns what it writes."""
+    return {"securityContext": {"runAsNonRoot": True, "runAsUser": _UID, "fsGroup": _UID}}
+
+
+def prefetch_job(ctx: RenderContext) -> Obj | None:
+    """The Job filling the cache from the registry; None when nothing is fetched."""
+    fetch = ctx.cache.fetch
+    if fetch is None:
+        return None
+    container = prefetch_container(
+        fetch, ctx.options.registry_image, ctx.options.registry_address, _mount(ctx)
+    )
+    pod = prefetch_pod()
     notes = {
         SOURCE_ANNOTATION: ctx.model.spec.source,
         CACHE_KIND_ANNOTATION: ctx.cache.strategy,

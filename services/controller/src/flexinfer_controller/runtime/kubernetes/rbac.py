@@ -3,10 +3,11 @@
 This table is what k8s/base/rbac.yaml grants the controller's ClusterRole, no more; a test
 derives the same set from the code (the adapters' client calls and the runtime's plan), so
 a new call fails the test until the table, and then the manifest, grant it.
-``models/finalizers`` update is what the apiserver's OwnerReferencesPermissionEnforcement
-checks for owner references with ``blockOwnerDeletion``. ModelDeployments (v1alpha1) are
-only read, watched, finalized and given a status by the bridge, never created or deleted:
-their rows are taken from the calls of a bridge run against the fake apiserver.
+``models/finalizers`` and ``modelcaches/finalizers`` update is what the apiserver's
+OwnerReferencesPermissionEnforcement checks for owner references with ``blockOwnerDeletion``.
+ModelDeployments (v1alpha1) are only read, watched, finalized and given a status by the
+bridge, never created or deleted: their rows are taken from the calls of a bridge run
+against the fake apiserver.
 """
 
 from __future__ import annotations
@@ -23,14 +24,20 @@ RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("ai.flexinfer", "models/finalizers", frozenset({"update"})),
     ("ai.flexinfer", "modeldeployments", frozenset({"get", "list", "watch", "patch"})),
     ("ai.flexinfer", "modeldeployments/status", frozenset({"patch"})),
+    # Legacy ModelCaches: read through informers; only their status is written.
+    ("ai.flexinfer", "modelcaches", frozenset({"list", "watch"})),
+    ("ai.flexinfer", "modelcaches/status", frozenset({"patch"})),
+    ("ai.flexinfer", "modelcaches/finalizers", frozenset({"update"})),
     ("", "configmaps", frozenset({"get", "list", "create", "update", "patch", "delete"})),
     ("", "secrets", frozenset({"get"})),  # ModelCatalog registries' secretRef
     ("", "services", frozenset({"get", "create", "update", "delete"})),
-    ("", "persistentvolumeclaims", frozenset({"get", "create"})),
+    # delete: a deleted ModelCache's own PVC (not every apiserver garbage-collects).
+    ("", "persistentvolumeclaims", frozenset({"get", "create", "delete"})),
     ("", "pods", frozenset({"list", "watch", "patch", "delete"})),
     ("", "nodes", frozenset({"list", "watch"})),
     ("apps", "deployments", frozenset({"get", "create", "update", "patch", "delete"})),
-    ("batch", "jobs", frozenset({"get", "create", "delete"})),
+    # list: a ModelCache's Jobs, by label (old specs' and gone nodes' Jobs are deleted).
+    ("batch", "jobs", frozenset({"get", "list", "create", "delete"})),
     ("policy", "poddisruptionbudgets", frozenset({"get", "create", "update", "delete"})),
 )  # fmt: skip
 
