@@ -93,3 +93,32 @@ def test_setup_when_up_to_date_is_one_line() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     assert done.stderr == f"dev: {ROOT / '.venv'} is up to date\n"
+
+
+def test_parallel_jobs_run_at_once(tmp_path: Path) -> None:
+    # The first job waits for a file only the second creates: run one after the other, it
+    # would time out instead of seeing it.
+    flag = tmp_path / "second-ran"
+    first = f'timeout 60 sh -c "until [ -e {flag} ]; do sleep 0.05; done"; echo saw it'
+    done = _sourced(f"run_parallel first '{first}' second 'touch {flag}; echo made it'")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "saw it\nmade it\n"  # each log whole, in the order given
+    assert "dev: first: exit 0: saw it" in done.stderr
+
+
+def test_a_failed_parallel_job_fails_the_run_and_its_summary_comes_last(tmp_path: Path) -> None:
+    failing = "echo collecting; echo '=== short test summary info ==='; echo 'FAILED t::x'; exit 3"
+    done = _sourced(f'run_parallel ok "echo fine" bad "{failing}"')
+    assert done.returncode == 1
+    assert "dev: bad: exit 3: FAILED t::x" in done.stderr
+    # The failed job's summary is printed again after every log: a CI log's tail shows it.
+    assert done.stdout.endswith("=== short test summary info ===\nFAILED t::x\n")
+    assert done.stdout.count("FAILED t::x") == 2
+
+
+def test_pytest_collecting_nothing_is_a_failure() -> None:
+    done = _sourced(
+        "pytest_run -q -p no:cacheprovider cli/tests/test_cli_dev_setup.py -k no_such_test_here"
+    )
+    assert done.returncode == 5
+    assert done.stderr.endswith("dev: pytest collected no tests\n")
