@@ -33,7 +33,7 @@ from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.desired import desired_replicas
 from flexinfer_controller.core.gpu import RECHECK_S, GPUInventory, Placer, Unplaced, place
 from flexinfer_controller.core.queue import WorkQueue
-from flexinfer_controller.core.sources import SourceResolution, SourceState
+from flexinfer_controller.core.sources import SourceResolution, SourceState, source_hold
 from flexinfer_controller.core.status import Verdict
 
 _IDLE_SLACK_S = 0.01
@@ -85,6 +85,12 @@ class Planner:
             known = ", ".join(self.backends.names())
             message = f"unknown backend {spec.backend!r}; known backends: {known}"
             return Plan(Verdict(config_valid=(False, "BackendUnsupported", message)))
+        hold = source_hold(model.metadata.annotations)
+        if hold is not None:
+            # Not placed either: with no GPU status the runtime renders no Deployment or
+            # Job, so nothing can start or fetch what the hold's writer will name instead.
+            cached = (False, hold.reason, hold.message)
+            return Plan(Verdict(cached=cached, cache_failed=hold.failed))
         # A backend that pulls its model itself (Ollama) has no directory to wait for.
         source = self.sources(spec.source) if backend.needs_volume else _PULLED
         cache: CacheState | None = None
