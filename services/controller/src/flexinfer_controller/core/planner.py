@@ -100,7 +100,12 @@ class Planner:
         detail = _cache_status(cache)
         if cache is not None and cache.status is CacheStatus.FAILED:
             cached_no = (False, cache.reason, cache.message)
-            return Plan(Verdict(cached=cached_no, cache_failed=True, cache=detail))
+            # Still placed: the runtime keeps converging the Model's objects, so it can run
+            # a failed cache Job again once its backoff has passed (Kubernetes).
+            placed = self._place(model, backend)
+            gpu_status = placed if isinstance(placed, GPUStatus) else None
+            verdict = Verdict(cached=cached_no, cache_failed=True, cache=detail, gpu=gpu_status)
+            return Plan(verdict)
         if source.state is SourceState.INVALID:
             return Plan(Verdict(config_valid=(False, source.reason, source.message)))
         gpu = self._place(model, backend)
