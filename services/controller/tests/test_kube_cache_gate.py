@@ -91,11 +91,14 @@ async def test_a_prefetch_job_gates_the_start_until_it_succeeded(cluster: Cluste
     name = await _gated_by(cluster, "prefetch")
     assert cluster.status()["phase"] == "Pending"
 
+    assert cluster.status()["cache"]["strategy"] == "SharedPVC"  # the plan's, not "Registry"
     api.set_status("jobs", "default", name, SUCCEEDED)
     await eventually(lambda: _cached(cluster).get("status") == "True")
     await cluster.demand()
     await cluster.wait_phase("Ready")
     assert len(cluster.pods()) == 1
+    assert cluster.status()["cache"] == {**cluster.status()["cache"], "strategy": "SharedPVC",
+                                         "ready": True}  # fmt: skip
 
 
 async def test_a_failed_prefetch_job_fails_the_model_with_its_reason(cluster: Cluster) -> None:
@@ -251,4 +254,28 @@ async def test_a_restarted_gate_continues_the_backoff_from_the_job() -> None:
     assert gate.retry_due(model, job) is None
     now[0] = 940.0
     assert gate.retry_due(model, job) == 4
+    await gate.close()
+
+
+@pytest.mark.parametrize(
+    ("cache", "gpu", "strategy"),
+    [
+        (None, None, "SharedPVC"),
+        (None, {"vendor": "nvidia", "shared": "group-a"}, "Memory"),
+        ({"strategy": "Local"}, None, "Local"),
+        ({"strategy": "None"}, None, "None"),
+    ],
+)
+async def test_the_gate_reports_the_cache_plans_strategy(
+    cache: dict[str, Any] | None, gpu: dict[str, Any] | None, strategy: str
+) -> None:
+    body = model_body()
+    body["spec"] |= {"source": "hf://org/tiny"}
+    body["spec"] |= {"cache": cache} if cache else {}
+    body["spec"] |= {"gpu": gpu} if gpu else {}
+    model = Model.model_validate(body)
+    gate = JobGate(60, lambda key: False)
+    assert gate.ensure(model).strategy == strategy
+    gate.record(model, [_obj("prefetch", SUCCEEDED)])
+    assert gate.ensure(model).strategy == strategy
     await gate.close()

@@ -36,6 +36,8 @@ from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sources import SourceResolution, SourceState, source_hold
 from flexinfer_controller.core.status import Verdict
 
+REGISTRY_STRATEGY = "Registry"
+"""status.cache.strategy of a source the local runtime fetches through the registry."""
 _IDLE_SLACK_S = 0.01
 """Reconcile just after the idle deadline so the comparison sees it expired."""
 _PULLED = SourceResolution(
@@ -97,7 +99,7 @@ class Planner:
         if source.state is SourceState.REMOTE:
             cache = self.cache.ensure(model)
             source = _resolution(cache)
-        detail = _cache_status(cache)
+        detail = cache_status(cache)
         if cache is not None and cache.status is CacheStatus.FAILED:
             cached_no = (False, cache.reason, cache.message)
             # Still placed: the runtime keeps converging the Model's objects, so it can run
@@ -176,13 +178,14 @@ class Planner:
         )
 
 
-def _cache_status(cache: CacheState | None) -> ApiCacheStatus | None:
+def cache_status(cache: CacheState | None) -> ApiCacheStatus | None:
     """status.cache for a remote source: ready, the message, and the size once known."""
     if cache is None:
         return None
     size = cache.progress.bytes_total if cache.progress is not None else None
     ready = cache.status is CacheStatus.READY
-    return ApiCacheStatus(strategy="Registry", ready=ready, message=cache.message, size_bytes=size)
+    strategy = cache.strategy or REGISTRY_STRATEGY
+    return ApiCacheStatus(strategy=strategy, ready=ready, message=cache.message, size_bytes=size)
 
 
 def _resolution(cache: CacheState) -> SourceResolution:

@@ -20,6 +20,7 @@ for that one. A new spec renders Jobs with new names and the gate waits for thos
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -150,11 +151,15 @@ class JobGate:
             self._notify(model.key)  # the plan of this reconcile saw the old state
 
     def ensure(self, model: Model) -> CacheState:
-        """The state recorded for ``model``'s spec; pending until its Jobs were read."""
+        """The state recorded for ``model``'s spec (pending until its Jobs were read), with
+        its CachePlan's strategy for status.cache."""
         try:
             plan = cache.plan(model, needs_volume=True)
         except InvalidSpecError as exc:
             return CacheState.failed("InvalidSource", str(exc))
+        return dataclasses.replace(self._state(model, plan), strategy=plan.strategy)
+
+    def _state(self, model: Model, plan: cache.CachePlan) -> CacheState:
         if plan.fetch is None:  # a volume or no cache: nothing to wait for
             return CacheState(CacheStatus.READY, "Cached", "nothing is fetched")
         record = self._records.get(model.key)
