@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from flexinfer_common.api.status import CacheStatus as ApiCacheStatus
 from flexinfer_common.bus.topics import ProgressEvent
 from flexinfer_controller.adapters.registry.cache import parse_progress
 from flexinfer_controller.adapters.registry.client import ModelRef, RemoteFile
@@ -17,6 +19,8 @@ from flexinfer_controller.adapters.registry.files import (
     installed,
     safe_name,
 )
+from flexinfer_controller.core.cache import CacheState
+from flexinfer_controller.core.planner import cache_status
 from flexinfer_proxy.core.progress import ProgressBoard
 from flexinfer_testing.repo import repo_root
 
@@ -108,3 +112,13 @@ def test_message_stubs_are_the_registrys() -> None:
     theirs = root / "services/registry/src/flexinfer_registry/_generated/model_express"
     for name in ("model_pb2.py", "model_pb2.pyi"):
         assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
+
+
+def test_status_cache_names_the_strategy_the_cache_gives() -> None:
+    """Local mode's registry cache gives none: ``Registry``; the kubernetes gate its plan's."""
+    pending = CacheState.pending("Downloading", "1 of 2 bytes")
+    reported = cache_status(pending)
+    assert reported is not None
+    assert reported.strategy == "Registry"
+    local = replace(CacheState.ready(Path("/m"), "done"), strategy="Local")
+    assert cache_status(local) == ApiCacheStatus(strategy="Local", ready=True, message="done")

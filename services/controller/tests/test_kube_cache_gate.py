@@ -9,6 +9,7 @@ Job's reason. With spec.quantize the quantize Job gates the same way after the p
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +23,19 @@ from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.runtime.kubernetes.gate import JobGate, job_state, jobs_state
 from flexinfer_controller.runtime.kubernetes.harness import Cluster, model_body, running_cluster
 from flexinfer_controller.runtime.kubernetes.names import COMPONENT_LABEL
+from flexinfer_controller.runtime.kubernetes.retry import ATTEMPT_ANNOTATION, RetryPolicy
 from flexinfer_controller.testing import eventually
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
 SUCCEEDED = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
-FAILED = {
+FAILED: dict[str, Any] = {
     "failed": 4,
     "conditions": [
         {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
          "message": "Job has reached the specified backoff limit"},
     ],
 }  # fmt: skip
+_RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
 
 
 @pytest.fixture
@@ -88,11 +91,14 @@ async def test_a_prefetch_job_gates_the_start_until_it_succeeded(cluster: Cluste
     name = await _gated_by(cluster, "prefetch")
     assert cluster.status()["phase"] == "Pending"
 
+    assert cluster.status()["cache"]["strategy"] == "SharedPVC"  # the plan's, not "Registry"
     api.set_status("jobs", "default", name, SUCCEEDED)
     await eventually(lambda: _cached(cluster).get("status") == "True")
     await cluster.demand()
     await cluster.wait_phase("Ready")
     assert len(cluster.pods()) == 1
+    assert cluster.status()["cache"] == {**cluster.status()["cache"], "strategy": "SharedPVC",
+                                         "ready": True}  # fmt: skip
 
 
 async def test_a_failed_prefetch_job_fails_the_model_with_its_reason(cluster: Cluster) -> None:
@@ -171,4 +177,105 @@ async def test_the_gate_keeps_its_answer_for_the_same_jobs() -> None:
     running.add(model.key)
     assert gate.ensure(model).status is CacheStatus.READY
     assert gate.ensure(_model("file:///m")).status is CacheStatus.READY  # nothing fetched
+    await gate.close()
+
+
+def _failed_at(stamp: datetime) -> dict[str, Any]:
+    """FAILED, with the time the Job controller marked it (seconds, as the apiserver writes)."""
+    (failed,) = FAILED["conditions"]
+    condition = {**failed, "lastTransitionTime": stamp.strftime(_RFC3339)}
+    return {**FAILED, "conditions": [condition]}
+
+
+def _stamp(text: str) -> datetime:
+    return datetime.strptime(text, _RFC3339).replace(tzinfo=UTC)
+
+
+async def test_a_failed_job_is_run_again_after_its_backoff(apiserver: KubeApiServer) -> None:
+    """Failed at once, with the retry time; the Job re-created only then, as attempt 2; its
+    success makes the Model Ready with no spec change."""
+    kube = KubernetesSettings(host=apiserver.url, namespaces=["default"], job_poll_s=0.2,
+                              job_retry_initial_s=2.0, job_retry_max_s=60.0)  # fmt: skip
+    async with running_cluster(apiserver, kubernetes=kube) as cluster:
+        api = cluster.api
+        api.create("models", _fetched())
+        name = await _gated_by(cluster, "prefetch")
+        first = _job(api, "prefetch")
+        assert first is not None
+        failed = datetime.now(UTC).replace(microsecond=0)
+        api.set_status("jobs", "default", name, _failed_at(failed))
+
+        await cluster.wait_phase("Failed")
+        generation = (cluster.model() or {})["metadata"]["generation"]
+        retry_at = (failed + timedelta(seconds=2)).isoformat(timespec="seconds")
+        assert f"attempt 1; run again at {retry_at}" in _cached(cluster)["message"]
+        assert _cached(cluster)["reason"] == "PrefetchFailed"
+        still = _job(api, "prefetch")  # Failed is reported before anything is re-run
+        assert still is not None
+        assert still["metadata"]["uid"] == first["metadata"]["uid"]
+
+        def rerun() -> bool:
+            job = _job(api, "prefetch")
+            return job is not None and job["metadata"]["uid"] != first["metadata"]["uid"]
+
+        await eventually(rerun, 20)
+        second = _job(api, "prefetch")
+        assert second is not None
+        assert second["metadata"]["name"] == name  # the same spec's Job, run afresh
+        assert second["metadata"]["annotations"][ATTEMPT_ANNOTATION] == "2"
+        assert _stamp(second["metadata"]["creationTimestamp"]) >= failed + timedelta(seconds=2)
+        await cluster.wait_phase("Pending")
+
+        api.set_status("jobs", "default", name, SUCCEEDED)
+        await eventually(lambda: _cached(cluster).get("status") == "True")
+        await cluster.demand()
+        await cluster.wait_phase("Ready")
+        assert (cluster.model() or {})["metadata"]["generation"] == generation  # no spec change
+
+
+def test_the_backoff_doubles_up_to_its_cap() -> None:
+    policy = RetryPolicy(initial_s=30, max_s=100)
+    assert [policy.delay(n) for n in (1, 2, 3, 4)] == [30, 60, 100, 100]
+
+
+async def test_a_restarted_gate_continues_the_backoff_from_the_job() -> None:
+    """A fresh gate (a restarted controller) reads the attempt and failure time off the Job."""
+    now = [1000.0]
+    gate = JobGate(60, lambda key: False, RetryPolicy(10, 1000), clock=lambda: now[0])
+    failed = datetime.fromtimestamp(900, UTC)
+    job = _obj("prefetch", _failed_at(failed))
+    job["metadata"]["annotations"] = {ATTEMPT_ANNOTATION: "3"}  # 10 s doubled twice: 40 s
+    model = _model()
+    gate.record(model, [job])
+    state = gate.ensure(model)
+    assert state.status is CacheStatus.FAILED
+    assert "attempt 3; run again at 1970-01-01T00:15:40+00:00" in state.message
+    now[0] = 939.0
+    assert gate.retry_due(model, job) is None
+    now[0] = 940.0
+    assert gate.retry_due(model, job) == 4
+    await gate.close()
+
+
+@pytest.mark.parametrize(
+    ("cache", "gpu", "strategy"),
+    [
+        (None, None, "SharedPVC"),
+        (None, {"vendor": "nvidia", "shared": "group-a"}, "Memory"),
+        ({"strategy": "Local"}, None, "Local"),
+        ({"strategy": "None"}, None, "None"),
+    ],
+)
+async def test_the_gate_reports_the_cache_plans_strategy(
+    cache: dict[str, Any] | None, gpu: dict[str, Any] | None, strategy: str
+) -> None:
+    body = model_body()
+    body["spec"] |= {"source": "hf://org/tiny"}
+    body["spec"] |= {"cache": cache} if cache else {}
+    body["spec"] |= {"gpu": gpu} if gpu else {}
+    model = Model.model_validate(body)
+    gate = JobGate(60, lambda key: False)
+    assert gate.ensure(model).strategy == strategy
+    gate.record(model, [_obj("prefetch", SUCCEEDED)])
+    assert gate.ensure(model).strategy == strategy
     await gate.close()

@@ -37,6 +37,17 @@ class KubernetesSettings(BaseSettings):
     job_poll_s: float = Field(default=5.0, gt=0, le=300)
     """Seconds between reads of a running prefetch/quantize Job (Jobs are not watched)."""
 
+    job_retry_initial_s: float = Field(default=30.0, gt=0, le=3600)
+    """Seconds from a Model's failed prefetch/quantize Job to its first re-run (the Job is
+    deleted and created again; the Model stays Failed meanwhile). 30 s: the Job has already
+    retried its pod ``backoffLimit`` (3) times under Kubernetes' own pod backoff (10, 20,
+    40 s), so what is left is an outage of a minute or more; sooner would mostly fail again."""
+
+    job_retry_max_s: float = Field(default=1800.0, gt=0, le=86400)
+    """Seconds the delay doubles up to, per further failure of the same spec's Job. 30 min:
+    a registry or bucket down for hours costs two pod starts an hour, and its recovery is
+    still picked up within half an hour without anyone changing the spec."""
+
     controller_image: str = CONTROLLER_IMAGE
     """Image of the flash loader init container and the cleanup Job."""
 

@@ -56,6 +56,9 @@ class CacheState:
     message: str
     path: Path | None = None
     progress: DownloadProgress | None = None
+    strategy: str | None = None
+    """The cache's strategy as status.cache reports it (None: the registry cache's own,
+    ``Registry``; the kubernetes gate gives its CachePlan's: SharedPVC, Memory, Local, None)."""
 
     @classmethod
     def ready(cls, path: Path, message: str) -> CacheState:

@@ -33,9 +33,11 @@ from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.desired import desired_replicas
 from flexinfer_controller.core.gpu import RECHECK_S, GPUInventory, Placer, Unplaced, place
 from flexinfer_controller.core.queue import WorkQueue
-from flexinfer_controller.core.sources import SourceResolution, SourceState
+from flexinfer_controller.core.sources import SourceResolution, SourceState, source_hold
 from flexinfer_controller.core.status import Verdict
 
+REGISTRY_STRATEGY = "Registry"
+"""status.cache.strategy of a source the local runtime fetches through the registry."""
 _IDLE_SLACK_S = 0.01
 """Reconcile just after the idle deadline so the comparison sees it expired."""
 _PULLED = SourceResolution(
@@ -85,16 +87,27 @@ class Planner:
             known = ", ".join(self.backends.names())
             message = f"unknown backend {spec.backend!r}; known backends: {known}"
             return Plan(Verdict(config_valid=(False, "BackendUnsupported", message)))
+        hold = source_hold(model.metadata.annotations)
+        if hold is not None:
+            # Not placed either: with no GPU status the runtime renders no Deployment or
+            # Job, so nothing can start or fetch what the hold's writer will name instead.
+            cached = (False, hold.reason, hold.message)
+            return Plan(Verdict(cached=cached, cache_failed=hold.failed))
         # A backend that pulls its model itself (Ollama) has no directory to wait for.
         source = self.sources(spec.source) if backend.needs_volume else _PULLED
         cache: CacheState | None = None
         if source.state is SourceState.REMOTE:
             cache = self.cache.ensure(model)
             source = _resolution(cache)
-        detail = _cache_status(cache)
+        detail = cache_status(cache)
         if cache is not None and cache.status is CacheStatus.FAILED:
             cached_no = (False, cache.reason, cache.message)
-            return Plan(Verdict(cached=cached_no, cache_failed=True, cache=detail))
+            # Still placed: the runtime keeps converging the Model's objects, so it can run
+            # a failed cache Job again once its backoff has passed (Kubernetes).
+            placed = self._place(model, backend)
+            gpu_status = placed if isinstance(placed, GPUStatus) else None
+            verdict = Verdict(cached=cached_no, cache_failed=True, cache=detail, gpu=gpu_status)
+            return Plan(verdict)
         if source.state is SourceState.INVALID:
             return Plan(Verdict(config_valid=(False, source.reason, source.message)))
         gpu = self._place(model, backend)
@@ -165,13 +178,14 @@ class Planner:
         )
 
 
-def _cache_status(cache: CacheState | None) -> ApiCacheStatus | None:
+def cache_status(cache: CacheState | None) -> ApiCacheStatus | None:
     """status.cache for a remote source: ready, the message, and the size once known."""
     if cache is None:
         return None
     size = cache.progress.bytes_total if cache.progress is not None else None
     ready = cache.status is CacheStatus.READY
-    return ApiCacheStatus(strategy="Registry", ready=ready, message=cache.message, size_bytes=size)
+    strategy = cache.strategy or REGISTRY_STRATEGY
+    return ApiCacheStatus(strategy=strategy, ready=ready, message=cache.message, size_bytes=size)
 
 
 def _resolution(cache: CacheState) -> SourceResolution:

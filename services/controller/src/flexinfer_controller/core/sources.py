@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -73,3 +75,36 @@ def resolve_source(source: str) -> SourceResolution:
             message=f"model directory {raw} has no config.json",
         )
     return SourceResolution(SourceState.READY, path=path, reason="Cached")
+
+
+SOURCE_HOLD_ANNOTATION = "flexinfer.ai/source-hold"
+"""On a Model whose source is not there yet, written by whoever owns the Model's spec (the
+ModelDeployment bridge, while the ModelCache it names is not Ready): JSON ``{"reason",
+"message", "failed"}``. The Model then starts nothing and reports the hold as its status."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceHold:
+    """Why a Model may not start yet (``failed``: not until its spec's owner acts)."""
+
+    reason: str
+    message: str
+    failed: bool = False
+
+    def dump(self) -> str:
+        """The annotation's value."""
+        body = {"reason": self.reason, "message": self.message, "failed": self.failed}
+        return json.dumps(body, sort_keys=True)
+
+
+def source_hold(annotations: Mapping[str, str]) -> SourceHold | None:
+    """The hold ``annotations`` carry, or None; an unreadable one still holds (and says so)."""
+    raw = annotations.get(SOURCE_HOLD_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        body = json.loads(raw)
+        return SourceHold(str(body["reason"]), str(body["message"]), bool(body.get("failed")))
+    except (ValueError, TypeError, KeyError):
+        message = f"annotation {SOURCE_HOLD_ANNOTATION} is not the JSON its writer sets: {raw!r}"
+        return SourceHold("InvalidSourceHold", message[:1024])

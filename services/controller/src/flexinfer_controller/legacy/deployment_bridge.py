@@ -6,6 +6,8 @@ ModelDeployment and the Model of its key afresh and moves them one step towards
 * a Model equal to ``to_model`` of the ModelDeployment (spec, labels, annotations, a
   controller ownerReference), written only while it carries the bridge's label;
 * the ModelDeployment's status mirroring the Model's (v1alpha1 phases and conditions);
+* with ``spec.modelCacheRef``: the Model reading the ModelCache's path once it is Ready, held
+  until then (``cache_ref``), and the ModelDeployment Failed with a Failed cache's message;
 * on delete: the Model deleted and gone (its own cleanup finalizer ran) before the
   ModelDeployment's ``flexinfer.ai/cleanup`` finalizer is removed.
 
@@ -30,6 +32,7 @@ from flexinfer_controller.core.feed import ModelFeed
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.workers import Backoff, run_worker
 from flexinfer_controller.legacy import deployment_status as statuses
+from flexinfer_controller.legacy.cache_ref import NO_CACHE, CacheBinding, apply_binding, binding
 from flexinfer_controller.legacy.deployments import (
     desired_model,
     is_managed,
@@ -58,6 +61,9 @@ class DeploymentApi(Protocol):
         self, namespace: str, name: str, resource_version: str, status: Obj
     ) -> None:
         """The status, through the status subresource, if ``resource_version`` is current."""
+
+    async def get_model_cache(self, namespace: str, name: str) -> Obj | None:
+        """The ModelCache a ModelDeployment references, or None when there is none."""
 
     async def get_model(self, namespace: str, name: str) -> Obj | None:
         """The stored Model, or None."""
@@ -96,9 +102,18 @@ class DeploymentReconciler:
             log.warning("modeldeployment %s: %s", meta_key(found), exc)
             await self._fail(found, statuses.VALIDATION_FAILED, str(exc)[:4096])
             return
-        await self._sync(found, deployment, desired)
+        cache = await self._cache_binding(deployment)
+        await self._sync(found, deployment, apply_binding(desired, cache), cache)
 
-    async def _sync(self, found: Obj, deployment: ModelDeployment, desired: Obj) -> None:
+    async def _cache_binding(self, deployment: ModelDeployment) -> CacheBinding:
+        ref, namespace = deployment.spec.model_cache_ref, deployment.metadata.namespace
+        if not ref:
+            return NO_CACHE
+        return binding(namespace, ref, await self._api.get_model_cache(namespace, ref))
+
+    async def _sync(
+        self, found: Obj, deployment: ModelDeployment, desired: Obj, cache: CacheBinding
+    ) -> None:
         meta = deployment.metadata
         model = await self._api.get_model(meta.namespace, meta.name)
         if model is not None and not is_managed(model):
@@ -115,6 +130,10 @@ class DeploymentReconciler:
         elif model_differs(model, desired):
             model = await self._api.update_model(str(model["metadata"]["resourceVersion"]), desired)
             log.info("modeldeployment %s: updated its Model", meta_key(found))
+        if cache.hold is not None and cache.hold.failed:
+            # Said at once, not after the held Model's reconcile writes the same reason.
+            await self._fail(found, cache.hold.reason, cache.hold.message)
+            return
         status = statuses.mirrored(deployment.status, meta.generation, model)
         await self._write_status(found, status)
 

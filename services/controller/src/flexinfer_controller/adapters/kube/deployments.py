@@ -1,8 +1,9 @@
 """ModelDeployments (ai.flexinfer/v1alpha1) on Kubernetes: the bridge's apiserver side.
 
 ``ApiServerDeployments`` is the bridge's ``DeploymentApi``; ``DeploymentInformerFeed``
-watches ModelDeployments and Models and queues the key of every ModelDeployment whose
-own object or Model changed (a Model's status change is what the mirror follows).
+watches ModelDeployments, Models and ModelCaches and queues the key of every
+ModelDeployment whose own object, Model or referenced ModelCache changed (a Model's status
+change is what the mirror follows; a cache's, what its ``modelCacheRef`` binds to).
 
 ``MODEL_DEPLOYMENTS`` is declared here, not in ``resources``: the RBAC test grants every
 generic custom-object verb to the kinds listed there, and the bridge never creates or
@@ -16,10 +17,11 @@ import contextlib
 from collections.abc import Callable
 
 from flexinfer_common.api import API_GROUP, DEPLOYMENT_FINALIZER, DEPLOYMENT_KIND
-from flexinfer_common.errors import NotFoundError
+from flexinfer_common.errors import NotFoundError, TemporaryError
 from flexinfer_controller.adapters.kube.client import KubeClient, Obj, Resource
 from flexinfer_controller.adapters.kube.finalizers import add_finalizer, remove_finalizer
 from flexinfer_controller.adapters.kube.informer import Change, CustomListWatch, Informer
+from flexinfer_controller.adapters.kube.modelcaches import MODEL_CACHES
 from flexinfer_controller.adapters.kube.objects import CustomObjects, JsonPatch, version_guard
 from flexinfer_controller.adapters.kube.resources import MODELS
 from flexinfer_controller.core.feed import Enqueue
@@ -29,12 +31,29 @@ from flexinfer_controller.legacy.deployments import is_managed
 MODEL_DEPLOYMENTS = Resource(API_GROUP, "v1alpha1", "modeldeployments", DEPLOYMENT_KIND)
 
 
+class CacheInformers:
+    """The feed's informers of ModelCaches, which the bridge reads caches from (no GET:
+    the controller only lists and watches ModelCaches)."""
+
+    def __init__(self) -> None:
+        self.informers: list[Informer] = []
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        """The ModelCache as last seen; TemporaryError before every informer listed once
+        (an unlisted cache would read as absent and stop a Model that runs from it)."""
+        if not self.informers or not all(i.synced.is_set() for i in self.informers):
+            raise TemporaryError("modelcaches are not listed yet", delay=0.2)
+        key = f"{namespace}/{name}"
+        return next((found for i in self.informers if (found := i.get(key))), None)
+
+
 class ApiServerDeployments:
     """ModelDeployments and their Models as custom resources (the bridge's DeploymentApi)."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, caches: CacheInformers) -> None:
         self._deployments = CustomObjects(client, MODEL_DEPLOYMENTS)
         self._models = CustomObjects(client, MODELS)
+        self._caches = caches
 
     async def get_deployment(self, namespace: str, name: str) -> Obj | None:
         """The stored ModelDeployment, or None."""
@@ -57,6 +76,10 @@ class ApiServerDeployments:
             {"op": "add", "path": "/status", "value": status},
         ]
         await self._deployments.json_patch_status(namespace, name, ops)
+
+    async def get_model_cache(self, namespace: str, name: str) -> Obj | None:
+        """The ModelCache from the feed's informers, or None."""
+        return self._caches.get(namespace, name)
 
     async def get_model(self, namespace: str, name: str) -> Obj | None:
         """The stored Model, or None."""
@@ -94,14 +117,20 @@ async def _get(objects: CustomObjects, namespace: str, name: str) -> Obj | None:
 
 
 class DeploymentInformerFeed:
-    """ModelDeployment keys to reconcile: every change of one, or of its Model."""
+    """ModelDeployment keys to reconcile: every change of one, of its Model, or of the
+    ModelCache it references."""
 
     def __init__(
-        self, client: KubeClient, namespaces: list[str | None], watch_timeout_s: int = 300
+        self,
+        client: KubeClient,
+        namespaces: list[str | None],
+        watch_timeout_s: int = 300,
+        caches: CacheInformers | None = None,
     ) -> None:
         self._client = client
         self._namespaces = namespaces
         self._watch_timeout_s = watch_timeout_s
+        self.caches = caches or CacheInformers()
         self.informers: list[Informer] = []
 
     async def run(self, enqueue: Enqueue) -> None:
@@ -117,11 +146,18 @@ class DeploymentInformerFeed:
             if any(i.get(change.key) for i in deployments) or (model and is_managed(model)):
                 enqueue(change.key)
 
+        def cache_changed(change: Change) -> None:
+            for key in _referencing(deployments, change.key):
+                enqueue(key)
+
         deployments = [
             self._informer(MODEL_DEPLOYMENTS, deployment_changed, ns) for ns in self._namespaces
         ]
         models = [self._informer(MODELS, model_changed, ns) for ns in self._namespaces]
-        self.informers = [*deployments, *models]
+        self.caches.informers = [
+            self._informer(MODEL_CACHES, cache_changed, ns) for ns in self._namespaces
+        ]
+        self.informers = [*deployments, *models, *self.caches.informers]
         await asyncio.gather(*(informer.run() for informer in self.informers))
 
     def _informer(
@@ -132,9 +168,21 @@ class DeploymentInformerFeed:
         return Informer(source, on_change, namespace=namespace, watch_timeout_s=timeout)
 
 
+def _referencing(deployments: list[Informer], cache_key: str) -> list[str]:
+    """The ModelDeployments whose spec.modelCacheRef names the ModelCache ``cache_key``."""
+    namespace, _, name = cache_key.partition("/")
+    return [
+        key
+        for informer in deployments
+        for key in informer.keys()  # noqa: SIM118 (an Informer, not a dict: no __iter__)
+        if key.partition("/")[0] == namespace
+        and ((informer.get(key) or {}).get("spec") or {}).get("modelCacheRef") == name
+    ]
+
+
 def deployment_bridge(
     client: KubeClient, namespaces: list[str | None], watch_timeout_s: int = 300
 ) -> DeploymentBridge:
     """The ModelDeployment bridge on ``client``, watching ``namespaces`` (None: all)."""
     feed = DeploymentInformerFeed(client, namespaces, watch_timeout_s)
-    return DeploymentBridge(ApiServerDeployments(client), feed)
+    return DeploymentBridge(ApiServerDeployments(client, feed.caches), feed)

@@ -15,6 +15,7 @@ from flexinfer_controller.core.feed import ModelFeed
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.runtime.base import ReplicaListener
 from flexinfer_controller.runtime.kubernetes.options import RenderOptions
+from flexinfer_controller.runtime.kubernetes.retry import RetryPolicy
 from flexinfer_controller.runtime.kubernetes.runtime import KubernetesRuntime
 from flexinfer_controller.settings import ControllerSettings
 
@@ -50,6 +51,7 @@ def kubernetes_runtime(
         namespaces=kube.watched(),
         watch_timeout_s=kube.watch_timeout_s,
         job_poll_s=kube.job_poll_s,
+        job_retry=RetryPolicy(kube.job_retry_initial_s, kube.job_retry_max_s),
     )
 
 

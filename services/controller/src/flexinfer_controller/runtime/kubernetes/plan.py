@@ -87,6 +87,12 @@ def cleanup(rendered: list[Obj], on_delete: list[Obj]) -> list[Op]:
     return deletes + [_op("create", o, o) for o in on_delete]
 
 
+def delete(obj: Obj) -> Op:
+    """The DELETE of ``obj``, its dependents (a Job's pods) collected in the background."""
+    options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+    return _op("delete", obj, options)
+
+
 def scale(deployment: Obj, replicas: int) -> Op:
     """The merge patch that sets a Deployment's replicas (nothing else of it)."""
     return _op("patch", deployment, {"spec": {"replicas": replicas}})

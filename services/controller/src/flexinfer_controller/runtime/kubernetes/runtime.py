@@ -70,6 +70,7 @@ from flexinfer_controller.runtime.kubernetes.replicas import (
     replicas_of,
     wanted_of,
 )
+from flexinfer_controller.runtime.kubernetes.retry import RetryPolicy, with_attempt
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ class KubernetesRuntime(Runtime):
         namespaces: list[str | None],
         watch_timeout_s: int = 300,
         job_poll_s: float = 5.0,
+        job_retry: RetryPolicy | None = None,
     ) -> None:
         self._client = client
         self._listener = listener
@@ -115,7 +117,7 @@ class KubernetesRuntime(Runtime):
         self._stopping: set[str] = set()
         self._gone: dict[str, asyncio.Event] = {}
         self._ready_at: dict[str, float] = {}
-        self._gate = JobGate(job_poll_s, lambda model: bool(self._live(model)))
+        self._gate = JobGate(job_poll_s, lambda model: bool(self._live(model)), job_retry)
 
     def _pod_informer(self, namespace: str | None, watch_timeout_s: int) -> Informer:
         holder: list[Informer] = []
@@ -201,7 +203,7 @@ class KubernetesRuntime(Runtime):
         for obj in objects:
             if obj["kind"] != "Deployment":
                 live = await self._applier.ensure(obj)
-                jobs += [live] if gated(obj) else []
+                jobs += [await self._rerun_if_due(model, obj, live)] if gated(obj) else []
                 continue
             try:
                 live = await self._applier.ensure(obj, plan.standby)
@@ -211,6 +213,16 @@ class KubernetesRuntime(Runtime):
             self._wanted[model.key] = wanted_of(live)
         if gpu is not None:  # the Jobs are rendered only once placed
             self._gate.record(model, jobs)
+
+    async def _rerun_if_due(self, model: Model, job: Obj, live: Obj) -> Obj:
+        """The failed Job deleted and created afresh once the gate says it is due; else live."""
+        attempt = self._gate.retry_due(model, live)
+        if attempt is None:
+            return live
+        log.info("re-running failed Job %s of %s (attempt %d)", job["metadata"]["name"],
+                 model.key, attempt)  # fmt: skip
+        await self._applier.delete_all([plan.delete(job)])
+        return await self._applier.ensure(with_attempt(job, attempt))
 
     def model_cache(self, notify: Notify) -> ModelCache:
         """The cache gate: the Model's prefetch and quantize Jobs, as ``ensure`` reads them."""
