@@ -29,6 +29,9 @@ ADAPTERS = "flexinfer.adapters"
 PROGRESS = "flexinfer.progress"
 """controller/engine → proxy: how far a model's cold start has come (phase, eta)."""
 
+NODES = "flexinfer.nodes"
+"""agent → controller (local mode): one node's GPUs, every heartbeat (``NodeInventoryEvent``)."""
+
 PROGRESS_PHASES = ("scheduled", "pulling", "loading-weights", "warming", "ready")
 """Cold-start phases in the order a model goes through them."""
 
@@ -113,3 +116,37 @@ class ProgressEvent(Event):
     """Bytes of the weights downloaded so far, in phase ``pulling``."""
     bytes_total: int | None = Field(default=None, ge=0)
     """Bytes of the weights in all, when known."""
+
+
+class NodeGPUGroup(Event):
+    """GPUs of one model on a node, in the fields of the controller's declared inventory."""
+
+    vendor: Literal["nvidia", "amd", "intel", "apple"]
+    count: int = Field(ge=1)
+    arch: str | None = Field(default=None, max_length=32)
+    """``sm_90``, ``gfx942``: what ``flexinfer.ai/gpu.arch`` says on a node."""
+    vram: str | None = Field(default=None, max_length=32)
+    """Memory of one GPU as a quantity (``80Gi``), as ``flexinfer.ai/gpu.vram``."""
+    device_class: str = Field(max_length=63)
+    """The normalised model name (``nvidia-h100-80gb-hbm3``): the TPS key's deviceClass."""
+    int4: bool
+    free_mib: int | None = Field(default=None, ge=0)
+    """MiB free over these GPUs now; None when the discovery source does not say."""
+
+
+class NodeInventoryEvent(Event):
+    """A node agent's heartbeat: what GPUs ``node`` has, and the node keys it would set.
+
+    ``labels`` and ``annotations`` are exactly what the agent patches onto its Node on
+    Kubernetes (``flexinfer.ai/gpu.*``), so a consumer can read both modes the same way;
+    ``gpus`` groups the GPUs by model. A node whose events stop for a few ``interval_s``
+    has gone away.
+    """
+
+    node: str = Field(min_length=1, max_length=253)
+    at: datetime
+    interval_s: float = Field(gt=0, description="seconds until the next heartbeat is due")
+    source: str | None = Field(default=None, description="the discovery source that answered")
+    gpus: list[NodeGPUGroup]
+    labels: dict[str, str]
+    annotations: dict[str, str]

@@ -1,8 +1,7 @@
 """Node logic of the agent, free of any web framework.
 
-Nothing is here yet, on purpose: the agent today only answers health and metrics for its
-node. The agent issue brings GPU discovery (parsing ``nvidia-smi`` and ``rocm-smi`` output,
-declared inventories where there is no GPU), the ``flexinfer.ai/gpu.*`` node labels
-(vendor, arch, vram, count, int4), heartbeats on the bus, and the node-local weight cache
-with its flash loader.
+``sources/`` parse each vendor tool's output into ``gpu.GPU``; ``discovery`` tries them in
+order; ``labels`` turns GPUs into the ``flexinfer.ai/gpu.*`` node keys and the merge patch
+that writes only those; ``heartbeat`` runs it all every interval and hands the result to a
+reporter (the Node, the bus). The node-local weight cache is not here yet.
 """

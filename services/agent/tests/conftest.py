@@ -1,0 +1,47 @@
+"""Fake vendor tools: small executables that print a recorded output for the exact argv
+the real tool is called with, and refuse any other (as the real one refuses a bad flag)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+FakeTool = Callable[..., str]
+
+_SCRIPT = """#!{python}
+import pathlib, sys, time
+RESPONSES = {responses!r}
+args = " ".join(sys.argv[1:])
+if {hang!r}:
+    time.sleep(3600)
+if args not in RESPONSES:
+    print("unknown option: " + args, file=sys.stderr)
+    sys.exit(2)
+sys.stdout.write(pathlib.Path(RESPONSES[args]).read_text())
+sys.exit({exit_code!r})
+"""
+
+
+@pytest.fixture
+def fake_tool(tmp_path: Path) -> FakeTool:
+    """``fake_tool(name, {"args": "fixture/path"}, exit_code=0, hang=False)`` → its path."""
+
+    def make(
+        name: str, responses: dict[str, str], *, exit_code: int = 0, hang: bool = False
+    ) -> str:
+        path = tmp_path / "bin" / name
+        path.parent.mkdir(exist_ok=True)
+        files = {args: str(FIXTURES / fixture) for args, fixture in responses.items()}
+        script = _SCRIPT.format(
+            python=sys.executable, responses=files, hang=hang, exit_code=exit_code
+        )
+        path.write_text(script)
+        path.chmod(0o755)
+        return str(path)
+
+    return make
