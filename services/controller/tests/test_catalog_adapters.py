@@ -13,8 +13,8 @@ from flexinfer_controller.catalog.credentials import parse_dockerconfigjson
 from flexinfer_controller.catalog.errors import RegistryAuthError
 from flexinfer_controller.catalog.harbor import HarborAdapter
 from flexinfer_controller.catalog.reference import parse_registry_url
-from flexinfer_controller.catalog.testing import TestRegistry, serve_registry
-from flexinfer_controller.catalog.testing_push import ModelPusher
+from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
+from flexinfer_common.testing.oci_push import ModelPusher
 from flexinfer_controller.catalog.types import RegistrySource
 
 HARBOR_USERS = {"admin": "Harbor12345", "dev": "devpass"}

@@ -25,8 +25,8 @@ from flexinfer_controller.catalog.errors import (
 from flexinfer_controller.catalog.manifest import OCI_ARTIFACT, OCI_INDEX, OCI_MANIFEST
 from flexinfer_controller.catalog.reference import parse_registry_url
 from flexinfer_controller.catalog.responses import retry_after
-from flexinfer_controller.catalog.testing import TestRegistry, serve_registry
-from flexinfer_controller.catalog.testing_push import ModelPusher, safetensors_bytes
+from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
+from flexinfer_common.testing.oci_push import ModelPusher, safetensors_bytes
 
 WEIGHTS = safetensors_bytes({"w": (64, 32), "b": (32,)})
 

@@ -16,8 +16,8 @@ from flexinfer_controller.catalog.errors import (
 from flexinfer_controller.catalog.reference import parse_reference, parse_registry_url
 from flexinfer_controller.catalog.resolve import resolve
 from flexinfer_controller.catalog.sync import matches, sync, sync_report
-from flexinfer_controller.catalog.testing import TestRegistry, serve_registry
-from flexinfer_controller.catalog.testing_push import ModelPusher, safetensors_bytes
+from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
+from flexinfer_common.testing.oci_push import ModelPusher, safetensors_bytes
 from flexinfer_controller.catalog.types import CatalogFilter, CatalogSpec, RegistrySource
 from flexinfer_controller.testing import eventually
 

@@ -20,8 +20,8 @@ from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.catalog.controller import CatalogController
 from flexinfer_controller.catalog.reference import parse_registry_url
 from flexinfer_controller.catalog.settings import CatalogSettings
-from flexinfer_controller.catalog.testing import TestRegistry, serve_registry
-from flexinfer_controller.catalog.testing_push import ModelPusher, safetensors_bytes
+from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
+from flexinfer_common.testing.oci_push import ModelPusher, safetensors_bytes
 from flexinfer_controller.catalog.wiring import catalog_controller
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.runtime.registry import runtime_plugin

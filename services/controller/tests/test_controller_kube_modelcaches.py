@@ -243,7 +243,7 @@ async def test_a_restart_mid_download_creates_nothing_twice(cluster: Cluster) ->
     assert len(cluster.jobs()) == 1
 
 
-@pytest.mark.parametrize("source", ["mlc://mlc-ai/m-MLC", "oci://ghcr.io/org/m:v1"])
+@pytest.mark.parametrize("source", ["mlc://mlc-ai/m-MLC", "oras://ghcr.io/org/m:v1"])
 async def test_an_unsupported_source_fails_naming_the_supported_ones(
     cluster: Cluster, source: str
 ) -> None:

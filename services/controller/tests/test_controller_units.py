@@ -119,7 +119,8 @@ def test_sources(tmp_path: Path) -> None:
     assert resolve_source("file://host/x").state is SourceState.INVALID
     assert resolve_source("HF://org/model").state is SourceState.REMOTE
     assert resolve_source("s3://bucket/prefix").state is SourceState.REMOTE
-    pending = resolve_source("oci://registry/model:1")
+    assert resolve_source("oci://registry/model:1").state is SourceState.REMOTE
+    pending = resolve_source("oras://registry/model:1")
     assert pending.state is SourceState.PENDING
     assert "registry fetches" in pending.message
 

@@ -127,7 +127,8 @@ def test_a_spec_change_renames_the_job(change: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("source", "fetched"),
     [("HF://org/m", "org/m"), ("huggingface://org/m", "org/m"), ("hf://org/m", "org/m"),
-     ("s3://b/k", "s3://b/k"), ("gs://b/k", "gs://b/k"), ("NGC://org/team/m", "ngc://org/team/m")],
+     ("s3://b/k", "s3://b/k"), ("gs://b/k", "gs://b/k"), ("NGC://org/team/m", "ngc://org/team/m"),
+     ("oci://ghcr.io/org/m:v1", "oci://ghcr.io/org/m:v1")],
 )  # fmt: skip
 def test_the_registry_schemes_are_fetched(source: str, fetched: str) -> None:
     fetch = plan(_cache(source=source)).fetch
@@ -138,7 +139,6 @@ def test_the_registry_schemes_are_fetched(source: str, fetched: str) -> None:
 @pytest.mark.parametrize(
     ("spec", "reason"),
     [({"source": "mlc://mlc-ai/Llama-3-8B-q4f16_1-MLC"}, "UnsupportedSource"),
-     ({"source": "oci://ghcr.io/org/m:v1"}, "UnsupportedSource"),
      ({"source": "oras://ghcr.io/org/m@sha256:" + "a" * 64}, "UnsupportedSource"),
      ({"source": "hf://"}, "InvalidSource"),
      ({"storageStrategy": "Tmpfs"}, "UnsupportedStrategy"),
@@ -150,4 +150,4 @@ def test_what_no_job_can_serve_is_a_permanent_error(spec: dict[str, str], reason
         plan(_cache(**spec))
     assert caught.value.reason == reason
     if reason == "UnsupportedSource":
-        assert "huggingface://, gcs://, gs://, hf://, ngc://, s3://" in caught.value.message
+        assert "huggingface://, gcs://, gs://, hf://, ngc://, oci://, s3://" in caught.value.message

@@ -62,8 +62,14 @@ def core_config(settings: RegistrySettings) -> CoreConfig:
 
 
 def default_providers(settings: RegistrySettings) -> ProviderResolver:
-    """The built-in provider registry (file, Hugging Face, S3, GCS, NGC)."""
-    return builtin_providers(ProviderConfig(file_roots=tuple(settings.file_roots)))
+    """The built-in provider registry (file, Hugging Face, S3, GCS, NGC, OCI)."""
+    return builtin_providers(
+        ProviderConfig(
+            file_roots=tuple(settings.file_roots),
+            oci_insecure_registries=frozenset(h.lower() for h in settings.oci_insecure_registries),
+            oci_auth_file=settings.oci_auth_file,
+        )
+    )
 
 
 @dataclass(frozen=True)

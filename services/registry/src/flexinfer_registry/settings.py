@@ -71,6 +71,20 @@ def _absolute_roots(roots: list[Path]) -> list[Path]:
 PathList = Annotated[list[Path], NoDecode, BeforeValidator(_path_list)]
 """Absolute directories: a list, a JSON list, or ``/a:/b``."""
 
+
+def _host_list(value: object) -> object:
+    """Hosts from the environment: a JSON list, or ``a:5000,b`` (commas, as ports use ``:``)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        return json.loads(text)
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+HostList = Annotated[list[str], NoDecode, BeforeValidator(_host_list)]
+"""``host[:port]`` entries: a list, a JSON list, or ``a:5000,b``."""
+
 _LIMITS = IdentityLimits()
 
 
@@ -261,6 +275,18 @@ class RegistrySettings(BaseSettings):
     that reads any local directory serves whatever its process can read. A name's path,
     decoded and with symlinks resolved, must lie under one; so must every file read for it.
     ``flexinfer up`` passes its own models directory."""
+
+    oci_insecure_registries: HostList = Field(default_factory=list)
+    """OCI registries (``host[:port]``; a bare host means any port) that ``oci://`` models
+    are fetched from over plain http, as docker's ``insecure-registries``
+    (``FLEXINFER_REGISTRY_OCI_INSECURE_REGISTRIES``, comma-separated or a JSON list).
+    Empty, the default: every registry, and every token realm, is reached over https."""
+
+    oci_auth_file: Path | None = None
+    """A docker ``config.json`` (``{"auths": {"ghcr.io": {"auth": base64(user:pass)}}}``,
+    e.g. a mounted ``.dockerconfigjson`` secret) holding Basic credentials for OCI
+    registries by host; read at each download, so a rotated secret applies at once. Unset:
+    anonymous pulls (and anonymous tokens) only."""
 
     limits: LimitSettings = Field(default_factory=LimitSettings)
     """Bounds on names, identity fields, tensors and workers per request

@@ -4,7 +4,8 @@ ModelCatalog resources onto their status.
 The OCI side: ``reference`` parses references, ``credentials`` reads a dockerconfigjson
 secret, ``auth`` and ``client`` speak the OCI distribution API,
 ``generic``/``harbor``/``ghcr``/``ecr`` adapt it to each registry, ``sync`` builds the
-entries of a set of registries. ``testing`` is a spec-following in-process registry for tests.
+entries of a set of registries. Tests use the spec-following in-process registry in
+``flexinfer_common.testing.oci_registry`` (shared with the registry service's OCI provider).
 
 The reconcile: ``secrets`` reads a registry's ``secretRef``, ``registries`` syncs a
 catalog's registries one by one, ``status`` turns their results into status and

@@ -20,8 +20,8 @@ class SourceState(StrEnum):
     """Fetched by the model cache (through the registry) before the engine can start."""
 
 
-REMOTE_SCHEMES = frozenset({"hf", "s3", "gs", "gcs", "ngc"})
-"""Schemes the registry's providers fetch (ModelExpress's Hugging Face, S3, GCS, NGC)."""
+REMOTE_SCHEMES = frozenset({"hf", "s3", "gs", "gcs", "ngc", "oci"})
+"""Schemes the registry's providers fetch (ModelExpress's Hugging Face, S3, GCS, NGC; OCI)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +35,7 @@ class SourceResolution:
 
 
 def resolve_source(source: str) -> SourceResolution:
-    """file:///abs/dir with config.json is READY; hf/s3/gs/ngc are REMOTE (the cache
+    """file:///abs/dir with config.json is READY; hf/s3/gs/ngc/oci are REMOTE (the cache
     fetches them); any other scheme waits, saying why."""
     parts = urlsplit(source)
     scheme = parts.scheme.lower()

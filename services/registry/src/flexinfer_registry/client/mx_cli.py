@@ -101,12 +101,17 @@ def _add_model_actions(model: argparse.ArgumentParser) -> None:
         ("validate", "stream a cached model and check every file against its listing"),
     ):
         sub = actions.add_parser(action, help=text, description=_sentence(text))
-        sub.add_argument("name", help="model name: org/model, s3://…, gs://…, ngc://…, file://…")
+        sub.add_argument(
+            "name",
+            help="model name: org/model, s3://…, gs://…, ngc://…, file://…, "
+            "oci://host[:port]/repo[:tag|@sha256:…]",
+        )
         sub.add_argument(
             "--provider",
             default=DEFAULT_PROVIDER,
             choices=sorted(PROVIDERS),
-            help=f"where an org/model name is looked up (default {DEFAULT_PROVIDER})",
+            help=f"where an org/model name is looked up (default {DEFAULT_PROVIDER}); "
+            "a URL's scheme picks its own, and 'oci' makes host/repo:tag an oci:// name",
         )
         if action in ("download", "list-files", "validate"):
             sub.add_argument("--revision", help="branch, tag or commit to pin")
@@ -296,6 +301,9 @@ def run(argv: list[str] | None, out: Output) -> int:
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     out.mode = args.output
+    if getattr(args, "provider", None) == "oci" and "://" not in args.name:
+        # The wire enum has no OCI value: the name's scheme is what picks the provider.
+        args.name = f"oci://{args.name}"
     handler = HANDLERS[args.action if args.command == "model" else args.command]
     try:
         address = server_address(args.server)

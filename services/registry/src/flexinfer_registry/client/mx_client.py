@@ -28,8 +28,9 @@ from flexinfer_registry.client.grpc_stream import unary_stream
 
 DEFAULT_ADDRESS = "localhost:8001"
 STATUS_NAMES = {0: "DOWNLOADING", 1: "DOWNLOADED", 2: "ERROR"}
-PROVIDERS = {"hugging-face": 0, "huggingface": 0, "hf": 0, "ngc": 1, "gcs": 2, "s3": 3}
-"""--provider spellings -> ``model_express.model.ModelProvider`` values."""
+PROVIDERS = {"hugging-face": 0, "huggingface": 0, "hf": 0, "ngc": 1, "gcs": 2, "s3": 3, "oci": 0}
+"""--provider spellings -> ``model_express.model.ModelProvider`` values. The enum has no OCI
+value: an ``oci://`` name's scheme picks the OCI provider whatever the enum says."""
 UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
 STREAM_FILES = "/model_express.model.ModelService/StreamModelFiles"
 

@@ -32,6 +32,7 @@ from flexinfer_registry.core.paths import check_relative_path, model_dir_name, r
 MANIFEST = "manifest.json"
 FILES = "files"
 _COMMIT = re.compile(r"^[0-9a-fA-F]{40}$")
+_SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class CachedModel:
     files: tuple[CachedFile, ...]
     snapshot: str
     """40 hex digits naming this exact content: the provider's commit when it has one (HF),
-    else a digest of the file list. modelexpress clients require such a commit hash."""
+    the first 40 of an OCI manifest's ``sha256:`` digest, else a digest of the file list.
+    modelexpress clients require such a commit hash."""
     resolved_revision: str | None
     ignore_weights: bool
 
@@ -75,6 +77,8 @@ def snapshot_id(key: str, files: tuple[CachedFile, ...], resolved_revision: str 
     """The model's 40-hex snapshot id (see :attr:`CachedModel.snapshot`)."""
     if resolved_revision and _COMMIT.match(resolved_revision):
         return resolved_revision.lower()
+    if resolved_revision and _SHA256.match(resolved_revision):
+        return resolved_revision[7:47]  # a prefix the manifest digest is recognisable by
     listing = json.dumps([key, [[f.path, f.size] for f in files]], separators=(",", ":"))
     return hashlib.sha1(listing.encode(), usedforsecurity=False).hexdigest()
 

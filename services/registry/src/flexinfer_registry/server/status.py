@@ -28,7 +28,7 @@ from flexinfer_common.errors import (
 )
 from flexinfer_registry.core.download_status import CacheFullError
 from flexinfer_registry.core.identity import InvalidFieldsError
-from flexinfer_registry.core.providers.base import SourceNotAllowedError
+from flexinfer_registry.core.providers.base import AccessDeniedError, SourceNotAllowedError
 
 DOMAIN = "registry.flexinfer.ai"
 MAX_MESSAGE = 1000
@@ -36,6 +36,7 @@ MAX_MESSAGE = 1000
 
 _CODES: tuple[tuple[type[FlexInferError], grpc.StatusCode], ...] = (
     (SourceNotAllowedError, grpc.StatusCode.PERMISSION_DENIED),
+    (AccessDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (CacheFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (InvalidSpecError, grpc.StatusCode.INVALID_ARGUMENT),
     (ConfigError, grpc.StatusCode.INVALID_ARGUMENT),

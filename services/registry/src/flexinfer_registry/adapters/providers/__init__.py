@@ -1,4 +1,4 @@
-"""The built-in providers (file, Hugging Face, S3, GCS, NGC), one per sibling module.
+"""The built-in providers (file, Hugging Face, S3, GCS, NGC, OCI), one per sibling module.
 
 Each is imported only when first used, so the registry starts without boto3 or
 huggingface_hub loaded; :func:`default_factories` is what the app registers in the core's
@@ -41,6 +41,12 @@ def _ngc_factory(config: ProviderConfig) -> ModelProvider:
     return NgcProvider(config)
 
 
+def _oci_factory(config: ProviderConfig) -> ModelProvider:
+    from flexinfer_registry.adapters.providers.oci import OciProvider
+
+    return OciProvider(config)
+
+
 def default_factories() -> dict[str, ProviderFactory]:
     """The built-in providers by name; implementations are imported on first use."""
     return {
@@ -49,6 +55,7 @@ def default_factories() -> dict[str, ProviderFactory]:
         "s3": _s3_factory,
         "gcs": _gcs_factory,
         "ngc": _ngc_factory,
+        "oci": _oci_factory,
     }
 
 

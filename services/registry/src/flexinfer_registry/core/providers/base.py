@@ -98,12 +98,19 @@ class ProviderConfig:
     file_roots: tuple[Path, ...] = ()
     """Directories ``file://`` sources may be read from; none = ``file://`` is refused."""
 
+    oci_insecure_registries: frozenset[str] = frozenset()
+    """OCI registries (``host[:port]``, lowercase; a bare host means any port) reached over
+    plain http; every other one over https."""
+
+    oci_auth_file: Path | None = None
+    """A docker ``config.json`` holding OCI registry credentials by host; None = anonymous."""
+
 
 class ModelProvider(ABC):
     """Downloads models from one kind of source into a local directory."""
 
     name: ClassVar[str]
-    """Registry name of the provider ("file", "huggingface", "s3", "gcs", "ngc")."""
+    """Registry name of the provider ("file", "huggingface", "s3", "gcs", "ngc", "oci")."""
 
     async def check(self, model_name: str) -> None:
         """Refuse ``model_name`` before anything is created (a record, a staging folder):

@@ -1,6 +1,7 @@
 """Pick a provider for a model: by URL scheme first, then by the proto ``ModelProvider`` enum.
 
-A model name like ``s3://bucket/prefix`` or ``gs://bucket/prefix`` selects its provider
+A model name like ``s3://bucket/prefix``, ``gs://bucket/prefix`` or ``oci://host/repo:tag``
+selects its provider
 whatever enum the client sent (ModelExpress clients often leave it at HUGGING_FACE = 0);
 plain names (``org/model``) use the enum: HUGGING_FACE=0, NGC=1, GCS=2, S3=3.
 """
@@ -19,7 +20,8 @@ PROTO_ENUM: Mapping[int, str] = {0: "huggingface", 1: "ngc", 2: "gcs", 3: "s3"}
 """``model_express.model.ModelProvider`` value -> provider name."""
 
 ENUM_OF: Mapping[str, int] = {name: value for value, name in PROTO_ENUM.items()}
-"""Provider name -> proto enum value (the local file provider reports as HUGGING_FACE = 0)."""
+"""Provider name -> proto enum value (the file and OCI providers, which the enum cannot
+name, report as HUGGING_FACE = 0; their names' URL schemes pick them)."""
 
 SCHEMES: Mapping[str, str] = {
     "file": "file",
@@ -28,6 +30,7 @@ SCHEMES: Mapping[str, str] = {
     "gcs": "gcs",
     "ngc": "ngc",
     "hf": "huggingface",
+    "oci": "oci",
 }
 """URL scheme -> provider name."""
 

@@ -1,13 +1,17 @@
 """An in-process OCI registry for tests, speaking the distribution API on a real socket.
 
+Shared by the controller's catalog tests and the registry service's OCI provider tests
+(:mod:`.oci_push` pushes models into it).
+
 It stores blobs and manifests in memory and serves: ``/v2/``; blob upload (POST then PUT,
 or monolithic POST) and blob GET/HEAD; manifest PUT, GET/HEAD by tag or digest with
 Accept negotiation; ``tags/list`` and ``_catalog`` with ``n``/``last`` pagination and
 ``Link`` headers. Auth is none, Basic, or Bearer tokens from its ``/token`` realm (GET
 with Basic or anonymous, OAuth2 POST with a refresh token), checked per scope and
-expiring on a manual clock. ``throttle`` answers 429 with Retry-After, ``tamper`` serves
-bytes that do not match their digest, and ``harbor=True`` adds Harbor's ``/api/v2.0``
-systeminfo, projects and repositories listing (with ``_catalog`` for admins only).
+expiring on a manual clock. ``throttle`` answers 429 with Retry-After, ``tamper`` and
+``tamper_blob`` serve bytes that do not match their digest, and ``harbor=True`` adds
+Harbor's ``/api/v2.0`` systeminfo, projects and repositories listing (with ``_catalog``
+for admins only).
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ class TestRegistry:
     token_lifetime_s: int | None = 60
     clock: ManualClock = field(default_factory=ManualClock)
     harbor: bool = False
+    realm: str | None = None
+    """The token realm Bearer challenges name (None: this server's own ``/token``)."""
     max_page: int | None = None
     blobs: dict[str, bytes] = field(default_factory=dict)
     manifests: dict[str, dict[str, tuple[str, bytes]]] = field(default_factory=dict)
@@ -105,6 +111,7 @@ class TestRegistry:
     requests: list[tuple[str, str, str]] = field(default_factory=list)
     """(method, path, query) of every request, in order."""
     tampered: dict[str, bytes] = field(default_factory=dict)
+    tampered_blobs: dict[str, bytes] = field(default_factory=dict)
     manifest_gate: asyncio.Event | None = None
     """When set, manifest GETs wait on it: lets a test see how many run at once."""
     in_flight: int = 0
@@ -123,6 +130,10 @@ class TestRegistry:
     def tamper(self, digest: str, body: bytes) -> None:
         """Serve ``body`` for the manifest ``digest`` (still claiming ``digest``)."""
         self.tampered[digest] = body
+
+    def tamper_blob(self, digest: str, body: bytes) -> None:
+        """Serve ``body`` for the blob ``digest`` (still claiming ``digest``)."""
+        self.tampered_blobs[digest] = body
 
     def revoke_tokens(self) -> None:
         """Forget every issued token, as a token service rotating its keys would."""
@@ -151,7 +162,7 @@ class TestRegistry:
         if self.auth == "basic":
             header = f'Basic realm="{SERVICE}"'
         else:
-            realm = f"{request.url.scheme}://{request.url.netloc}/token"
+            realm = self.realm or f"{request.url.scheme}://{request.url.netloc}/token"
             header = f'Bearer realm="{realm}",service="{SERVICE}"'
             header += f',scope="{scope}"' if scope else ""
         return _error(401, "UNAUTHORIZED", "authentication required", {"WWW-Authenticate": header})
@@ -280,7 +291,7 @@ class TestRegistry:
             return denied
         if digest not in self.blobs:
             return _error(404, "BLOB_UNKNOWN", f"blob {digest} not known")
-        body = self.blobs[digest]
+        body = self.tampered_blobs.get(digest, self.blobs[digest])
         headers = {"Docker-Content-Digest": digest, "Content-Length": str(len(body))}
         return Response(b"" if request.method == "HEAD" else body, headers=headers,
                         media_type="application/octet-stream")  # fmt: skip

@@ -1,5 +1,8 @@
 """Push model artifacts into a registry over the distribution API, for tests.
 
+Shared by the controller's catalog tests and the registry's OCI provider tests; it
+speaks the API itself (httpx, a minimal challenge parser) so it imports neither.
+
 A model is pushed as OCI artifacts are: safetensors-like blobs (an 8-byte little-endian
 header length, a JSON header, zeroed tensor data) uploaded with POST+PUT, then an OCI
 image manifest with ``artifactType`` and the empty config (or an OCI artifact manifest
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,9 +21,12 @@ from typing import Any
 
 import httpx
 
-from flexinfer_controller.catalog.auth import parse_challenge
-from flexinfer_controller.catalog.manifest import OCI_ARTIFACT, OCI_INDEX, OCI_MANIFEST
-
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_ARTIFACT = "application/vnd.oci.artifact.manifest.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+TITLE = "org.opencontainers.image.title"
+"""The layer annotation ORAS names a pushed file by."""
 MODEL_ARTIFACT_TYPE = "application/vnd.flexinfer.model.v1"
 SAFETENSORS_MEDIA_TYPE = "application/vnd.flexinfer.model.layer.v1.safetensors"
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
@@ -74,7 +81,7 @@ class ModelPusher:
         async with httpx.AsyncClient(base_url=self.url, timeout=30) as http:
             layers = [
                 {**await self._blob(http, repository, data), "mediaType": SAFETENSORS_MEDIA_TYPE,
-                 "annotations": {"org.opencontainers.image.title": name}}
+                 "annotations": {TITLE: name}}
                 for name, data in files.items()
             ]  # fmt: skip
             doc: dict[str, Any] = {"schemaVersion": 2, "artifactType": MODEL_ARTIFACT_TYPE}
@@ -90,6 +97,16 @@ class ModelPusher:
             if annotations:
                 doc["annotations"] = dict(annotations)
             return await self._manifest(http, repository, tag, doc)
+
+    async def push_blob(self, repository: str, data: bytes) -> dict[str, Any]:
+        """Upload one blob; its descriptor's ``digest`` and ``size``."""
+        async with httpx.AsyncClient(base_url=self.url, timeout=30) as http:
+            return await self._blob(http, repository, data)
+
+    async def push_manifest(self, repository: str, tag: str, doc: Mapping[str, Any]) -> str:
+        """Push ``doc`` as it is (any media type, any annotations) tagged ``tag``; its digest."""
+        async with httpx.AsyncClient(base_url=self.url, timeout=30) as http:
+            return await self._manifest(http, repository, tag, dict(doc))
 
     async def push_index(
         self, repository: str, tag: str, children: Mapping[str, int], annotations: Mapping[str, str]
@@ -142,14 +159,25 @@ class ModelPusher:
             response = await http.request(
                 method, url, headers=headers, auth=auth if use_basic else None, **kwargs
             )
-            challenge = parse_challenge(response.headers.get("www-authenticate", ""))
-            if response.status_code != 401 or challenge is None or challenge.scheme != "bearer":
+            challenge = _bearer_params(response.headers.get("www-authenticate", ""))
+            if response.status_code != 401 or challenge is None:
                 return response
             token = await http.get(
-                challenge.realm,
-                params={"service": challenge.params.get("service", ""),
+                challenge.get("realm", ""),
+                params={"service": challenge.get("service", ""),
                         "scope": f"repository:{repository}:pull,push"},
                 auth=auth,
             )  # fmt: skip
             self._tokens[repository] = token.json()["token"]
         return response
+
+
+def _bearer_params(header: str) -> dict[str, str] | None:
+    """The parameters of a ``Bearer k="v",...`` challenge (None for any other scheme).
+
+    Deliberately simple: it reads only what :mod:`.oci_registry` sends, and stays apart from
+    the parsers under test."""
+    scheme, _, rest = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return {k.lower(): v for k, v in re.findall(r'([A-Za-z]+)="([^"]*)"', rest)}
