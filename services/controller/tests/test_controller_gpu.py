@@ -10,7 +10,9 @@ import pytest
 from flexinfer_common.api import GPUSpec
 from flexinfer_controller.backends import default_backends
 from flexinfer_controller.backends.base import Backend
+from flexinfer_controller.core.controller import Controller
 from flexinfer_controller.core.gpu import (
+    RECHECK_S,
     MostVRAMPlacer,
     NodeGPU,
     Placement,
@@ -166,6 +168,12 @@ async def test_an_ambiguous_fleet_keeps_the_model_pending_until_the_vendor_is_se
         assert pending.status.message is not None
         assert "set spec.gpu.vendor" in pending.status.message
         assert pending.status.gpu is None
+        # Looked at again in 30 s (the seed's requeue): the queue's timer shows it.
+        controller: Controller = h.app.state.controller
+        assert await controller.sync("default/tiny")
+        due = controller.queue.due_in("default/tiny")
+        assert due is not None
+        assert RECHECK_S - 5 < due <= RECHECK_S
 
         doc = model_doc("tiny", source)
         doc["spec"]["gpu"] = {"vendor": "amd"}

@@ -15,6 +15,8 @@ from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import create_store
+from flexinfer_controller.core.controller import Controller
+from flexinfer_controller.core.gpu import RECHECK_S
 from flexinfer_controller.testing import (
     demand,
     engine_pids,
@@ -237,3 +239,17 @@ async def test_source_not_ready_is_pending(tmp_path: Path) -> None:
         fake_model_dir(tmp_path / "nowhere")
         await h.publish(topics.DEMAND, demand("default/missing"))
         await h.wait_phase("missing", "Ready")
+
+
+async def test_a_serving_model_is_reconciled_again_in_30s(tmp_path: Path) -> None:
+    """Post-reconcile, as the seed: a Model with ready replicas is requeued after 30 s, so
+    that its KV-cache readings stay fresh; the queue's timer shows it, nobody waits 30 s."""
+    source = fake_model_dir(tmp_path / "m").as_uri()
+    async with run_controller(tmp_path) as h:
+        await h.put_model(model_doc("tiny", source, minReplicas=1))
+        await h.wait_phase("tiny", "Ready")
+        controller: Controller = h.app.state.controller
+        assert await controller.sync("default/tiny")
+        due = controller.queue.due_in("default/tiny")
+        assert due is not None
+        assert RECHECK_S - 5 < due <= RECHECK_S

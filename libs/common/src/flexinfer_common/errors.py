@@ -45,15 +45,34 @@ class ConflictError(FlexInferError):
 
 
 class PermanentError(FlexInferError):
-    """An operation failed and will fail again the same way: do not retry."""
+    """An operation failed and will fail again the same way: do not retry.
+
+    ``status_reason`` is a CamelCase word for a status condition's reason (``Invalid``);
+    None: the caller picks one.
+    """
+
+    status_reason: str | None = None  # also for subclasses whose __init__ does not pass it
+
+    def __init__(self, message: str, *, status_reason: str | None = None) -> None:
+        super().__init__(message)
+        self.status_reason = status_reason
 
 
 class TemporaryError(FlexInferError):
-    """An operation failed but may succeed later; ``delay`` is the suggested wait in seconds."""
+    """An operation failed but may succeed later; ``delay`` is the suggested wait in seconds.
 
-    def __init__(self, message: str, *, delay: float = 1.0) -> None:
+    ``status_reason`` is a CamelCase word for a status condition's reason (``Conflict``);
+    None: the caller picks one.
+    """
+
+    status_reason: str | None = None  # also for subclasses whose __init__ does not pass it
+
+    def __init__(
+        self, message: str, *, delay: float = 1.0, status_reason: str | None = None
+    ) -> None:
         super().__init__(message)
         self.delay = delay
+        self.status_reason = status_reason
 
 
 class BusError(TemporaryError):

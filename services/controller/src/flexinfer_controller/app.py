@@ -27,9 +27,11 @@ from flexinfer_controller.catalog.wiring import CatalogSources, catalog_controll
 from flexinfer_controller.core.adapters import AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
 from flexinfer_controller.core.feed import ModelFeed, NoFeed
+from flexinfer_controller.core.gpu import MostVRAMPlacer, Placer
 from flexinfer_controller.core.kvcache import KVCacheCheck
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.models import ModelService
+from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
 from flexinfer_controller.runtime import create_inventory, create_prestart, create_runtime
 from flexinfer_controller.runtime.registry import runtime_plugin
 from flexinfer_controller.settings import ControllerSettings
@@ -54,6 +56,17 @@ def controller_config(settings: ControllerSettings) -> ControllerConfig:
     )
 
 
+def create_placer(settings: ControllerSettings) -> Placer:
+    """Step 3's placement seam: which fitting node a Model goes to (the scheduler's
+    placement core is to be chosen here from ``settings``)."""
+    return MostVRAMPlacer()
+
+
+def create_shared_gpu(settings: ControllerSettings) -> SharedGPUHook:
+    """Step 4's shared-GPU hook (GPU sharing is to be built here from ``settings``)."""
+    return NoSharing()
+
+
 def create_app(
     settings: ControllerSettings,
     *,
@@ -62,13 +75,17 @@ def create_app(
     feed: ModelFeed | None = None,
     catalog_sources: CatalogSources | None = None,
     catalog_client: ClientOptions | None = None,
+    placer: Placer | None = None,
+    shared_gpu: SharedGPUHook | None = None,
 ) -> FastAPI:
     """The controller app; its lifespan adopts engines and runs the reconciler.
 
     ``feed`` reports Model changes made behind the admin API's back (the apiserver's
     informers on Kubernetes); none is needed with the SQL store. ``catalog_sources``
     (default: the runtime's) is where ModelCatalogs read Secrets and learn of changes;
-    ``catalog_client`` overrides the registry client's options.
+    ``catalog_client`` overrides the registry client's options. ``placer`` and
+    ``shared_gpu`` (default: ``create_placer`` and ``create_shared_gpu``) are the reconcile's
+    placement seam and shared-GPU hook.
 
     ConfigError when the admin API would be open beyond loopback (see ``AdminAuthSettings``).
     """
@@ -113,6 +130,8 @@ def create_app(
         cache_factory=partial(create_model_cache, settings),
         kv_check=KVCacheCheck(engine_metrics),
         sources=plugin.sources,
+        placer=placer or create_placer(settings),
+        shared_gpu=shared_gpu or create_shared_gpu(settings),
     )
     controller_ = controller
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)

@@ -30,6 +30,7 @@ from flexinfer_common.bus import Consumer, EventBus, topics
 from flexinfer_common.serving import serve_in_background as serve_asgi
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import ModelStore, create_store
+from flexinfer_controller.core.sharing import SharedGPUHook
 from flexinfer_controller.runtime.base import ReplicaEvent
 from flexinfer_controller.runtime.local import runtime_id
 from flexinfer_controller.settings import ControllerSettings
@@ -276,7 +277,12 @@ class Harness:
 
 @asynccontextmanager
 async def run_controller(
-    tmp_path: Path, *, store: Any = None, bus: Any = None, **overrides: Any
+    tmp_path: Path,
+    *,
+    store: Any = None,
+    bus: Any = None,
+    shared_gpu: SharedGPUHook | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[Harness]:
     """Run the controller app (fake engine, fast timings) until the block ends."""
     import httpx
@@ -303,7 +309,7 @@ async def run_controller(
     store = store or create_store(StoreSettings(url=f"sqlite:///{tmp_path / 'store.db'}"))
     bus = bus or MemoryBus()
     probe = bus.consumer(topics.ENDPOINTS, f"probe-{os.urandom(3).hex()}", "probe")
-    app = create_app(settings, bus=bus, store=store)
+    app = create_app(settings, bus=bus, store=store, shared_gpu=shared_gpu)
     try:
         async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
             yield Harness(url, client, app, store, bus, probe)

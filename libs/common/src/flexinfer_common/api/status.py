@@ -30,6 +30,8 @@ class ConditionType(StrEnum):
     READY = "Ready"
     SCHEDULABLE = "Schedulable"
     CONFIG_VALID = "ConfigValid"
+    RECONCILED = "Reconciled"
+    """FlexInfer's own: present (False) only while reconciles fail, with the error."""
 
 
 class GPUStatus(ApiModel):

@@ -20,13 +20,14 @@ from flexinfer_controller.core.cache import ModelCache, NoRegistryCache, Notify
 from flexinfer_controller.core.consumers import EventLoop
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.endpoints import EndpointPublisher
-from flexinfer_controller.core.gpu import GPUInventory
+from flexinfer_controller.core.gpu import GPUInventory, Placer
 from flexinfer_controller.core.kvcache import KVCacheCheck
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.prestart import PreStart
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.reconciler import Reconciler
+from flexinfer_controller.core.sharing import SharedGPUHook
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.core.workers import Backoff, run_worker
 from flexinfer_controller.runtime import ReplicaEvent, ReplicaListener, Runtime
@@ -68,7 +69,11 @@ class Controller:
         kv_check: KVCacheCheck | None = None,
         cache_factory: Callable[[Notify], ModelCache] | None = None,
         sources: Callable[[str], SourceResolution] | None = None,
+        placer: Placer | None = None,
+        shared_gpu: SharedGPUHook | None = None,
     ) -> None:
+        """``placer`` picks a node among the fitting ones (step 3; default: the one with the
+        most VRAM); ``shared_gpu`` arbitrates shared GPUs (step 4; default: no sharing)."""
         self._config = config
         self._store = store
         self._bus = bus
@@ -87,6 +92,8 @@ class Controller:
         if cache is None:
             cache = cache_factory(self._requeue) if cache_factory else NoRegistryCache()
         self.cache = cache
+        self._backoff = Backoff(max_s=30.0)
+        """A failed reconcile is retried after 0.1 s, doubling up to 30 s."""
         self.reconciler = Reconciler(
             store=store,
             runtime=self.runtime,
@@ -102,10 +109,11 @@ class Controller:
             kv_check=kv_check,
             cache=self.cache,
             sources=sources or resolve_source,
+            backoff=self._backoff,
+            placer=placer,
+            shared_gpu=shared_gpu,
         )
         self._tasks: list[asyncio.Task[None]] = []
-        self._backoff = Backoff(max_s=30.0)
-        """A failed reconcile is retried after 0.1 s, doubling up to 30 s."""
         self._loops: list[EventLoop] = []
         self.ready = False
 

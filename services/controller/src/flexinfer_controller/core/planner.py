@@ -2,9 +2,11 @@
 
 The reconcile's steps before anything is started, in the seed's order: the backend from
 the plugin registry, the source (and, for a remote one, the cache's download), detectGPU
-and the compatibility check, the launch rendered for where the Model was placed, crash
-loops, and the desired replicas. ``Planner.plan`` reads state and queues rechecks; it
-starts nothing, so running it again changes nothing.
+and the compatibility check (which node: the ``Placer``, the seam of the scheduler's
+placement core), the launch rendered for where the Model was placed, crash loops, the
+desired replicas, and what the shared-GPU hook (``sharing``) lets of them run.
+``Planner.plan`` reads state and queues rechecks; it starts nothing, so running it again
+changes nothing (a stateful hook aside, which arbitrates again the same way).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.desired import desired_replicas
 from flexinfer_controller.core.gpu import RECHECK_S, GPUInventory, Placer, Unplaced, place
 from flexinfer_controller.core.queue import WorkQueue
+from flexinfer_controller.core.sharing import SharedGPUHook
 from flexinfer_controller.core.sources import SourceResolution, SourceState, source_hold
 from flexinfer_controller.core.status import Verdict
 
@@ -72,6 +75,7 @@ class Planner:
     context: LaunchContext
     crashes: CrashTracker
     queue: WorkQueue
+    sharing: SharedGPUHook
 
     def relaunch(self, model: Model, plan: Plan, model_dir: Path) -> LaunchSpec:
         """The plan's launch rendered again for ``model_dir`` (a pre-start copy)."""
@@ -79,7 +83,7 @@ class Planner:
         assert backend is not None  # the plan was made with it
         return launch(backend, model, model_dir, plan.context or self.context)
 
-    def plan(self, model: Model, active_at: datetime | None) -> Plan:
+    async def plan(self, model: Model, active_at: datetime | None) -> Plan:
         """The verdict, how to launch and the desired replicas, from the spec alone."""
         spec = model.spec
         backend = self.backends.get(spec.backend)
@@ -134,8 +138,11 @@ class Planner:
         if wanted.idle_at is not None:
             delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
             self.queue.add_after(model.key, delay)
-        verdict = Verdict(cached=cached, cache=detail, gpu=gpu)
-        return Plan(verdict, launch_spec, wanted.replicas, source.path, context=ctx)
+        shared = await self.sharing.arbitrate(model, gpu, wanted.replicas)
+        if shared.recheck_s is not None:
+            self.queue.add_after(model.key, shared.recheck_s)
+        verdict = Verdict(cached=cached, cache=detail, gpu=gpu, shared=shared.verdict)
+        return Plan(verdict, launch_spec, max(0, shared.replicas), source.path, context=ctx)
 
     def _launch(
         self, model: Model, backend: Backend, model_dir: Path | None, gpu: GPUStatus | Verdict

@@ -59,6 +59,13 @@ class WorkQueue:
             current[1].cancel()
         self._timers[key] = (when, loop.call_at(when, self._fire, key))
 
+    def due_in(self, key: str) -> float | None:
+        """Seconds until the delayed add of ``key`` fires; None when none is pending."""
+        timer = self._timers.get(key)
+        if timer is None:
+            return None
+        return timer[0] - asyncio.get_running_loop().time()
+
     def _fire(self, key: str) -> None:
         self._timers.pop(key, None)
         self.add(key)

@@ -20,6 +20,7 @@ from flexinfer_common.errors import (
     ConflictError,
     FlexInferError,
     NotFoundError,
+    PermanentError,
     TemporaryError,
 )
 from flexinfer_common.store import ModelStore
@@ -36,6 +37,7 @@ from flexinfer_controller.core.cache import (
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.desired import busy_until, desired_replicas
 from flexinfer_controller.core.endpoints import EndpointPublisher
+from flexinfer_controller.core.failures import Failures
 from flexinfer_controller.core.finalizer import ensure_finalizer, release_finalizer
 from flexinfer_controller.core.gpu import (
     RECHECK_S,
@@ -50,23 +52,20 @@ from flexinfer_controller.core.planner import Plan, Planner
 from flexinfer_controller.core.prestart import NoPreStart, PreStart
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
-from flexinfer_controller.core.sources import SourceResolution, SourceState, resolve_source
+from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
+from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.core.status import (
     Verdict,
     build_external_status,
     build_status,
     phase_change,
 )
+from flexinfer_controller.core.workers import Backoff
 from flexinfer_controller.runtime import Replica, ReplicaState, Runtime
 
 log = logging.getLogger(__name__)
 
 _MAX_CONFLICT_RETRIES = 5
-_IDLE_SLACK_S = 0.01
-"""Reconcile just after the idle deadline so the comparison sees it expired."""
-_PULLED = SourceResolution(
-    SourceState.READY, reason="Cached", message="the backend pulls the model itself"
-)
 
 
 class Reconciler:
@@ -90,8 +89,12 @@ class Reconciler:
         cache: ModelCache | None = None,
         kv_check: KVCacheCheck | None = None,
         sources: Callable[[str], SourceResolution] = resolve_source,
+        backoff: Backoff | None = None,
+        shared_gpu: SharedGPUHook | None = None,
     ) -> None:
         self._store = store
+        # The workers' backoff: a failure's status tells the delay the worker will use.
+        self._failures = Failures(backoff or Backoff(max_s=30.0))
         self._cache: ModelCache = cache or NoRegistryCache()
         self._planner = Planner(
             backends=backends,
@@ -102,6 +105,7 @@ class Reconciler:
             context=launch_context,
             crashes=crashes,
             queue=queue,
+            sharing=shared_gpu or NoSharing(),
         )
         self._kv = kv_check or KVCacheCheck(NoEngineMetrics())
         self._prestart: PreStart = prestart or NoPreStart()
@@ -136,11 +140,42 @@ class Reconciler:
                     await self._teardown(key)
                     await release_finalizer(self._store, model)
                     return
-                await self._reconcile_model(await ensure_finalizer(self._store, model))
+                await self._converge(model)
                 return
             except ConflictError:
                 log.debug("status of %s changed while reconciling; retrying", key)
         raise TemporaryError(f"{key}: the stored model kept changing during reconcile", delay=0.5)
+
+    async def _converge(self, model: Model) -> None:
+        """Reconcile a live Model; a failure is told in its status (see ``failures``)."""
+        if self._failures.held(model):
+            return  # a PermanentError was written for this spec: only a new one is tried
+        wait = self._failures.wait_s(model)
+        if wait > 0:
+            self._queue.add_after(model.key, wait)  # its retry is due then, not before
+            return
+        try:
+            model = await ensure_finalizer(self._store, model)
+            await self._reconcile_model(model)
+        except ConflictError:
+            raise  # the stored Model changed under us: read it again
+        except PermanentError as exc:
+            await self._write_status(model, self._failures.permanent(model, exc))
+            self._failures.hold(model)
+            return
+        except Exception as exc:
+            told = self._failures.retrying(model, exc)
+            if told is not None:
+                await self._tell(model, told)
+            raise  # the worker queues the retry
+        self._failures.succeeded(model.key)
+
+    async def _tell(self, model: Model, status: ModelStatus) -> None:
+        """Write a retried failure's status; the failure itself is what the caller raises."""
+        try:
+            await self._write_status(model, status)
+        except FlexInferError as exc:  # the store may be what failed
+            log.debug("cannot write the failure of %s to status: %s", model.key, exc)
 
     def _last_active(self, model: Model) -> datetime | None:
         stored, noted = model.status.last_active_time, self._activity.get(model.key)
@@ -158,7 +193,7 @@ class Reconciler:
             await self._reconcile_external(model, replicas, last_active)
             return
         active_at = busy_until(last_active, replicas)
-        plan = self._planner.plan(model, active_at)
+        plan = await self._planner.plan(model, active_at)
         verdict, desired = plan.verdict, plan.desired
         # A cold start: replicas are wanted and none serves yet (the proxy queues requests).
         cold = not any(r.state is ReplicaState.READY for r in replicas)
@@ -192,7 +227,8 @@ class Reconciler:
         ready = [r for r in running if r.state is ReplicaState.READY]
         status = await self._with_kv_cache(model, status, ready)
         await self._publisher.sync(key, ready, status.phase.value, blocked_reason(status))
-        self._report_progress(model, status, ready, active_at, plan.download)
+        held = plan.verdict.shared is not None
+        self._report_progress(model, status, ready, active_at, plan.download, held)
         for replica in to_stop:
             await self._runtime.stop(replica.id)
         # ensureService/ensureDeployment before status, as the seed: a status that reports
@@ -242,13 +278,17 @@ class Reconciler:
         ready: list[Replica],
         active_at: datetime | None,
         download: DownloadProgress | None,
+        held: bool,
     ) -> None:
-        """Advance the cold-start phases the proxy shows to waiting clients."""
+        """Advance the cold-start phases the proxy shows to waiting clients (``held``: the
+        shared-GPU hook holds the Model back; no start is under way)."""
         key = model.key
         if ready:
             latest = max(ready, key=lambda r: r.ready_at or 0.0)
             took = latest.ready_at - latest.started_at if latest.ready_at is not None else None
             self._progress.ready(key, took)
+        elif held:
+            self._progress.abandon(key)
         elif status.phase is ModelPhase.PENDING:
             # Weights not in place: a start that is wanted waits for the pull.
             if desired_replicas(model.spec, active_at, utcnow()).replicas > 0:
@@ -322,5 +362,6 @@ class Reconciler:
         await self._prestart.release(key)
         await self._cache.release(key)
         self._activity.pop(key, None)
+        self._failures.forget(key)
         self._crashes.forget(key)
         self._progress.forget(key)

@@ -9,6 +9,7 @@ from datetime import datetime
 from flexinfer_common.api import Condition, Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import ConditionStatus, set_condition
 from flexinfer_common.api.status import CacheStatus, ConditionType, GPUStatus
+from flexinfer_controller.core.sharing import Hold, SharedVerdict
 from flexinfer_controller.runtime import Replica, ReplicaState
 
 
@@ -34,11 +35,13 @@ class Verdict:
     """Not schedulable *yet* (no fitting node now): Pending, not Failed."""
     gpu: GPUStatus | None = None
     """Where detectGPU placed the model; None when it was not placed."""
+    shared: SharedVerdict | None = None
+    """Why the shared-GPU hook runs fewer replicas than desired (Preempted, queued)."""
 
 
 def phase_of(verdict: Verdict, desired: int, running: int, ready: int) -> ModelPhase:
-    """Failed > Pending (no fitting node yet, or the source) > Ready > Idle > Loading, as
-    the seed's status flow."""
+    """Failed > Pending (no fitting node yet, or the source) > the shared-GPU hook's
+    Preempted or Pending > Ready > Idle > Loading, as the seed's status flow."""
     unschedulable = not verdict.schedulable[0]
     if not verdict.config_valid[0] or verdict.crash_loop:
         return ModelPhase.FAILED
@@ -46,6 +49,9 @@ def phase_of(verdict: Verdict, desired: int, running: int, ready: int) -> ModelP
         return ModelPhase.FAILED
     if unschedulable or (verdict.cached is not None and not verdict.cached[0]):
         return ModelPhase.PENDING
+    if verdict.shared is not None:
+        preempted = verdict.shared.hold is Hold.PREEMPTED
+        return ModelPhase.PREEMPTED if preempted else ModelPhase.PENDING
     if ready > 0:
         return ModelPhase.READY
     if desired == 0 and running == 0:
@@ -73,7 +79,7 @@ def build_status(
         (ConditionType.LOADED, loaded),
         (ConditionType.READY, loaded),
     ]
-    conditions = list(model.status.conditions)
+    conditions = _cleared(model.status.conditions)
     for kind, (ok, reason, message) in checks:
         value: ConditionStatus = "Unknown" if ok is None else ("True" if ok else "False")
         cond = Condition(
@@ -101,6 +107,8 @@ def build_status(
 def _loaded(verdict: Verdict, phase: ModelPhase, desired: int) -> tuple[bool | None, str, str]:
     if verdict.crash_loop:
         return False, "CrashLoopBackOff", verdict.crash_loop
+    if verdict.shared is not None and phase is not ModelPhase.FAILED:
+        return False, verdict.shared.reason, verdict.shared.message
     if phase is ModelPhase.READY:
         return True, "BackendReady", "at least one replica serves"
     if phase in (ModelPhase.FAILED, ModelPhase.PENDING):
@@ -129,7 +137,7 @@ def build_external_status(model: Model, *, last_active: datetime | None) -> Mode
         (ConditionType.LOADED, "True", message),
         (ConditionType.READY, "True", message),
     ]
-    conditions = list(model.status.conditions)
+    conditions = _cleared(model.status.conditions)
     for kind, value, text in checks:
         cond = Condition(
             type=kind.value,
@@ -153,6 +161,48 @@ def build_external_status(model: Model, *, last_active: datetime | None) -> Mode
         }
     )
 
+
+def failed_status(model: Model, reason: str, message: str) -> ModelStatus:
+    """Failed at this generation by an error no retry fixes; Reconciled=False tells it."""
+    message = message[:_MAX_MESSAGE]
+    return model.status.model_copy(
+        update={
+            "phase": ModelPhase.FAILED,
+            "conditions": _failure(model, reason, message),
+            "observed_generation": model.metadata.generation,
+            "message": message,
+        }
+    )
+
+
+def retrying_status(model: Model, reason: str, message: str) -> ModelStatus:
+    """The status as it is, with Reconciled=False saying what failed and when it is retried.
+
+    The phase and observedGeneration stay: nothing of the spec was converged, and what runs
+    keeps serving meanwhile.
+    """
+    conditions = _failure(model, reason, message[:_MAX_MESSAGE])
+    return model.status.model_copy(update={"conditions": conditions})
+
+
+def _failure(model: Model, reason: str, message: str) -> list[Condition]:
+    cond = Condition(
+        type=ConditionType.RECONCILED.value,
+        status="False",
+        reason=reason,
+        message=message,
+        observed_generation=model.metadata.generation,
+    )
+    return set_condition(list(model.status.conditions), cond)
+
+
+def _cleared(conditions: list[Condition]) -> list[Condition]:
+    """``conditions`` without Reconciled: a reconcile that got this far did not fail."""
+    return [c for c in conditions if c.type != ConditionType.RECONCILED.value]
+
+
+_MAX_MESSAGE = 2000
+"""An apiserver's refusal can list every invalid field; status keeps the start of it."""
 
 _BLOCKED = frozenset({ModelPhase.FAILED, ModelPhase.PENDING})
 """Phases in which the model waits on something a person may have to fix."""

@@ -28,11 +28,22 @@ class Backoff:
 
     def failed(self, key: str, exc: BaseException) -> float:
         """Count a failure of ``key``; the delay before its retry, in seconds."""
-        count = self._failures[key] = self._failures.get(key, 0) + 1
+        delay = self.next_delay(key, exc)
+        self._failures[key] = self.failures(key) + 1
+        return delay
+
+    def next_delay(self, key: str, exc: BaseException) -> float:
+        """The delay ``failed(key, exc)`` will return, without counting the failure (the
+        reconcile tells it in status before the worker counts)."""
+        count = self.failures(key) + 1
         delay: float = min(self.max_s, _FIRST_DELAY_S * 2 ** min(count, 10))
         if isinstance(exc, TemporaryError):
             delay = max(delay, min(exc.delay, self.max_s))
         return delay
+
+    def failures(self, key: str) -> int:
+        """How many times in a row ``key`` failed so far."""
+        return self._failures.get(key, 0)
 
     def succeeded(self, key: str) -> None:
         """``key`` reconciled: its next failure starts from the first delay again."""

@@ -1,8 +1,11 @@
 """The official ``kubernetes`` client, in worker threads, with errors mapped at the boundary.
 
-404 NotFoundError, 409 ConflictError (name taken, stale resourceVersion), 422
-InvalidSpecError, 410 ResourceExpiredError (a watch's resourceVersion was compacted), anything
-else (and an unreachable apiserver) StoreError, which is temporary.
+404 NotFoundError, 409 ConflictError (name taken, stale resourceVersion), 400 and 422
+ApiRejectedError (an InvalidSpecError: the object as written is refused), 410
+ResourceExpiredError (a watch's resourceVersion was compacted), anything else (429, 5xx, and
+an unreachable apiserver) StoreError, which is temporary: its delay is the apiserver's
+Retry-After where it sent one. Each carries the apiserver's Status reason (``Invalid``,
+``TooManyRequests``) as ``status_reason`` for conditions.
 """
 
 from __future__ import annotations
@@ -39,10 +42,23 @@ MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT = (5.0, 30.0)
 """(connect, read) seconds per call: an unreachable apiserver fails fast."""
 POOL_SIZE = 16
+RETRY_S = 2.0
+"""The delay of a StoreError without Retry-After: the apiserver overloaded, restarting or
+unreachable is seldom back within a second."""
+_MAX_RETRY_AFTER_S = 30.0
 
 
 class ResourceExpiredError(StoreError):
     """410: the resourceVersion a watch asked for is older than the apiserver's history."""
+
+
+class ApiRejectedError(InvalidSpecError):
+    """400 BadRequest or 422 Invalid: the apiserver refuses the object as written; sending it
+    again fails the same way."""
+
+    def __init__(self, message: str, *, status_reason: str) -> None:
+        super().__init__(message)
+        self.status_reason = status_reason
 
 
 @dataclass(frozen=True)
@@ -84,11 +100,26 @@ def configuration(
     return config
 
 
-def _reason(exc: ApiException) -> str:
+_REASONS = {400: "BadRequest", 422: "Invalid", 429: "TooManyRequests"}
+"""Status reasons for an answer without a Status body (a proxy's, say)."""
+
+
+def _status(exc: ApiException) -> dict[str, Any]:
+    """The apiserver's Status object in the response body ({} when there is none)."""
     try:
-        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+        body = json.loads(exc.body or "{}")
     except ValueError:
-        return str(exc.reason)
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _retry_after(exc: ApiException) -> float:
+    """The Retry-After header (seconds) the apiserver sent with a 429 or 5xx, else RETRY_S."""
+    value = (exc.headers or {}).get("Retry-After")
+    try:
+        return min(max(float(value), 0.1), _MAX_RETRY_AFTER_S) if value else RETRY_S
+    except ValueError:
+        return RETRY_S
 
 
 @contextlib.contextmanager
@@ -97,16 +128,20 @@ def api_errors(what: str) -> Iterator[None]:
     try:
         yield
     except ApiException as exc:
-        message = f"kubernetes {what}: {exc.status} {_reason(exc)}"
+        status = _status(exc)
+        message = f"kubernetes {what}: {exc.status} {status.get('message') or exc.reason}"
         mapped = {404: NotFoundError, 409: ConflictError, 410: ResourceExpiredError}.get(exc.status)
         if mapped is not None:
             raise mapped(message) from exc
-        if exc.status == 422:
-            raise InvalidSpecError(message) from exc
-        raise StoreError(message) from exc
+        reason = str(status.get("reason") or "") or _REASONS.get(exc.status, "ApiServerError")
+        if exc.status in (400, 422):
+            raise ApiRejectedError(message, status_reason=reason) from exc
+        raise StoreError(message, delay=_retry_after(exc), status_reason=reason) from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise StoreError(
-            f"kubernetes {what}: apiserver unreachable or stream broken: {exc}"
+            f"kubernetes {what}: apiserver unreachable or stream broken: {exc}",
+            delay=RETRY_S,
+            status_reason="ApiServerUnreachable",
         ) from exc
 
 

@@ -20,6 +20,9 @@
 * ``adopt`` lists the pods a previous controller left and reads their Deployments.
 * ``release`` deletes what the Model's reconciles created, explicitly rather than waiting
   for the garbage collector, so a Model's deletion completes only once they are gone.
+
+Their errors are mapped at this boundary (``errors``): an object the apiserver refuses as
+written is a PermanentError, a conflict, throttling or an apiserver away a TemporaryError.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from flexinfer_controller.core.gpu import GPUInventory
 from flexinfer_controller.runtime.base import Replica, ReplicaEvent, ReplicaListener, Runtime
 from flexinfer_controller.runtime.kubernetes import plan
 from flexinfer_controller.runtime.kubernetes.apply import Applier
+from flexinfer_controller.runtime.kubernetes.errors import cluster_call
 from flexinfer_controller.runtime.kubernetes.gate import JobGate, gated
 from flexinfer_controller.runtime.kubernetes.inventory import NodeInventory
 from flexinfer_controller.runtime.kubernetes.names import object_name
@@ -146,6 +150,7 @@ class KubernetesRuntime(Runtime):
             log.info("adopted pod %s of %s at %s", replica.id, replica.model, replica.url)
         return adopted
 
+    @cluster_call("starting a replica")
     async def start(self, model: str, generation: int, spec: LaunchSpec) -> Replica:
         """Ensure the Model's objects; one more replica on its Deployment."""
         namespace, name = _split(model)
@@ -175,6 +180,7 @@ class KubernetesRuntime(Runtime):
         log.info("scaled %s to %d replica(s) (generation %d)", model, target, generation)
         return replicas_of(model, [], self._wanted[model], {})[-1]
 
+    @cluster_call("stopping a replica")
     async def stop(self, replica_id: str) -> None:
         """Mark the pod to go first and lower the replicas; a placeholder just lowers them."""
         model = placeholder_model(replica_id)
@@ -193,6 +199,7 @@ class KubernetesRuntime(Runtime):
         # else: a leftover of a rollout, which the Deployment controller removes itself
         self._stopping.add(replica_id)
 
+    @cluster_call("ensuring the Model's objects")
     async def ensure(self, model: Model, gpu: GPUStatus | None) -> None:
         """ensureService; once placed, the other objects and the Deployment (plan.standby)."""
         try:
@@ -238,6 +245,7 @@ class KubernetesRuntime(Runtime):
         stamp(deployment, model.key, model.metadata.generation or 1)
         return objects
 
+    @cluster_call("pruning failed pods")
     async def prune(self, model: str) -> builtins.list[str]:
         """Delete the Model's pods in phase Failed; the keys of those deleted."""
         # A Failed phase is final: no pod in it ever serves again.
@@ -272,6 +280,7 @@ class KubernetesRuntime(Runtime):
             out += replicas_of(key, self._live(key), self._wanted.get(key), self._ready_at)
         return out
 
+    @cluster_call("deleting the Model's objects")
     async def release(self, model: str) -> None:
         """Delete the Deployment, Service, Jobs, ConfigMap and PDB made for the Model."""
         namespace, name = _split(model)

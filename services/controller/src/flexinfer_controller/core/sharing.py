@@ -1,0 +1,68 @@
+"""Reconcile step 4, the shared-GPU hook: how many replicas a placed Model runs now.
+
+GPU sharing (issue 13) decides which Model of a GPU group holds the GPU; the reconcile core
+only asks. After detectGPU placed a Model and the serverless rule gave its desired replicas,
+the planner calls ``SharedGPUHook.arbitrate`` and runs the replicas it answers. A verdict
+says why the Model runs fewer than it wants, and becomes its phase (``Preempted``, or
+``Pending`` for a Model queued for the GPU) and its Loaded and Ready conditions, with the
+verdict's reason and message. ``NoSharing``, the default, changes nothing.
+
+The hook is asked on every reconcile of a placed Model that is neither gated by its cache
+nor crash-looping, also when it wants no replica (so that a group can hand the GPU on),
+and is built once per controller (``create_app``), so it may keep state across reconciles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from flexinfer_common.api import Model
+from flexinfer_common.api.status import GPUStatus
+
+
+class Hold(StrEnum):
+    """Why a Model runs fewer replicas than it wants, as its phase tells it."""
+
+    PREEMPTED = "Preempted"
+    """Another Model holds the GPU it had (phase Preempted)."""
+    QUEUED = "Queued"
+    """It waits for a GPU another Model holds (phase Pending)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SharedVerdict:
+    """The status a held Model shows: its hold, a condition reason and a message."""
+
+    hold: Hold
+    reason: str
+    """CamelCase, as condition reasons are (``Preempted``, ``WaitingForGPU``)."""
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sharing:
+    """The hook's answer: the replicas to run, and why fewer than desired."""
+
+    replicas: int
+    verdict: SharedVerdict | None = None
+    recheck_s: float | None = None
+    """Reconcile the Model again after this many seconds (a cooldown ends, say); None:
+    its next event or resync is soon enough."""
+
+
+class SharedGPUHook(Protocol):
+    """Arbitrates a GPU between the Models that share it."""
+
+    async def arbitrate(self, model: Model, placement: GPUStatus, desired: int) -> Sharing:
+        """The replicas ``model``, placed at ``placement``, runs now of the ``desired``."""
+        ...
+
+
+class NoSharing:
+    """No arbitration: every Model runs what it wants."""
+
+    async def arbitrate(self, model: Model, placement: GPUStatus, desired: int) -> Sharing:
+        """``desired``, without a verdict."""
+        return Sharing(desired)
