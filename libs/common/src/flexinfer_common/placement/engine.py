@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -58,7 +59,10 @@ class Placement:
         """Each node's raw score: the sum of every scorer's term."""
         totals = [0.0] * len(nodes)
         for scorer in self._scorers:
-            totals = [a + b for a, b in zip(totals, scorer.scores(pod, nodes, ctx), strict=True)]
+            terms = scorer.scores(pod, nodes, ctx)
+            if len(terms) != len(totals):
+                raise ValueError(f"{type(scorer).__name__} scored {len(terms)} of {len(totals)}")
+            totals = list(map(operator.add, totals, terms))
         return totals
 
     def best(

@@ -100,13 +100,20 @@ class ArchFilter:
         backend = pod.backend
         if backend is None:
             return [None] * len(nodes)
-        supports = self._arch.supports
-        return [
-            None
-            if node.arch is None or node.vendor is None or supports(backend, node.vendor, node.arch)
-            else f"{UNSUPPORTED_ARCH}: backend {backend} does not run on {node.vendor} {node.arch}"
-            for node in nodes
-        ]
+        # A fleet has few distinct (vendor, arch) pairs: decide each once per call.
+        verdicts: dict[tuple[str | None, str | None], str | None] = {}
+        out: list[str | None] = []
+        for node in nodes:
+            pair = (node.vendor, node.arch)
+            if pair not in verdicts:
+                verdicts[pair] = self._verdict(backend, *pair)
+            out.append(verdicts[pair])
+        return out
+
+    def _verdict(self, backend: str, vendor: str | None, arch: str | None) -> str | None:
+        if vendor is None or arch is None or self._arch.supports(backend, vendor, arch):
+            return None
+        return f"{UNSUPPORTED_ARCH}: backend {backend} does not run on {vendor} {arch}"
 
 
 class TPSScorer:
@@ -118,7 +125,9 @@ class TPSScorer:
     def scores(self, pod: PodFacts, nodes: Sequence[NodeFacts], ctx: ScoreContext) -> list[float]:
         """Benchmarked tokens/s on each node's device class, weighted."""
         tps = ctx.benchmarks.tps
-        return [tps(pod.backend, pod.model, node.device_class) * self._w for node in nodes]
+        classes = {node.device_class for node in nodes}
+        by_class = {dc: tps(pod.backend, pod.model, dc) * self._w for dc in classes}
+        return [by_class[node.device_class] for node in nodes]
 
 
 class UtilScorer:

@@ -55,15 +55,7 @@ class Extender:
         if request.node_meta is not None:
             sink = self._sink
             return [node_facts(*meta, sink) for meta in request.node_meta], []
-        known, unknown = [], []
-        get = self._nodes.get
-        for name in request.node_names or ():
-            node = get(name)
-            if node is None:
-                unknown.append(name)
-            else:
-                known.append(node)
-        return known, unknown
+        return self._nodes.split(request.node_names or [])
 
     def filter(self, request: ExtenderRequest) -> dict[str, Any]:
         """An ExtenderFilterResult: the passing nodes and each failed node's reason."""

@@ -22,6 +22,15 @@ class NodeCache:
         """The node's facts; None if the cache has not seen it."""
         return self._nodes.get(name)
 
+    def split(self, names: list[str]) -> tuple[list[NodeFacts], list[str]]:
+        """The facts of the names the cache knows, and the names it does not."""
+        nodes = self._nodes
+        found = [nodes.get(name) for name in names]
+        known = [node for node in found if node is not None]
+        if len(known) == len(found):
+            return known, []
+        return known, [name for name in names if name not in nodes]
+
     def upsert(self, node: NodeFacts) -> None:
         """Add or replace a node."""
         self._nodes[node.name] = node
