@@ -79,7 +79,7 @@ def ceiling_app(bodies: Path) -> FastAPI:
     @app.post("/{name}")
     async def answer(name: str, request: Request) -> Response:
         await request.body()
-        return Response(answers[name], media_type="application/json")
+        return Response(answers.get(name, b"{}"), media_type="application/json")
 
     return app
 
