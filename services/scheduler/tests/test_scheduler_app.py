@@ -12,7 +12,7 @@ from flexinfer_testing import skeleton
 
 async def test_health_and_metrics_over_asgi() -> None:
     app = create_app(SchedulerSettings(port=0))
-    await skeleton.check_health_and_metrics(app, unknown_path="/filter")
+    await skeleton.check_health_and_metrics(app, unknown_path="/bind")
 
 
 async def test_serves_on_a_real_socket() -> None:

@@ -1,21 +1,191 @@
-"""The scheduler's HTTP app: today health and metrics only (placement arrives in core/)."""
+"""The scheduler's HTTP app: kube-scheduler's extender verbs over the placement core."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
 
-from flexinfer_common.auth import install_admin_auth
+import anyio
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from flexinfer_common.auth import guard_paths, open_paths, resolve_admin_tokens
+from flexinfer_common.placement import (
+    BenchmarkSource,
+    InMemoryBenchmarks,
+    InMemoryTenantPods,
+    PluginDeps,
+    TenantPods,
+    TenantShare,
+    default_placement,
+)
 from flexinfer_common.telemetry import setup_telemetry
-from flexinfer_common.web import health_router, install_error_handlers
+from flexinfer_common.web import health_router, install_error_handlers, openai_error
+from flexinfer_scheduler import openapi
+from flexinfer_scheduler.adapters import kube
+from flexinfer_scheduler.core.extender import Extender
+from flexinfer_scheduler.core.nodes import NodeCache
+from flexinfer_scheduler.core.protocol import BadExtenderArgsError, ExtenderRequest, parse_args
 from flexinfer_scheduler.settings import SchedulerSettings
 
+log = logging.getLogger(__name__)
+EXTENDER_PATHS = frozenset({"/filter", "/prioritize", "/score"})
 
-def create_app(settings: SchedulerSettings) -> FastAPI:
-    """The scheduler app: /healthz, /readyz and /metrics."""
-    app = FastAPI(title="FlexInfer scheduler", docs_url=None, redoc_url=None)
+
+class MalformedCounter:
+    """Counts malformed label, annotation and ConfigMap values (then treated as absent)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._counter = Counter(
+            "flexinfer_scheduler_malformed_values",
+            "Label, annotation or benchmark values that did not parse and were ignored",
+            ["key"],
+            registry=registry,
+        )
+
+    def report(self, key: str, value: str) -> None:
+        """Count it and say which value."""
+        self._counter.labels(key).inc()
+        log.warning("ignoring malformed %s=%r", key, value[:100])
+
+
+def _tenant_gauges(registry: CollectorRegistry) -> Callable[[str, TenantShare], None]:
+    ratio = Gauge(
+        "flexinfer_scheduler_tenant_usage_ratio",
+        "A tenant's GPUs (with the pod being placed) over its quota",
+        ["namespace", "tenant"],
+        registry=registry,
+    )
+    adjustment = Gauge(
+        "flexinfer_scheduler_tenant_score_adjustment",
+        "The tenant fair-share term added to a pod's scores",
+        ["namespace", "tenant"],
+        registry=registry,
+    )
+
+    def observe(namespace: str, share: TenantShare) -> None:
+        ratio.labels(namespace, share.tenant).set(share.usage_ratio)
+        adjustment.labels(namespace, share.tenant).set(share.adjustment)
+
+    return observe
+
+
+def _install_auth(app: FastAPI, settings: SchedulerSettings) -> None:
+    # Admin auth as in every service; the extender verbs may be opened (settings.extender_open).
+    tokens = resolve_admin_tokens(settings, host=settings.host, telemetry=settings.telemetry)
+    if tokens is None:
+        return
+    unguarded = open_paths(settings.telemetry)
+    if settings.extender_open:
+        unguarded |= EXTENDER_PATHS
+    guard_paths(app, tokens, lambda path: path not in unguarded)
+
+
+def _bad_request(message: str) -> Response:
+    return openai_error(400, message, code="invalid_extender_args")
+
+
+def _json(body: Any) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
+
+
+def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any) -> None:
+    async def parsed(request: Request) -> ExtenderRequest | Response:
+        try:
+            return parse_args(json.loads(await request.body()), sink)
+        except (ValueError, UnicodeDecodeError) as exc:  # BadExtenderArgsError, JSONDecodeError
+            return _bad_request(
+                str(exc) if isinstance(exc, BadExtenderArgsError) else f"not JSON: {exc}"
+            )
+
+    @app.post("/filter", **openapi.FILTER)
+    async def filter_nodes(request: Request) -> Response:
+        """ExtenderArgs -> ExtenderFilterResult (passing nodes, failedNodes reasons)."""
+        args = await parsed(request)
+        return args if isinstance(args, Response) else _json(extender().filter(args))
+
+    async def prioritize(request: Request) -> Response:
+        """ExtenderArgs -> HostPriorityList (scores 0..10)."""
+        args = await parsed(request)
+        return args if isinstance(args, Response) else _json(await extender().prioritize(args))
+
+    app.post("/prioritize", **openapi.PRIORITIZE)(prioritize)
+    app.post("/score", **openapi.SCORE)(prioritize)
+
+
+def create_app(
+    settings: SchedulerSettings,
+    *,
+    nodes: NodeCache | None = None,
+    benchmarks: BenchmarkSource | None = None,
+    tenants: TenantPods | None = None,
+) -> FastAPI:
+    """The scheduler app: /filter, /prioritize, /score, /healthz, /readyz and /metrics.
+
+    With ``settings.kubernetes`` the node cache, benchmarks and pods come from the apiserver
+    (started in the lifespan); otherwise from the given sources (empty by default).
+    """
+    cache = nodes if nodes is not None else NodeCache()
+    state: dict[str, Any] = {}
+
+    async def ready() -> bool:
+        synced = state.get("synced")
+        return synced is None or bool(synced.is_set())
+
+    app = FastAPI(
+        title="FlexInfer scheduler",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=_lifespan(settings, cache, state),
+    )
     app.state.settings = settings
-    install_admin_auth(app, settings, host=settings.host, telemetry=settings.telemetry)
+    _install_auth(app, settings)
     install_error_handlers(app)
-    app.include_router(health_router())
-    app.state.telemetry = setup_telemetry(app, "scheduler", settings.telemetry)
+    app.include_router(health_router(ready))
+    telemetry = setup_telemetry(app, "scheduler", settings.telemetry)
+    app.state.telemetry = telemetry
+    sink = MalformedCounter(telemetry.registry)
+    placement = default_placement(PluginDeps(weights=settings.weights))
+    state["extender"] = Extender(
+        placement,
+        cache,
+        benchmarks if benchmarks is not None else InMemoryBenchmarks(),
+        tenants if tenants is not None else InMemoryTenantPods(),
+        settings.weights,
+        sink,
+        _tenant_gauges(telemetry.registry),
+    )
+    state["sink"] = sink
+    _routes(app, lambda: state["extender"], sink)
+    app.state.extender_state = state
     return app
+
+
+def _lifespan(
+    settings: SchedulerSettings, cache: NodeCache, state: dict[str, Any]
+) -> Callable[[FastAPI], Any]:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if not settings.kubernetes:
+            yield
+            return
+        api = kube.kube_api(settings.kubernetes_host, settings.kubeconfig)
+        informer = kube.NodeInformer(api, cache, state["sink"])
+        state["synced"] = informer.synced
+        extender: Extender = state["extender"]
+        extender.use_sources(
+            kube.KubeBenchmarks(api, settings.benchmark_results_configmap),
+            kube.KubeTenantPods(api, state["sink"]),
+        )
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(informer.run)
+            try:
+                yield
+            finally:
+                tasks.cancel_scope.cancel()
+        api.api_client.close()
+
+    return lifespan

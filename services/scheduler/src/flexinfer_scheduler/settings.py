@@ -6,6 +6,8 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from flexinfer_common.auth import AdminAuthSettings
+from flexinfer_common.placement import PlacementWeights
+from flexinfer_common.placement.tps import GLOBAL_RESULTS_CONFIGMAP
 from flexinfer_common.settings import LogSettings, TelemetrySettings
 
 
@@ -27,3 +29,26 @@ class SchedulerSettings(AdminAuthSettings):
 
     log: LogSettings = Field(default_factory=LogSettings)
     """Logging (``FLEXINFER_LOG_*``)."""
+
+    weights: PlacementWeights = Field(default_factory=PlacementWeights)
+    """The score's weights and tenant fair share (the seed's ``SCHED_*`` variables)."""
+
+    kubernetes: bool = False
+    """Read Nodes (an informer: the node cache of ``nodeCacheCapable``), the benchmark
+    ConfigMaps and, with fair share on, the namespace's Pods from the apiserver
+    (in-cluster config, else the kubeconfig). Off: nodes come only with each request."""
+
+    kubernetes_host: str | None = None
+    """The apiserver URL, bypassing in-cluster config and kubeconfig (tests, proxies)."""
+
+    kubeconfig: str | None = None
+    """A kubeconfig file, when not in a cluster and not ``$KUBECONFIG``."""
+
+    benchmark_results_configmap: str = GLOBAL_RESULTS_CONFIGMAP
+    """The global benchmark results ConfigMap, in each pod's namespace (the seed's
+    ``BENCHMARK_RESULTS_CONFIGMAP``)."""
+
+    extender_open: bool = False
+    """Serve /filter, /prioritize and /score without the admin token. kube-scheduler's
+    extender client cannot send a bearer token (only TLS client certificates), so a guarded
+    scheduler needs this, with a NetworkPolicy admitting only kube-scheduler."""

@@ -1,9 +1,7 @@
-"""Placement logic of the scheduler, free of any web framework.
+"""The extender protocol and the node cache, free of any web framework.
 
-Nothing is here yet, on purpose: the service today only answers health and metrics. The
-scheduler issue brings the placement core: node and GPU inventories, a registry of filters
-(vendor label present, free VRAM covers ``gpu.vramEstimateMB``, backend supports the GPU
-architecture) and scorers (tokens/s, utilisation, cost, KV-cache pressure, free VRAM, tenant
-fair share), combined as in the operator's extender. The same core serves Kubernetes'
-``/filter`` and ``/prioritize`` calls and the local runtime's placement decisions.
+The placement logic itself (filters, scorers, the score) lives in
+``flexinfer_common.placement``, shared with the controller's local runtime; this package
+turns kube-scheduler's ExtenderArgs into its inputs and its outputs into
+ExtenderFilterResult and HostPriorityList.
 """

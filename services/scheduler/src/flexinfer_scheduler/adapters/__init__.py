@@ -1,0 +1,1 @@
+"""The scheduler's edges: the only modules that import a Kubernetes client."""

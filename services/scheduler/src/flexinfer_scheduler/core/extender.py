@@ -1,0 +1,95 @@
+"""The extender's two verbs over the placement core: filter and prioritize."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flexinfer_common.placement import (
+    BenchmarkSource,
+    Malformed,
+    NodeFacts,
+    Placement,
+    PlacementWeights,
+    ScoreContext,
+    TenantPods,
+    TenantShare,
+    node_facts,
+    normalise,
+    tenant_share,
+)
+from flexinfer_scheduler.core.nodes import NodeCache
+from flexinfer_scheduler.core.protocol import ExtenderRequest
+
+UNKNOWN_NODE = "Unknown node: not in the extender's node cache"
+
+
+class Extender:
+    """Answers ExtenderArgs with ExtenderFilterResult and HostPriorityList bodies."""
+
+    def __init__(
+        self,
+        placement: Placement,
+        nodes: NodeCache,
+        benchmarks: BenchmarkSource,
+        tenants: TenantPods,
+        weights: PlacementWeights,
+        sink: Malformed,
+        on_tenant: Callable[[str, TenantShare], None] = lambda namespace, share: None,
+    ) -> None:
+        self._placement = placement
+        self._nodes = nodes
+        self._benchmarks = benchmarks
+        self._tenants = tenants
+        self._weights = weights
+        self._sink = sink
+        self._on_tenant = on_tenant
+
+    def use_sources(self, benchmarks: BenchmarkSource, tenants: TenantPods) -> None:
+        """Read benchmarks and tenant pods from these (the apiserver, once it is set up)."""
+        self._benchmarks = benchmarks
+        self._tenants = tenants
+
+    def _facts(self, request: ExtenderRequest) -> tuple[list[NodeFacts], list[str]]:
+        """The known nodes' facts (objects win over names) and the names not in the cache."""
+        if request.node_meta is not None:
+            sink = self._sink
+            return [node_facts(*meta, sink) for meta in request.node_meta], []
+        return self._nodes.split(request.node_names or [])
+
+    def filter(self, request: ExtenderRequest) -> dict[str, Any]:
+        """An ExtenderFilterResult: the passing nodes and each failed node's reason."""
+        facts, unknown = self._facts(request)
+        outcome = self._placement.filter(request.pod, facts)
+        failed = outcome.failed
+        for name in unknown:
+            failed[name] = UNKNOWN_NODE
+        result: dict[str, Any] = {
+            "nodenames": [node.name for node in outcome.passed],
+            "failedNodes": failed,
+            "failedAndUnresolvableNodes": {},
+        }
+        if request.nodes is not None:
+            passed = {node.name for node in outcome.passed}
+            result["nodes"] = {
+                "items": [
+                    obj
+                    for obj, node in zip(request.nodes, facts, strict=True)
+                    if node.name in passed
+                ]
+            }
+        return result
+
+    async def prioritize(self, request: ExtenderRequest) -> list[dict[str, Any]]:
+        """A HostPriorityList: every node's score on 0..10 (unknown nodes 0)."""
+        facts, unknown = self._facts(request)
+        ctx = ScoreContext(await self._benchmarks.results(request.pod, self._sink))
+        if self._weights.tenant_fairshare_enabled:
+            others = await self._tenants.pods(request.pod.namespace)
+            ctx.tenant = tenant_share(request.pod, others, self._weights)
+            if ctx.tenant is not None:
+                self._on_tenant(request.pod.namespace, ctx.tenant)
+        scores = normalise(self._placement.score(request.pod, facts, ctx))
+        answer = [{"host": n.name, "score": s} for n, s in zip(facts, scores, strict=True)]
+        answer.extend({"host": name, "score": 0} for name in unknown)
+        return answer
