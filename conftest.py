@@ -11,6 +11,7 @@ import pytest
 
 from flexinfer_testing.contract import Target, start_engine, start_proxy
 from flexinfer_testing.engines import Process
+from flexinfer_testing.fake_tools import FakeTool, fake_tool_maker
 from flexinfer_testing.stack import StackFactory, stack_factory
 
 
@@ -58,3 +59,9 @@ def target(request: pytest.FixtureRequest) -> Target:
     """Each contract target in turn: a contract test runs against both."""
     process: Process = request.getfixturevalue(f"contract_{request.param}")
     return Target(str(request.param), process.url)
+
+
+@pytest.fixture
+def fake_tool(tmp_path: Path, request: pytest.FixtureRequest) -> FakeTool:
+    """Makes fake command-line tools that print recorded outputs from the test's fixtures/."""
+    return fake_tool_maker(tmp_path / "bin", Path(request.path).parent / "fixtures")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
 from flexinfer_common.testing.oci_push import ModelPusher, safetensors_bytes
+from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
 from flexinfer_controller.testing import Harness, eventually, run_controller
 from flexinfer_testing.cli import flexinfer
 

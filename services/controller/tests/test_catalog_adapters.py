@@ -7,14 +7,14 @@ from collections.abc import AsyncIterator
 import pytest
 
 from flexinfer_common.errors import ConfigError
+from flexinfer_common.testing.oci_push import ModelPusher
+from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
 from flexinfer_controller.catalog.adapters import default_adapters
 from flexinfer_controller.catalog.client import ClientOptions
 from flexinfer_controller.catalog.credentials import parse_dockerconfigjson
 from flexinfer_controller.catalog.errors import RegistryAuthError
 from flexinfer_controller.catalog.harbor import HarborAdapter
 from flexinfer_controller.catalog.reference import parse_registry_url
-from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
-from flexinfer_common.testing.oci_push import ModelPusher
 from flexinfer_controller.catalog.types import RegistrySource
 
 HARBOR_USERS = {"admin": "Harbor12345", "dev": "devpass"}

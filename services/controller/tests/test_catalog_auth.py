@@ -9,13 +9,13 @@ import httpx
 import pytest
 
 from flexinfer_common.errors import PermanentError
+from flexinfer_common.testing.oci_push import ModelPusher
+from flexinfer_common.testing.oci_registry import ManualClock, TestRegistry, serve_registry
 from flexinfer_controller.catalog.auth import RegistryAuth, parse_challenge
 from flexinfer_controller.catalog.client import ClientOptions, OciClient
 from flexinfer_controller.catalog.credentials import RegistryCredentials
 from flexinfer_controller.catalog.errors import RegistryAuthError
 from flexinfer_controller.catalog.reference import parse_registry_url
-from flexinfer_common.testing.oci_registry import ManualClock, TestRegistry, serve_registry
-from flexinfer_common.testing.oci_push import ModelPusher
 
 USERS = {"alice": "wonderland", "robot$ci": "s3cret"}
 ALICE = RegistryCredentials("alice", "wonderland")

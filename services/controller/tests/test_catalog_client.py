@@ -16,6 +16,8 @@ from starlette.routing import Route
 
 from flexinfer_common.errors import NotFoundError, PermanentError, TemporaryError
 from flexinfer_common.serving import serve_in_background
+from flexinfer_common.testing.oci_push import ModelPusher, safetensors_bytes
+from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
 from flexinfer_controller.catalog.client import OciClient
 from flexinfer_controller.catalog.errors import (
     DigestMismatchError,
@@ -25,8 +27,6 @@ from flexinfer_controller.catalog.errors import (
 from flexinfer_controller.catalog.manifest import OCI_ARTIFACT, OCI_INDEX, OCI_MANIFEST
 from flexinfer_controller.catalog.reference import parse_registry_url
 from flexinfer_controller.catalog.responses import retry_after
-from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
-from flexinfer_common.testing.oci_push import ModelPusher, safetensors_bytes
 
 WEIGHTS = safetensors_bytes({"w": (64, 32), "b": (32,)})
 

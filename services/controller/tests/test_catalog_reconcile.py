@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from flexinfer_common.api import ModelCatalog
+from flexinfer_common.testing.oci_push import ModelPusher, safetensors_bytes
+from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
 from flexinfer_controller.catalog.controller import CatalogController
 from flexinfer_controller.catalog.reference import parse_registry_url
 from flexinfer_controller.catalog.settings import CatalogSettings
-from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
-from flexinfer_common.testing.oci_push import ModelPusher, safetensors_bytes
 from flexinfer_controller.testing import Harness, eventually, model_doc, run_controller
 
 WEIGHTS = safetensors_bytes({"w": (8, 8)})

@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from flexinfer_common.testing.oci_push import ModelPusher, safetensors_bytes
+from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
 from flexinfer_controller.catalog.credentials import parse_dockerconfigjson
 from flexinfer_controller.catalog.errors import (
     DigestMismatchError,
@@ -16,8 +18,6 @@ from flexinfer_controller.catalog.errors import (
 from flexinfer_controller.catalog.reference import parse_reference, parse_registry_url
 from flexinfer_controller.catalog.resolve import resolve
 from flexinfer_controller.catalog.sync import matches, sync, sync_report
-from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
-from flexinfer_common.testing.oci_push import ModelPusher, safetensors_bytes
 from flexinfer_controller.catalog.types import CatalogFilter, CatalogSpec, RegistrySource
 from flexinfer_controller.testing import eventually
 

@@ -15,13 +15,13 @@ import pytest
 
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
+from flexinfer_common.testing.oci_push import ModelPusher, safetensors_bytes
+from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
 from flexinfer_controller.adapters.kube.catalogs import ApiServerSecrets
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.catalog.controller import CatalogController
 from flexinfer_controller.catalog.reference import parse_registry_url
 from flexinfer_controller.catalog.settings import CatalogSettings
-from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
-from flexinfer_common.testing.oci_push import ModelPusher, safetensors_bytes
 from flexinfer_controller.catalog.wiring import catalog_controller
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.runtime.registry import runtime_plugin

@@ -1,4 +1,4 @@
-"""Fake vendor tools: small executables that print a recorded output for the exact argv
+"""Fake command-line tools: small executables that print a recorded output for the exact argv
 the real tool is called with, and refuse any other (as the real one refuses a bad flag)."""
 
 from __future__ import annotations
@@ -7,11 +7,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-FIXTURES = Path(__file__).parent / "fixtures"
-
 FakeTool = Callable[..., str]
+"""``fake_tool(name, {"args": "fixture/path"}, exit_code=0, hang=False)`` -> the tool's path."""
 
 _SCRIPT = """#!{python}
 import pathlib, sys, time
@@ -27,16 +24,15 @@ sys.exit({exit_code!r})
 """
 
 
-@pytest.fixture
-def fake_tool(tmp_path: Path) -> FakeTool:
-    """``fake_tool(name, {"args": "fixture/path"}, exit_code=0, hang=False)`` → its path."""
+def fake_tool_maker(bin_dir: Path, fixtures: Path) -> FakeTool:
+    """A maker of fake tools in ``bin_dir`` whose recorded outputs are files under ``fixtures``."""
 
     def make(
         name: str, responses: dict[str, str], *, exit_code: int = 0, hang: bool = False
     ) -> str:
-        path = tmp_path / "bin" / name
-        path.parent.mkdir(exist_ok=True)
-        files = {args: str(FIXTURES / fixture) for args, fixture in responses.items()}
+        path = bin_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        files = {args: str(fixtures / fixture) for args, fixture in responses.items()}
         script = _SCRIPT.format(
             python=sys.executable, responses=files, hang=hang, exit_code=exit_code
         )
