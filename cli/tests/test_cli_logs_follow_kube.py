@@ -1,9 +1,10 @@
 """``flexinfer logs model NAME -f`` on Kubernetes: a real CLI subprocess following a pod's log
-on the fake apiserver, which streams what is appended until the pod goes."""
+on the fake apiserver, which streams what is appended until the pod goes; Ctrl-C exits 130."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -70,3 +71,12 @@ async def test_follow_prints_what_is_appended_until_the_pod_goes(
     apiserver.delete("pods", "default", "a-1")  # its container is gone: the stream ends
     code, rest, err = await finished(following)
     assert (code, rest, err) == (0, "", "")
+
+
+async def test_ctrl_c_exits_130_without_a_traceback(following: Process) -> None:
+    following.send_signal(signal.SIGINT)
+    code, rest, err = await finished(following)
+    assert code == 130, err
+    assert rest == ""
+    assert "Traceback" not in err
+    assert err.count("\n") <= 1, err
