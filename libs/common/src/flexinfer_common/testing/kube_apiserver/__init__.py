@@ -5,9 +5,10 @@ official ``kubernetes`` client talks to it over HTTP exactly as to a real cluste
 
 * core/v1 Namespaces, ConfigMaps, Secrets, ServiceAccounts, Services, PVCs, Pods (with a
   ``log`` subresource: ``set_pod_log``, and ``follow=true`` streams what ``append_pod_log``
-  adds until the client leaves or the pod is deleted); apps/v1 Deployments; batch/v1 Jobs; policy/v1 PDBs;
-  coordination.k8s.io/v1 Leases; and every CRD loaded from YAML (``k8s/crds``), validated
-  against its openAPIV3Schema with its defaults applied and unknown fields pruned;
+  adds until the client leaves or the pod is deleted); apps/v1 Deployments; batch/v1 Jobs;
+  policy/v1 PDBs; coordination.k8s.io/v1 Leases; and every CRD loaded from YAML
+  (``k8s/crds``), validated against its openAPIV3Schema with its defaults applied and
+  unknown fields pruned;
 * get, list (label selectors =, ==, !=, in, notin, exists, !exists; metadata.name and
   metadata.namespace field selectors), create (409 AlreadyExists), update (409 on a stale
   resourceVersion), patch (JSON merge patch; strategic merge patch applied as a merge
