@@ -4,9 +4,11 @@ There is no kube-apiserver where FlexInfer's tests run; this one stands in for i
 official ``kubernetes`` client talks to it over HTTP exactly as to a real cluster:
 
 * core/v1 Namespaces, ConfigMaps, Secrets, ServiceAccounts, Services, PVCs, Pods (with a
-  ``log`` subresource); apps/v1 Deployments; batch/v1 Jobs; policy/v1 PDBs;
-  coordination.k8s.io/v1 Leases; and every CRD loaded from YAML (``k8s/crds``), validated
-  against its openAPIV3Schema with its defaults applied and unknown fields pruned;
+  ``log`` subresource: ``set_pod_log``, and ``follow=true`` streams what ``append_pod_log``
+  adds until the client leaves or the pod is deleted); apps/v1 Deployments; batch/v1 Jobs;
+  policy/v1 PDBs; coordination.k8s.io/v1 Leases; and every CRD loaded from YAML
+  (``k8s/crds``), validated against its openAPIV3Schema with its defaults applied and
+  unknown fields pruned;
 * get, list (label selectors =, ==, !=, in, notin, exists, !exists; metadata.name and
   metadata.namespace field selectors), create (409 AlreadyExists), update (409 on a stale
   resourceVersion), patch (JSON merge patch; strategic merge patch applied as a merge

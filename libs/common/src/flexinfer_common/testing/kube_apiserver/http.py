@@ -89,10 +89,10 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def start_stream(self) -> None:
-        """The headers of a watch: 200, chunked, closed at the end."""
+    def start_stream(self, content_type: str = "application/json") -> None:
+        """The headers of a watch (or a followed log): 200, chunked, closed at the end."""
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
         self.end_headers()
@@ -101,7 +101,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_line(self, event: dict[str, Any]) -> None:
         """One watch event as one chunk."""
-        data = json.dumps(event).encode() + b"\n"
+        self.send_chunk(json.dumps(event).encode() + b"\n")
+
+    def send_chunk(self, data: bytes) -> None:
+        """One chunk of a stream, sent at once."""
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 

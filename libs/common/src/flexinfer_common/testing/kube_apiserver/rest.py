@@ -12,7 +12,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from flexinfer_common.testing.kube_apiserver import writes
+from flexinfer_common.testing.kube_apiserver import logs, writes
 from flexinfer_common.testing.kube_apiserver.errors import ApiError, not_found
 from flexinfer_common.testing.kube_apiserver.hooks import Call
 from flexinfer_common.testing.kube_apiserver.objects import ObjectStore, key_of
@@ -45,12 +45,13 @@ class Route:
 
 @dataclass
 class Answer:
-    """A JSON answer, a plain-text one (``text``), or a watch (``watch``)."""
+    """A JSON answer, a plain-text one (``text``, streamed on with ``follow``), or a watch."""
 
     code: int
     body: Any = None
     text: str | None = None
     watch: WatchRequest | None = None
+    follow: logs.LogFollow | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -130,13 +131,12 @@ def _list(store: ObjectStore, request: Request, where: Route) -> Answer:
 
 def _log(store: ObjectStore, request: Request, where: Route) -> Answer:
     assert where.name is not None
-    if store.get(key_of(where.rt, where.namespace, where.name)) is None:
-        raise not_found(where.rt.qualified, where.name)
-    text = store.logs.get((where.namespace or "", where.name), "")
-    tail = request.query.get("tailLines")
-    if tail is not None:
-        lines = text.splitlines(keepends=True)
-        text = "".join(lines[-int(tail) :]) if int(tail) > 0 else ""
+    namespace = where.namespace or ""
+    text, offset = logs.read(store, where.rt, namespace, where.name, request.query.get("tailLines"))
+    if request.query.get("follow", "").lower() in ("true", "1"):
+        return Answer(
+            200, text=text, follow=logs.LogFollow(where.rt, namespace, where.name, offset)
+        )
     return Answer(200, text=text)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from flexinfer_common.testing.kube_apiserver import rest, watch, writes
+from flexinfer_common.testing.kube_apiserver import logs, rest, watch, writes
 from flexinfer_common.testing.kube_apiserver.errors import REASONS, ApiError, not_found
 from flexinfer_common.testing.kube_apiserver.hooks import ANY, Call, Hooks, Match
 from flexinfer_common.testing.kube_apiserver.http import ApiHttpServer, Handler
@@ -100,6 +100,8 @@ class KubeApiServer:
             action()
         if answer.watch is not None:
             self._stream(answer.watch, handler)
+        elif answer.follow is not None:
+            self._follow(answer.text or "", answer.follow, handler)
         else:
             handler.send_json(answer)
 
@@ -126,6 +128,18 @@ class KubeApiServer:
             with store.cond:
                 store.open_watches[name] -= 1
                 store.notify()
+
+    def _follow(self, text: str, request: logs.LogFollow, handler: Handler) -> None:
+        """A followed pod log: ``text``, then what is appended, until the stream ends."""
+        try:
+            handler.start_stream("text/plain")
+            if text:
+                handler.send_chunk(text.encode())
+            for more in logs.follow(self._store, request, handler.connection):
+                handler.send_chunk(more.encode())
+            handler.end_stream(abrupt=False)
+        except OSError:
+            handler.close_connection = True  # the client went away
 
     # -- looking at and changing state --------------------------------------------------
 
@@ -228,6 +242,13 @@ class KubeApiServer:
         """The text GET .../pods/NAME/log answers."""
         with self._store.cond:
             self._store.logs[(namespace, name)] = text
+            self._store.notify()
+
+    def append_pod_log(self, namespace: str, name: str, text: str) -> None:
+        """Add ``text`` to the pod's log: open ``follow=true`` reads receive it."""
+        with self._store.cond:
+            self._store.logs[(namespace, name)] = self._store.logs.get((namespace, name), "") + text
+            self._store.notify()
 
     # -- watches ------------------------------------------------------------------------
 

@@ -42,6 +42,8 @@ class Kubelet:
     def __init__(self, api: KubeApiServer) -> None:
         self.api = api
         self.crashing: set[str] = set()
+        self.node = "node-1"
+        """The node new pods are bound to, as the scheduler would (spec.nodeName)."""
         self._ips = itertools.count(2)
         self._names = itertools.count(1)
 
@@ -84,7 +86,9 @@ class Kubelet:
             name=f"{deployment['metadata']['name']}-{next(self._names)}", namespace=namespace
         )
         meta.setdefault("annotations", {})[OWNER_ANNOTATION] = deployment["metadata"]["name"]
-        pod = self.api.create("pods", {"metadata": meta, "spec": copy.deepcopy(template["spec"])})
+        spec = copy.deepcopy(template["spec"])
+        spec.setdefault("nodeName", self.node)
+        pod = self.api.create("pods", {"metadata": meta, "spec": spec})
         name = pod["metadata"]["name"]
         model = meta["annotations"].get(MODEL_KEY_ANNOTATION)
         container = template["spec"]["containers"][0]["name"]

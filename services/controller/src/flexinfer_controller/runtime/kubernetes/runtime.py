@@ -110,6 +110,7 @@ class KubernetesRuntime(Runtime):
         self._backends = backends
         self._options = options
         self._models = KubernetesModelStore(client)
+        self._namespaces = namespaces
         self._applier = Applier(Workloads(client))
         self._informers = [
             self._pod_informer(namespace, watch_timeout_s) for namespace in namespaces
@@ -117,6 +118,8 @@ class KubernetesRuntime(Runtime):
         self._nodes = NodeInventory(client, watch_timeout_s)
         self._tasks: list[asyncio.Task[None]] = []
         self._pods: dict[str, PodView] = {}
+        self._ran_on: dict[str, set[str]] = {}
+        """By Model: the nodes its pods ran on, for the cleanup of a node tmpfs on deletion."""
         self._wanted: dict[str, Wanted] = {}
         self._stopping: set[str] = set()
         self._gone: dict[str, asyncio.Event] = {}
@@ -288,17 +291,37 @@ class KubernetesRuntime(Runtime):
             found = await self._models.get_model(namespace, name)
         except NotFoundError:
             return  # gone without our finalizer: its owner references let the GC clean up
-        nodes = sorted({p.node for p in self._pods.values() if p.model == model and p.node})
+        # Its pods are gone by now (the teardown stopped them first): where they ran is
+        # what was recorded while they did.
+        current = {p.node for p in self._pods.values() if p.model == model and p.node}
+        nodes = sorted(self._ran_on.get(model, set()) | current)
+        keep = await self._declared(model) if nodes else []
         try:
             objects = render_model(found, self._backends, self._options)
             on_delete = (
-                render_cleanup(found, self._backends, self._options, node=nodes[0]) if nodes else []
+                render_cleanup(found, self._backends, self._options, node=nodes[0], keep=keep)
+                if nodes
+                else []
             )
         except FlexInferError:  # it never rendered, so only a name can have been created
             objects = [_deployment_ref(namespace, object_name(name))]
             on_delete = []
         await self._applier.delete_all(plan.cleanup(objects, on_delete))
         self._wanted.pop(model, None)
+        self._ran_on.pop(model, None)
+
+    async def _declared(self, deleted: str) -> builtins.list[str]:
+        """The Models still declared but ``deleted``: a node tmpfs cleanup keeps their copies."""
+        # The node's /dev/shm holds the copies of every Model swapping on it; a cleanup
+        # keeping none would make each of them copy its weights again at its next start.
+        found: builtins.list[str] = []
+        for namespace in self._namespaces:
+            found += [
+                m.key
+                for m in await self._models.list_models(namespace)
+                if m.key != deleted and m.metadata.deletion_timestamp is None
+            ]
+        return sorted(set(found))
 
     def gpu_inventory(self) -> GPUInventory:
         """The GPU nodes as their labels say, watched from ``adopt`` on."""
@@ -360,6 +383,8 @@ class KubernetesRuntime(Runtime):
                 self._pod_gone(old)
             return
         self._pods[new.key] = new
+        if new.node:
+            self._ran_on.setdefault(new.model, set()).add(new.node)
         wanted = self._wanted.get(new.model)
         if new.ready and new.url and not (old is not None and old.ready and old.url):
             self._ready_at[new.key] = time.time()

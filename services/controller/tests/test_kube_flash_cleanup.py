@@ -1,0 +1,77 @@
+"""The flash loader's cleanup Job on Model deletion, through the whole controller (runtime
+kubernetes) on the fake apiserver: a Model whose copy lives in its node's /dev/shm (cache
+strategy Memory) gets, when deleted, a Job on that node that removes its copy and keeps
+those of the Models still declared."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
+from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
+from flexinfer_controller.flashload.__main__ import PROG, cleanup_parser
+from flexinfer_controller.flashload.render import MODULE
+from flexinfer_controller.runtime.kubernetes.harness import Cluster, model_body, running_cluster
+from flexinfer_controller.testing import eventually
+
+apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
+
+
+def flash_model(name: str, strategy: str = "Memory") -> dict[str, Any]:
+    """A warm CPU Model whose weights the flash loader copies to tmpfs."""
+    body = model_body(name, minReplicas=1)
+    body["spec"]["cache"] = {"strategy": strategy, "flashLoader": {"enabled": True}}
+    return body
+
+
+@pytest.fixture
+async def cluster(apiserver: KubeApiServer) -> AsyncIterator[Cluster]:
+    """A running kubelet (binding pods to ``gpu-1``) and controller."""
+    async with running_cluster(apiserver) as running:
+        running.kubelet.node = "gpu-1"
+        yield running
+
+
+def jobs(api: KubeApiServer) -> dict[str, dict[str, Any]]:
+    """The Jobs in the namespace, by name."""
+    return {j["metadata"]["name"]: j for j in api.objects("jobs", "default")}
+
+
+async def test_deleting_a_node_tmpfs_model_creates_its_cleanup_job(cluster: Cluster) -> None:
+    api = cluster.api
+    api.create("models", flash_model("tiny"))
+    api.create("models", flash_model("other"))
+    await cluster.wait_phase("Ready")
+    await cluster.wait_phase("Ready", "other")
+    assert [p["spec"]["nodeName"] for p in cluster.pods()] == ["gpu-1", "gpu-1"]
+    assert "tiny-flash-cleanup" not in jobs(api)
+
+    api.delete("models", "default", "tiny")
+    await eventually(lambda: cluster.model() is None, timeout_s=15)
+    job = jobs(api)["tiny-flash-cleanup"]
+    assert "ownerReferences" not in job["metadata"]  # it outlives the deleted Model
+    spec = job["spec"]["template"]["spec"]
+    assert spec["nodeName"] == "gpu-1"  # where the copy is
+    assert spec["volumes"] == [
+        {"name": "flash-tmpfs", "hostPath": {"path": "/dev/shm", "type": "Directory"}}
+    ]
+    (container,) = spec["containers"]
+    assert container["volumeMounts"] == [{"name": "flash-tmpfs", "mountPath": "/dev/shm"}]
+    assert container["command"][:4] == [*MODULE, "cleanup"]
+    args = cleanup_parser(PROG).parse_args(container["command"][4:])
+    # Only the deleted Model's copy goes: the Model still declared on the node keeps its own.
+    assert (str(args.dest), args.keep) == ("/dev/shm", ["default/other"])
+    assert (cluster.model("other") or {})["status"]["phase"] == "Ready"
+
+
+async def test_an_empty_dir_copy_needs_no_cleanup_job(cluster: Cluster) -> None:
+    api = cluster.api
+    api.create("models", flash_model("tiny", strategy="Local"))  # a pod's emptyDir
+    await cluster.wait_phase("Ready")
+    api.delete("models", "default", "tiny")
+    await eventually(lambda: cluster.model() is None, timeout_s=15)
+    assert api.count("create", "jobs") == 0
