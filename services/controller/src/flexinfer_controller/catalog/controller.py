@@ -10,7 +10,6 @@ net for anything missed (a catalog written by another controller to a shared dat
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -19,7 +18,7 @@ from flexinfer_common.store import ModelStore
 from flexinfer_controller.catalog.reconcile import CatalogReconciler
 from flexinfer_controller.core.feed import ModelFeed
 from flexinfer_controller.core.queue import WorkQueue
-from flexinfer_controller.core.workers import Backoff, run_worker
+from flexinfer_controller.core.workers import Backoff, Tasks
 
 log = logging.getLogger(__name__)
 MAX_ERROR_DELAY_S = 60.0
@@ -48,7 +47,7 @@ class CatalogController:
         # What fails a catalog reconcile is the store (or a conflict: a spec changed
         # mid-sync); registries' own failures are written to status, never raised here.
         self._backoff = Backoff(max_s=MAX_ERROR_DELAY_S)
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = Tasks()
 
     def enqueue(self, key: str) -> int:
         """Queue a reconcile of the catalog ``key``."""
@@ -56,25 +55,15 @@ class CatalogController:
 
     async def start(self) -> None:
         """Start the workers, the feed and the resync loop (which lists every catalog now)."""
-        for index in range(self._workers):
-            work = run_worker(self.queue, self.reconciler.reconcile, self._backoff, "catalog")
-            self._spawn(work, f"catalog-worker-{index}")
-        self._spawn(self._feed.run(self.enqueue), "catalog-feed")
-        self._spawn(self._resync_loop(), "catalog-resync")
-
-    def _spawn(self, coro: object, name: str) -> None:
-        assert asyncio.iscoroutine(coro)
-        self._tasks.append(asyncio.create_task(coro, name=name))
+        reconcile = self.reconciler.reconcile
+        self._tasks.spawn_workers(self._workers, self.queue, reconcile, self._backoff, "catalog")
+        self._tasks.spawn(self._feed.run(self.enqueue), "catalog-feed")
+        self._tasks.spawn(self._resync_loop(), "catalog-resync")
 
     async def stop(self) -> None:
         """Stop everything; a sync in flight is cancelled (the next start redoes it)."""
         self.queue.shut_down()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        await self._tasks.cancel()
 
     async def resync(self) -> None:
         """Queue every stored catalog."""

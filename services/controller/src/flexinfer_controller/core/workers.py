@@ -8,8 +8,11 @@ that is longer.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from flexinfer_common.errors import FlexInferError, TemporaryError
 from flexinfer_controller.core.queue import ShutDownError, WorkQueue
@@ -83,3 +86,39 @@ async def run_worker(
             queue.done(key)
         if on_result is not None:
             on_result(ok)
+
+
+class Tasks:
+    """A loop's background tasks (its workers, feeds, timers): started one by one, stopped
+    together."""
+
+    def __init__(self) -> None:
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._tasks)
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``coro`` as a task named ``name``."""
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    def spawn_workers(
+        self,
+        count: int,
+        queue: WorkQueue,
+        reconcile: Callable[[str], Awaitable[None]],
+        backoff: Backoff,
+        what: str,
+    ) -> None:
+        """``count`` workers taking keys of ``queue`` (tasks named ``<what>-worker-<n>``)."""
+        for index in range(count):
+            self.spawn(run_worker(queue, reconcile, backoff, what), f"{what}-worker-{index}")
+
+    async def cancel(self) -> None:
+        """Cancel every task and wait until each has ended."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()

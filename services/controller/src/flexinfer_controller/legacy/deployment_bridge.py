@@ -20,8 +20,6 @@ apiserver errors raise, and the worker retries them with backoff.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Any, Protocol
 
@@ -30,7 +28,7 @@ from flexinfer_common.api.modeldeployment import ModelDeployment, ModelDeploymen
 from flexinfer_common.errors import InvalidSpecError
 from flexinfer_controller.core.feed import ModelFeed
 from flexinfer_controller.core.queue import WorkQueue
-from flexinfer_controller.core.workers import Backoff, run_worker
+from flexinfer_controller.core.workers import Backoff, Tasks
 from flexinfer_controller.legacy import deployment_status as statuses
 from flexinfer_controller.legacy.cache_ref import NO_CACHE, CacheBinding, apply_binding, binding
 from flexinfer_controller.legacy.deployments import (
@@ -185,24 +183,17 @@ class DeploymentBridge:
         self._feed = feed
         self._workers = workers
         self._backoff = Backoff(max_s=MAX_ERROR_DELAY_S)
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = Tasks()
 
     async def start(self) -> None:
         """Start the workers and the feed."""
-        for index in range(self._workers):
-            work = run_worker(
-                self.queue, self.reconciler.reconcile, self._backoff, "modeldeployment"
-            )
-            self._tasks.append(asyncio.create_task(work, name=f"modeldeployment-worker-{index}"))
-        feed = self._feed.run(self.queue.add)
-        self._tasks.append(asyncio.create_task(feed, name="modeldeployment-feed"))
+        reconcile = self.reconciler.reconcile
+        self._tasks.spawn_workers(
+            self._workers, self.queue, reconcile, self._backoff, "modeldeployment"
+        )
+        self._tasks.spawn(self._feed.run(self.queue.add), "modeldeployment-feed")
 
     async def stop(self) -> None:
         """Stop everything; a pass in flight is cancelled (the next start redoes it)."""
         self.queue.shut_down()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        await self._tasks.cancel()

@@ -7,13 +7,11 @@ cache resynced). A reconcile that raises is retried with the shared doubling bac
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from flexinfer_controller.core.queue import WorkQueue
-from flexinfer_controller.core.workers import Backoff, run_worker
+from flexinfer_controller.core.workers import Backoff, Tasks
 
 Reconcile = Callable[[str], Awaitable[float | None]]
 """One pass over a key; the delay before the next look (None: only on events)."""
@@ -31,7 +29,7 @@ class ModelCacheController:
         self._workers = workers
         self._backoff = Backoff(max_s=MAX_ERROR_DELAY_S)
         self._queue = WorkQueue()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = Tasks()
 
     def enqueue(self, key: str) -> int:
         """Queue a reconcile of the ModelCache ``key`` (namespace/name)."""
@@ -47,19 +45,13 @@ class ModelCacheController:
         if self._tasks:
             return
         self._queue = WorkQueue()  # a stopped queue hands out nothing: start afresh
-        for index in range(self._workers):
-            work = run_worker(self._queue, self._pass, self._backoff, "modelcache")
-            self._tasks.append(asyncio.create_task(work, name=f"modelcache-worker-{index}"))
-        feed = self._feed(self.enqueue)
-        self._tasks.append(asyncio.create_task(feed, name="modelcache-feed"))
+        self._tasks.spawn_workers(
+            self._workers, self._queue, self._pass, self._backoff, "modelcache"
+        )
+        self._tasks.spawn(self._feed(self.enqueue), "modelcache-feed")
 
     async def stop(self) -> None:
         """Stop the feed and the workers; a pass in flight is cancelled (the next start
         redoes it: every pass starts from what the apiserver holds)."""
         self._queue.shut_down()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        await self._tasks.cancel()
