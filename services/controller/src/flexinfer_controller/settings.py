@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import SettingsConfigDict
 
 from flexinfer_common.auth import AdminAuthSettings
+from flexinfer_common.quantity import QUANTITY_PATTERN
 from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings, TelemetrySettings
 from flexinfer_controller.adapters.registry.settings import RegistryClientSettings
 from flexinfer_controller.catalog.settings import CatalogSettings
@@ -35,7 +36,7 @@ class DeclaredGPU(BaseModel):
     count: int = Field(default=1, ge=1, le=64)
     arch: str | None = Field(default=None, max_length=32, pattern=r"^[a-z0-9_]+$")
     """``sm_89``, ``gfx1100``: what ``flexinfer.ai/gpu.arch`` says on a node."""
-    vram: str | None = Field(default=None, pattern=r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+    vram: str | None = Field(default=None, pattern=QUANTITY_PATTERN)
     """Memory of one GPU as a quantity (``24Gi``), as ``flexinfer.ai/gpu.vram``."""
     node: str | None = Field(default=None, max_length=253)
     """The node's name in status.gpu.node (default: this machine's hostname)."""

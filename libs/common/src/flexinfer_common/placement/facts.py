@@ -8,26 +8,14 @@ placement fail. Parsing happens when a node enters the node cache, not per reque
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from flexinfer_common.backends import alias_table
 from flexinfer_common.placement import keys
+from flexinfer_common.quantity import quantity_mb
 
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|K|M|G|T)?$")
-_MIB_PER_UNIT: dict[str | None, float] = {
-    None: 1 / (1024 * 1024),
-    "Ki": 1 / 1024,
-    "Mi": 1,
-    "Gi": 1024,
-    "Ti": 1024 * 1024,
-    "K": 1000 / (1024 * 1024),
-    "M": 1000**2 / (1024 * 1024),
-    "G": 1000**3 / (1024 * 1024),
-    "T": 1000**4 / (1024 * 1024),
-}
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
@@ -119,14 +107,6 @@ def number(
         sink.report(key, raw)
         return None
     return parsed
-
-
-def quantity_mb(raw: str) -> float | None:
-    """A Kubernetes quantity (``24Gi``, ``80G``) in MiB; None when it is not one."""
-    match = _QUANTITY.match(raw.strip())
-    if match is None:
-        return None
-    return float(match.group(1)) * _MIB_PER_UNIT[match.group(2)]
 
 
 def _count(labels: Mapping[str, str], sink: Malformed) -> int:

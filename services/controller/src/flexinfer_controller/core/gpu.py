@@ -16,32 +16,19 @@ choice: the seam the scheduler's placement core plugs into.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from flexinfer_common.api import GPUSpec
 from flexinfer_common.api.model import GPUVendor
+from flexinfer_common.quantity import quantity_mb
 
 LABEL_PREFIX = "flexinfer.ai/"
 """The agent's default ``--label-prefix``."""
 CPU = "cpu"
 RECHECK_S = 30.0
 """The seed's requeue for a Model that cannot be placed yet: nodes get labelled, join."""
-
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|K|M|G|T)?$")
-_MIB_PER_UNIT = {
-    None: 1 / (1024 * 1024),
-    "Ki": 1 / 1024,
-    "Mi": 1,
-    "Gi": 1024,
-    "Ti": 1024 * 1024,
-    "K": 1000 / (1024 * 1024),
-    "M": 1000**2 / (1024 * 1024),
-    "G": 1000**3 / (1024 * 1024),
-    "T": 1000**4 / (1024 * 1024),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +120,8 @@ class BackendGPUs(Protocol):
 
 def parse_vram_mb(value: str) -> int | None:
     """A Kubernetes quantity (``24Gi``, ``80G``) in MiB; None when it is not one."""
-    match = _QUANTITY.match(value.strip())
-    if match is None:
-        return None
-    return int(float(match.group(1)) * _MIB_PER_UNIT[match.group(2)])
+    mib = quantity_mb(value)
+    return None if mib is None else int(mib)
 
 
 def node_gpu(node: str, labels: Mapping[str, str], prefix: str = LABEL_PREFIX) -> NodeGPU | None:
