@@ -52,6 +52,12 @@ def test_cleanup_prints_the_flash_cleanup_job() -> None:
     assert done.returncode == 0, done.stderr
     (job,) = yaml.safe_load_all(done.stdout)
     assert job["metadata"]["labels"]["flexinfer.ai/component"] == "flash-cleanup"
+    assert job["spec"]["template"]["spec"]["nodeName"] == "NODE"  # a placeholder to replace
+    nodes = ("--node", "gpu-1", "--node", "gpu-2")
+    done = render("-f", str(EXAMPLES / "model-llama-vllm.yaml"), "--cleanup", *nodes)
+    assert done.returncode == 0, done.stderr
+    jobs = list(yaml.safe_load_all(done.stdout))
+    assert sorted(j["spec"]["template"]["spec"]["nodeName"] for j in jobs) == ["gpu-1", "gpu-2"]
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replicas", type=int, help="the Deployment's replicas (default: as created)")
     p.add_argument(
         "--cleanup", action="store_true",
-        help="print what deleting the Models creates instead (the flash cleanup Job)",
+        help="print what deleting the Models creates instead (the flash cleanup Jobs)",
+    )  # fmt: skip
+    p.add_argument(
+        "--node", action="append", dest="nodes", metavar="NODE",
+        help="with --cleanup: a node the Model's pods ran on, one Job each (repeatable;"
+             " default: the placeholder NODE)",
     )  # fmt: skip
     return p
 
@@ -114,7 +119,7 @@ def _render(model: Model, args: argparse.Namespace) -> list[dict[str, Any]]:
     options = RenderOptions(gpu=GPUPlacement(args.gpu_vendor, args.gpu_arch))
     ctx = build_context(model, backends, options)
     if args.cleanup:
-        return render_cleanup(model, backends, options)
+        return render_cleanup(model, backends, options, args.nodes or ["NODE"])
     replicas = args.replicas
     if replicas is None:
         gated = ctx.cache.fetch is not None  # the prefetch has not run yet

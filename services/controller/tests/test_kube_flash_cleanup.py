@@ -41,6 +41,12 @@ def jobs(api: KubeApiServer) -> dict[str, dict[str, Any]]:
     return {j["metadata"]["name"]: j for j in api.objects("jobs", "default")}
 
 
+def cleanup_jobs(api: KubeApiServer, model: str) -> list[dict[str, Any]]:
+    """The flash cleanup Jobs of ``model``."""
+    prefix = f"{model}-flash-cleanup-"
+    return [job for name, job in jobs(api).items() if name.startswith(prefix)]
+
+
 async def test_deleting_a_node_tmpfs_model_creates_its_cleanup_job(cluster: Cluster) -> None:
     api = cluster.api
     api.create("models", flash_model("tiny"))
@@ -48,11 +54,11 @@ async def test_deleting_a_node_tmpfs_model_creates_its_cleanup_job(cluster: Clus
     await cluster.wait_phase("Ready")
     await cluster.wait_phase("Ready", "other")
     assert [p["spec"]["nodeName"] for p in cluster.pods()] == ["gpu-1", "gpu-1"]
-    assert "tiny-flash-cleanup" not in jobs(api)
+    assert cleanup_jobs(api, "tiny") == []
 
     api.delete("models", "default", "tiny")
     await eventually(lambda: cluster.model() is None, timeout_s=15)
-    job = jobs(api)["tiny-flash-cleanup"]
+    (job,) = cleanup_jobs(api, "tiny")
     assert "ownerReferences" not in job["metadata"]  # it outlives the deleted Model
     spec = job["spec"]["template"]["spec"]
     assert spec["nodeName"] == "gpu-1"  # where the copy is
@@ -75,3 +81,18 @@ async def test_an_empty_dir_copy_needs_no_cleanup_job(cluster: Cluster) -> None:
     api.delete("models", "default", "tiny")
     await eventually(lambda: cluster.model() is None, timeout_s=15)
     assert api.count("create", "jobs") == 0
+
+
+async def test_a_model_that_ran_on_two_nodes_gets_a_cleanup_job_on_each(cluster: Cluster) -> None:
+    api = cluster.api
+    api.create("models", flash_model("tiny"))
+    await cluster.wait_phase("Ready")
+    cluster.kubelet.node = "gpu-2"  # the scheduler puts the second replica elsewhere
+    api.patch("models", "default", "tiny", {"spec": {"serverless": {"minReplicas": 2, "maxReplicas": 2}}})
+    await eventually(lambda: len(cluster.pods()) == 2, timeout_s=15)
+    assert sorted(p["spec"]["nodeName"] for p in cluster.pods()) == ["gpu-1", "gpu-2"]
+
+    api.delete("models", "default", "tiny")
+    await eventually(lambda: cluster.model() is None, timeout_s=15)
+    nodes = [j["spec"]["template"]["spec"]["nodeName"] for j in cleanup_jobs(api, "tiny")]
+    assert sorted(nodes) == ["gpu-1", "gpu-2"]  # each node's stale copy goes

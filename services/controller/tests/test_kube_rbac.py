@@ -144,7 +144,7 @@ def plan_grants() -> set[Grant]:
     backends = default_backends()
     for sample in SAMPLES:
         objects = render_model(sample.model(), backends, sample.options())
-        on_delete = render_cleanup(sample.model(), backends, sample.options(), node="n")
+        on_delete = render_cleanup(sample.model(), backends, sample.options(), ["n"])
         ops: list[Op | None] = [read(o) for o in objects]
         ops += [ensure(o, None) for o in objects] + [ensure(o, _drifted(o)) for o in objects]
         ops += cleanup(objects, on_delete)

@@ -54,7 +54,7 @@ def engine(sample: Sample) -> Obj:
 @pytest.mark.parametrize("sample", SAMPLES, ids=[s.id for s in SAMPLES])
 def test_every_object_is_valid_for_kubernetes_1_31(sample: Sample) -> None:
     rendered = objects(sample) + render_cleanup(
-        sample.model(), default_backends(), sample.options(), node="gpu-1", keep=["ml/other"]
+        sample.model(), default_backends(), sample.options(), ["gpu-1"], keep=["ml/other"]
     )
     for obj in rendered:
         kubernetes_validate.validate(obj, K8S, strict=True)
@@ -258,7 +258,7 @@ def test_the_flash_loader_copies_to_tmpfs() -> None:
 def test_the_flash_cleanup_job_runs_on_deletion_for_a_node_tmpfs() -> None:
     sample = SAMPLE["vllm-shared-memory-flash"]
     (job,) = render_cleanup(
-        sample.model(), default_backends(), sample.options(), node="gpu-1", keep=["ml/other"]
+        sample.model(), default_backends(), sample.options(), ["gpu-1"], keep=["ml/other"]
     )
     spec = job["spec"]["template"]["spec"]
     assert spec["nodeName"] == "gpu-1"
@@ -266,7 +266,17 @@ def test_the_flash_cleanup_job_runs_on_deletion_for_a_node_tmpfs() -> None:
     assert (str(parsed.dest), parsed.keep) == ("/dev/shm", ["ml/other"])
     assert "ownerReferences" not in job["metadata"]  # it must outlive the Model
     other = SAMPLE["llamacpp-cpu-local"]  # an emptyDir is freed with its pod
-    assert render_cleanup(other.model(), default_backends(), other.options()) == []
+    assert render_cleanup(other.model(), default_backends(), other.options(), ["gpu-1"]) == []
+
+
+def test_a_model_that_ran_on_several_nodes_gets_a_cleanup_job_on_each() -> None:
+    sample = SAMPLE["vllm-shared-memory-flash"]
+    found = render_cleanup(
+        sample.model(), default_backends(), sample.options(), ["gpu-2", "gpu-1", "gpu-2"]
+    )
+    by_node = {j["spec"]["template"]["spec"]["nodeName"]: j["metadata"]["name"] for j in found}
+    assert sorted(by_node) == ["gpu-1", "gpu-2"]
+    assert len(set(by_node.values())) == 2  # one name per node: neither replaces the other
 
 
 def test_quantization_jobs() -> None:

@@ -151,17 +151,17 @@ def quantize_job(ctx: RenderContext) -> Obj | None:
     return _job(ctx, "quantize", container, pod, notes)
 
 
-def flash_cleanup_job(ctx: RenderContext, node: str | None, keep: list[str]) -> Obj | None:
-    """On deletion: the Job removing stale copies from a node's /dev/shm but ``keep``'s
+def flash_cleanup_job(ctx: RenderContext, node: str, keep: list[str]) -> Obj | None:
+    """On deletion: the Job removing stale copies from ``node``'s /dev/shm but ``keep``'s
     (the Models still declared there), so the deleted Model's copy goes.
 
     Only a node tmpfs (cache strategy Memory) outlives the pods; an emptyDir is gone with
-    them, so other models need none.
+    them, so other models need none. One Job per node the Model ran on, named after it.
     """
     if ctx.flash is None or ctx.cache.strategy != "Memory":
         return None
     model = ctx.model
-    name = object_name(model.metadata.name, "flash-cleanup")
+    name = job_name(model.metadata.name, "flash-cleanup", node)
     job = cleanup_job(name, model.metadata.namespace, keep, node_name=node,
                       image=ctx.options.controller_image)  # fmt: skip
     job["metadata"] = metadata(model, name, labels(model, ctx.backend_name, "flash-cleanup"), {})

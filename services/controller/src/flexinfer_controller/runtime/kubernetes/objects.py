@@ -7,7 +7,7 @@ Deployment that mounts it, the PodDisruptionBudget after it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from flexinfer_common.api import Model
 from flexinfer_controller.backends.base import BackendRegistry
@@ -53,10 +53,11 @@ def render_cleanup(
     model: Model,
     backends: BackendRegistry,
     options: RenderOptions,
-    node: str | None = None,
+    nodes: Sequence[str] = (),
     keep: list[str] | None = None,
 ) -> list[Obj]:
-    """What deleting ``model`` creates: the flash cleanup Job, where a node tmpfs held it."""
+    """What deleting ``model`` creates: a flash cleanup Job on each of ``nodes`` where a
+    node tmpfs held its copy."""
     ctx = build_context(model, backends, options)
-    job = jobs.flash_cleanup_job(ctx, node, keep or [])
-    return [job] if job is not None else []
+    found = (jobs.flash_cleanup_job(ctx, node, keep or []) for node in sorted(set(nodes)))
+    return [job for job in found if job is not None]

@@ -298,11 +298,7 @@ class KubernetesRuntime(Runtime):
         keep = await self._declared(model) if nodes else []
         try:
             objects = render_model(found, self._backends, self._options)
-            on_delete = (
-                render_cleanup(found, self._backends, self._options, node=nodes[0], keep=keep)
-                if nodes
-                else []
-            )
+            on_delete = render_cleanup(found, self._backends, self._options, nodes, keep)
         except FlexInferError:  # it never rendered, so only a name can have been created
             objects = [_deployment_ref(namespace, object_name(name))]
             on_delete = []
