@@ -88,7 +88,9 @@ async def test_a_model_that_ran_on_two_nodes_gets_a_cleanup_job_on_each(cluster:
     api.create("models", flash_model("tiny"))
     await cluster.wait_phase("Ready")
     cluster.kubelet.node = "gpu-2"  # the scheduler puts the second replica elsewhere
-    api.patch("models", "default", "tiny", {"spec": {"serverless": {"minReplicas": 2, "maxReplicas": 2}}})
+    api.patch(
+        "models", "default", "tiny", {"spec": {"serverless": {"minReplicas": 2, "maxReplicas": 2}}}
+    )
     await eventually(lambda: len(cluster.pods()) == 2, timeout_s=15)
     assert sorted(p["spec"]["nodeName"] for p in cluster.pods()) == ["gpu-1", "gpu-2"]
 
