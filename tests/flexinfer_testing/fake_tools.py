@@ -11,11 +11,11 @@ FakeTool = Callable[..., str]
 """``fake_tool(name, {"args": "fixture/path"}, exit_code=0, hang=False)`` -> the tool's path."""
 
 _SCRIPT = """#!{python}
-import pathlib, sys, time
+import pathlib, signal, sys
 RESPONSES = {responses!r}
 args = " ".join(sys.argv[1:])
 if {hang!r}:
-    time.sleep(3600)
+    signal.pause()  # a hung tool: answers nothing until the caller's timeout kills it
 if args not in RESPONSES:
     print("unknown option: " + args, file=sys.stderr)
     sys.exit(2)
