@@ -14,16 +14,9 @@ from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixt
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.legacy.modelcache.testing import cache_manifest
 from flexinfer_controller.runtime.kubernetes.harness import running_cluster
+from flexinfer_controller.runtime.kubernetes.kubelet import JOB_COMPLETE, JOB_FAILED
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
-COMPLETE = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
-FAILED = {
-    "failed": 4,
-    "conditions": [
-        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-         "message": "Job has reached the specified backoff limit"},
-    ],
-}  # fmt: skip
 
 
 def deployment_body(name: str = "tiny", **spec: Any) -> dict[str, Any]:
@@ -124,7 +117,7 @@ async def test_a_deployment_waits_for_its_modelcache_then_mounts_it(
         (job,) = api.objects("jobs", "default")
         assert job["metadata"]["labels"]["flexinfer.ai/modelcache"] == "qwen"
 
-        api.set_status("jobs", "default", job["metadata"]["name"], COMPLETE)
+        api.set_status("jobs", "default", job["metadata"]["name"], JOB_COMPLETE)
         await api.until(lambda a: phase(a, "models") == "Ready", within_s=30)
         await api.until(lambda a: phase(a, "modeldeployments") == "Running", within_s=30)
         model = api.get("models", "default", "tiny") or {}
@@ -147,7 +140,7 @@ async def test_a_failed_modelcache_fails_the_deployment_with_its_message(
         api.create("modeldeployments", deployment_body(modelCacheRef="qwen"))
         await api.until(lambda a: len(a.objects("jobs", "default")) == 1, within_s=30)
         (job,) = api.objects("jobs", "default")
-        api.set_status("jobs", "default", job["metadata"]["name"], FAILED)
+        api.set_status("jobs", "default", job["metadata"]["name"], JOB_FAILED)
         await api.until(lambda a: phase(a, "modeldeployments") == "Failed", within_s=30)
         ready = condition(api, "modeldeployments", "Ready")
         assert ready["reason"] == "ModelCacheFailed"

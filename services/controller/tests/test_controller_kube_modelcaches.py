@@ -19,16 +19,9 @@ from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.legacy.modelcache.controller import ModelCacheController
 from flexinfer_controller.legacy.modelcache.testing import cache_manifest
 from flexinfer_controller.runtime.kubernetes import rbac
+from flexinfer_controller.runtime.kubernetes.kubelet import JOB_COMPLETE, JOB_FAILED
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
-COMPLETE = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
-FAILED = {
-    "failed": 4,
-    "conditions": [
-        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-         "message": "Job has reached the specified backoff limit"},
-    ],
-}  # fmt: skip
 
 
 @dataclass
@@ -66,7 +59,7 @@ class Cluster:
         await self.api.until(lambda api: len(self.jobs()) == count, within_s=20)
         return self.jobs()
 
-    def complete(self, job: dict[str, Any], status: dict[str, Any] = COMPLETE) -> None:
+    def complete(self, job: dict[str, Any], status: dict[str, Any] = JOB_COMPLETE) -> None:
         """Write the Job's status as the Job controller would."""
         self.api.set_status("jobs", "ml", job["metadata"]["name"], status)
 
@@ -168,7 +161,7 @@ async def test_a_missing_existing_claim_waits_pending(cluster: Cluster) -> None:
 async def test_a_failed_job_fails_the_cache_with_its_reason(cluster: Cluster) -> None:
     apply(cluster.api)
     (job,) = await cluster.job_count(1)
-    cluster.complete(job, FAILED)
+    cluster.complete(job, JOB_FAILED)
     status = await cluster.phase("Failed")
     assert _ready(status)["reason"] == "PrefetchFailed"
     assert "BackoffLimitExceeded" in _ready(status)["message"]

@@ -22,19 +22,12 @@ from flexinfer_controller.core.cache import CacheStatus
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.runtime.kubernetes.gate import JobGate, job_state, jobs_state
 from flexinfer_controller.runtime.kubernetes.harness import Cluster, model_body, running_cluster
+from flexinfer_controller.runtime.kubernetes.kubelet import JOB_COMPLETE, JOB_FAILED
 from flexinfer_controller.runtime.kubernetes.names import COMPONENT_LABEL
 from flexinfer_controller.runtime.kubernetes.retry import ATTEMPT_ANNOTATION, RetryPolicy
 from flexinfer_controller.testing import eventually
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
-SUCCEEDED = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
-FAILED: dict[str, Any] = {
-    "failed": 4,
-    "conditions": [
-        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-         "message": "Job has reached the specified backoff limit"},
-    ],
-}  # fmt: skip
 _RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -92,7 +85,7 @@ async def test_a_prefetch_job_gates_the_start_until_it_succeeded(cluster: Cluste
     assert cluster.status()["phase"] == "Pending"
 
     assert cluster.status()["cache"]["strategy"] == "SharedPVC"  # the plan's, not "Registry"
-    api.set_status("jobs", "default", name, SUCCEEDED)
+    api.set_status("jobs", "default", name, JOB_COMPLETE)
     await eventually(lambda: _cached(cluster).get("status") == "True")
     await cluster.demand()
     await cluster.wait_phase("Ready")
@@ -106,7 +99,7 @@ async def test_a_failed_prefetch_job_fails_the_model_with_its_reason(cluster: Cl
     api.create("models", _fetched())
     name = await _gated_by(cluster, "prefetch")
 
-    api.set_status("jobs", "default", name, FAILED)
+    api.set_status("jobs", "default", name, JOB_FAILED)
     await cluster.wait_phase("Failed")
     cached = _cached(cluster)
     assert cached["reason"] == "PrefetchFailed"
@@ -122,10 +115,10 @@ async def test_the_quantize_job_gates_after_the_prefetch(cluster: Cluster) -> No
     api.create("models", _fetched(quantize={"format": "GGUF"}))
     prefetch = await _gated_by(cluster, "prefetch")
 
-    api.set_status("jobs", "default", prefetch, SUCCEEDED)
+    api.set_status("jobs", "default", prefetch, JOB_COMPLETE)
     quantize = await _gated_by(cluster, "quantize")
 
-    api.set_status("jobs", "default", quantize, SUCCEEDED)
+    api.set_status("jobs", "default", quantize, JOB_COMPLETE)
     await eventually(lambda: _cached(cluster).get("status") == "True")
     await cluster.demand()
     await cluster.wait_phase("Ready")
@@ -140,7 +133,7 @@ def test_a_job_state_follows_its_status() -> None:
     assert job_state(_obj("prefetch", {})).status is CacheStatus.PENDING
     assert job_state(_obj("prefetch", {"active": 1})).reason == "PrefetchRunning"
     assert job_state(_obj("prefetch", {"succeeded": 1})).status is CacheStatus.READY
-    failed = job_state(_obj("quantize", FAILED))
+    failed = job_state(_obj("quantize", JOB_FAILED))
     assert (failed.status, failed.reason) == (CacheStatus.FAILED, "QuantizeFailed")
     # A Job controller that has not written the condition yet: the count says it.
     over = job_state(_obj("prefetch", {"failed": 2}, backoff=1))
@@ -149,7 +142,7 @@ def test_a_job_state_follows_its_status() -> None:
 
 
 def test_the_first_job_not_done_decides() -> None:
-    done, running = _obj("prefetch", SUCCEEDED), _obj("quantize", {"active": 1})
+    done, running = _obj("prefetch", JOB_COMPLETE), _obj("quantize", {"active": 1})
     assert jobs_state([running, done]).reason == "QuantizeRunning"
     assert jobs_state([done]).status is CacheStatus.READY
     assert jobs_state([]).status is CacheStatus.READY
@@ -167,7 +160,7 @@ async def test_the_gate_keeps_its_answer_for_the_same_jobs() -> None:
     gate = JobGate(60, lambda key: key in running)
     model = _model()
     assert gate.ensure(model).reason == "PrefetchRunning"  # not read yet
-    gate.record(model, [_obj("prefetch", SUCCEEDED)])
+    gate.record(model, [_obj("prefetch", JOB_COMPLETE)])
     # A new generation that renders the same Jobs (serverless settings): still ready.
     assert gate.ensure(_model(generation=2)).status is CacheStatus.READY
     # A new source renders new Jobs: pending until they were read.
@@ -181,10 +174,10 @@ async def test_the_gate_keeps_its_answer_for_the_same_jobs() -> None:
 
 
 def _failed_at(stamp: datetime) -> dict[str, Any]:
-    """FAILED, with the time the Job controller marked it (seconds, as the apiserver writes)."""
-    (failed,) = FAILED["conditions"]
+    """JOB_FAILED, with the time the Job controller marked it (seconds, as the apiserver writes)."""
+    (failed,) = JOB_FAILED["conditions"]
     condition = {**failed, "lastTransitionTime": stamp.strftime(_RFC3339)}
-    return {**FAILED, "conditions": [condition]}
+    return {**JOB_FAILED, "conditions": [condition]}
 
 
 def _stamp(text: str) -> datetime:
@@ -226,7 +219,7 @@ async def test_a_failed_job_is_run_again_after_its_backoff(apiserver: KubeApiSer
         assert _stamp(second["metadata"]["creationTimestamp"]) >= failed + timedelta(seconds=2)
         await cluster.wait_phase("Pending")
 
-        api.set_status("jobs", "default", name, SUCCEEDED)
+        api.set_status("jobs", "default", name, JOB_COMPLETE)
         await eventually(lambda: _cached(cluster).get("status") == "True")
         await cluster.demand()
         await cluster.wait_phase("Ready")
@@ -276,6 +269,6 @@ async def test_the_gate_reports_the_cache_plans_strategy(
     model = Model.model_validate(body)
     gate = JobGate(60, lambda key: False)
     assert gate.ensure(model).strategy == strategy
-    gate.record(model, [_obj("prefetch", SUCCEEDED)])
+    gate.record(model, [_obj("prefetch", JOB_COMPLETE)])
     assert gate.ensure(model).strategy == strategy
     await gate.close()

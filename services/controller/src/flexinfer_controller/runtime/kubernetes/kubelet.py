@@ -26,6 +26,16 @@ from flexinfer_controller.runtime.kubernetes.pods import (
 
 Obj = dict[str, Any]
 OWNER_ANNOTATION = "test.flexinfer.ai/deployment"
+JOB_COMPLETE: Obj = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+"""A Job's status once the Job controller saw it succeed."""
+JOB_FAILED: Obj = {
+    "failed": 4,
+    "conditions": [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit"},
+    ],
+}  # fmt: skip
+"""A Job's status once the Job controller gave up on it (its backoffLimit of 3 retries)."""
 
 
 def _cost(pod: Obj) -> int:
