@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from flexinfer_common.errors import InvalidSpecError
 from flexinfer_controller.quantize.errors import QuantizeError
 
 FORMATS = ("GGUF", "AWQ", "GPTQ", "EXL2", "FP8")
@@ -22,6 +25,9 @@ GGUF_FILE = "model.gguf"
 """The file a GGUF conversion writes in its output directory: what the engine is given."""
 PREFIX = "QUANTIZE_"
 _FIXED = frozenset({"FORMAT", "INPUT", "OUTPUT"})
+SPEC_FIELDS = frozenset({"format", "useGPU", "image"})
+"""spec.quantize keys the controller reads itself; every other one is a format option."""
+_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,26 @@ def _checked(text: str, what: str) -> str:
     if not text or any(ord(c) < 32 or ord(c) == 127 for c in text):
         raise QuantizeError(f"{what} must be non-empty and hold no control characters")
     return text
+
+
+def _env_name(key: str) -> str:
+    return PREFIX + re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper()
+
+
+def spec_environment(raw: Mapping[str, Any]) -> dict[str, str]:
+    """spec.quantize's format options as ``QUANTIZE_<KEY>`` variables (``weightStrategy``
+    -> ``QUANTIZE_WEIGHT_STRATEGY``); InvalidSpecError for a key or value that cannot be."""
+    out: dict[str, str] = {}
+    for key, value in sorted(raw.items()):
+        if key in SPEC_FIELDS or value is None:
+            continue
+        if not _KEY.match(key) or isinstance(value, dict | list):
+            raise InvalidSpecError(f"spec.quantize.{key} must be a scalar with a camelCase name")
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if any(c in text for c in "\x00\r\n"):
+            raise InvalidSpecError(f"spec.quantize.{key} must not contain NUL or line breaks")
+        out[_env_name(key)] = text
+    return out
 
 
 def options_from_environ(environ: Mapping[str, str]) -> dict[str, str]:

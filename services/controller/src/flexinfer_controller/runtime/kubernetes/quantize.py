@@ -13,18 +13,13 @@ they need ``spec.quantize.image`` (or the controller's ``FLEXINFER_QUANTIZER_<FM
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from flexinfer_common.api import Model
 from flexinfer_common.errors import InvalidSpecError
-from flexinfer_controller.quantize.request import BUILT_IN, FORMATS, refusal
+from flexinfer_controller.quantize.request import BUILT_IN, FORMATS, refusal, spec_environment
 from flexinfer_controller.runtime.kubernetes.cache import CachePlan, check_quantize_has_cache
-
-_KNOWN = frozenset({"format", "useGPU", "image"})
-_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
 @dataclass(frozen=True)
@@ -39,24 +34,6 @@ class Quantize:
     input: str
     output: str
     settings: dict[str, str]
-
-
-def _env_name(key: str) -> str:
-    return "QUANTIZE_" + re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper()
-
-
-def _settings(raw: dict[str, Any]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, value in sorted(raw.items()):
-        if key in _KNOWN or value is None:
-            continue
-        if not _KEY.match(key) or isinstance(value, dict | list):
-            raise InvalidSpecError(f"spec.quantize.{key} must be a scalar with a camelCase name")
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        if any(c in text for c in "\x00\r\n"):
-            raise InvalidSpecError(f"spec.quantize.{key} must not contain NUL or line breaks")
-        out[_env_name(key)] = text
-    return out
 
 
 def image_variable(fmt: str) -> str:
@@ -92,4 +69,4 @@ def parse(
     if image is None and fmt not in BUILT_IN:
         raise InvalidSpecError(refusal(fmt), field="spec.quantize.image")
     source = cache.subpath
-    return Quantize(fmt, use_gpu, image, source, f"{source}-{fmt.lower()}", _settings(raw))
+    return Quantize(fmt, use_gpu, image, source, f"{source}-{fmt.lower()}", spec_environment(raw))
