@@ -46,7 +46,8 @@ def decode(codes: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.float32]]
     codes = np.asarray(codes, dtype=np.uint8)
     table = np.append(_VALUES, np.nan).astype(np.float32)
     values = table[codes & 0x7F]
-    return np.where(codes & 0x80, -values, values).astype(np.float32)
+    signed: np.ndarray[Any, np.dtype[np.float32]] = np.where(codes & 0x80, -values, values)
+    return signed.astype(np.float32)
 
 
 def quantize_weight(

@@ -10,8 +10,11 @@ modules left in higher precision (the lm_head, embeddings, ``ignore``) are liste
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from flexinfer_controller.quantize import fp8
 from flexinfer_controller.quantize.checkpoint import CONFIG, copy_others, read_config
@@ -54,6 +57,34 @@ def is_linear(name: str, dtype: str, shape: tuple[int, ...], ignore: frozenset[s
     return module not in ignore and not any(e in leaf for e in _EMBEDDINGS)
 
 
+class _Weight:
+    """One weight to quantize: its codes are made when written, its scale right after."""
+
+    def __init__(self, handle: SafetensorsFile, name: str, per_channel: bool) -> None:
+        self._handle, self._name, self._per_channel = handle, name, per_channel
+        self._scale: np.ndarray[Any, np.dtype[np.float32]] | None = None
+
+    def codes(self) -> np.ndarray[Any, Any]:
+        """The F8_E4M3 codes (uint8); keeps the scale for ``scale``."""
+        try:
+            codes, self._scale = fp8.quantize_weight(
+                self._handle.float32(self._name), self._per_channel
+            )
+        except ValueError as exc:
+            raise QuantizeError(f"{self._handle.path.name}: {self._name}: {exc}") from exc
+        return codes
+
+    def scale(self) -> np.ndarray[Any, Any]:
+        """The scales computed with the codes (which are written first)."""
+        assert self._scale is not None, "the codes are written before their scale"
+        scale, self._scale = self._scale, None
+        return scale
+
+
+def _stored(handle: SafetensorsFile, name: str) -> Callable[[], bytes]:
+    return lambda: handle.raw(name)
+
+
 def _file_tensors(
     handle: SafetensorsFile, per_channel: bool, ignore: frozenset[str], kept: list[str]
 ) -> list[OutTensor]:
@@ -63,27 +94,13 @@ def _file_tensors(
         if not is_linear(name, entry.dtype, entry.shape, ignore):
             if name.endswith(".weight") and len(entry.shape) == 2:
                 kept.append(name[: -len(".weight")])
-            out.append(OutTensor(name, entry.dtype, entry.shape, lambda n=name: handle.raw(n)))
+            out.append(OutTensor(name, entry.dtype, entry.shape, _stored(handle, name)))
             continue
-        rows = entry.shape[0]
-        scale_shape = (rows, 1) if per_channel else (1,)
-        cache: dict[str, Any] = {}
-
-        def codes(n: str = name, c: dict[str, Any] = cache) -> Any:
-            c["codes"], c["scale"] = _quantize(handle, n, per_channel)
-            return c.pop("codes")
-
-        out.append(OutTensor(name, "F8_E4M3", entry.shape, codes))
-        # Written right after its weight: the scale computed with it is waiting.
-        out.append(OutTensor(f"{name}_scale", "F32", scale_shape, lambda c=cache: c.pop("scale")))
+        weight = _Weight(handle, name, per_channel)
+        scale_shape = (entry.shape[0], 1) if per_channel else (1,)
+        out.append(OutTensor(name, "F8_E4M3", entry.shape, weight.codes))
+        out.append(OutTensor(f"{name}_scale", "F32", scale_shape, weight.scale))
     return out
-
-
-def _quantize(handle: SafetensorsFile, name: str, per_channel: bool) -> tuple[Any, Any]:
-    try:
-        return fp8.quantize_weight(handle.float32(name), per_channel)
-    except ValueError as exc:
-        raise QuantizeError(f"{handle.path.name}: {name}: {exc}") from exc
 
 
 def quantization_config(per_channel: bool, ignore: list[str]) -> dict[str, Any]:

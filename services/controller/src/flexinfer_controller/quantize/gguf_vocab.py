@@ -1,9 +1,10 @@
 """The tokenizer inside a GGUF file: llama.cpp tokenizes with it, so it must be complete.
 
 Two kinds are written: the reference models' byte tokenizer (256 bytes and the special
-tokens after them) as a byte-level BPE with no merges, which splits text into exactly its
-bytes; and an HF ``tokenizer.json`` byte-level BPE (GPT-2, Llama 3, Mistral's newer ones).
-A SentencePiece ``tokenizer.model`` would need the sentencepiece package: it is refused.
+tokens after them) as a byte-level BPE whose one merge never applies, which splits text
+into exactly its bytes; and an HF ``tokenizer.json`` byte-level BPE (GPT-2, Llama 3,
+Mistral's newer ones). A SentencePiece ``tokenizer.model`` would need the sentencepiece
+package: it is refused.
 """
 
 from __future__ import annotations
@@ -35,11 +36,10 @@ def add_byte_vocab(writer: gguf.GGUFWriter, directory: Path, config: dict[str, A
     """The reference model's byte tokenizer: ids 0..255 are bytes, then BOS, EOS, PAD."""
     tokenizer = read_json(directory / "tokenizer_config.json")
     ids = {kind: config.get(f"{kind}_token_id") for kind in _SPECIALS}
-    texts = {kind: tokenizer.get(f"{kind}_token") for kind in _SPECIALS}
-    vocab = config.get("vocab_size")
-    if sorted(i for i in ids.values() if isinstance(i, int)) != [256, 257, 258] or vocab != 259:
+    special: dict[str, int] = {k: v for k, v in ids.items() if isinstance(v, int)}
+    if sorted(special.values()) != [256, 257, 258] or config.get("vocab_size") != 259:
         raise UnsupportedError("the byte tokenizer must have BOS, EOS, PAD at 256-258 of 259")
-    by_id = {int(ids[k]): str(texts[k] or f"<|{k}|>") for k in _SPECIALS if ids[k] is not None}
+    by_id = {i: str(tokenizer.get(f"{k}_token") or f"<|{k}|>") for k, i in special.items()}
     tokens = [*byte_level_alphabet(), *(by_id[i] for i in range(256, 259))]
     types = [gguf.TokenType.NORMAL] * 256 + [gguf.TokenType.CONTROL] * 3
     writer.add_tokenizer_model("gpt2")
@@ -49,8 +49,9 @@ def add_byte_vocab(writer: gguf.GGUFWriter, directory: Path, config: dict[str, A
     # llama.cpp insists on a merges array and gguf writes no empty one: one merge of two
     # special tokens, which are split off before BPE and so never meet inside a word.
     writer.add_token_merges([f"{by_id[256]} {by_id[257]}"])
-    for kind in _SPECIALS:
-        getattr(writer, f"add_{kind}_token_id")(int(ids[kind]))  # type: ignore[arg-type]
+    writer.add_bos_token_id(special["bos"])
+    writer.add_eos_token_id(special["eos"])
+    writer.add_pad_token_id(special["pad"])
     writer.add_add_bos_token(False)
     template = tokenizer.get("chat_template")
     if isinstance(template, str):
