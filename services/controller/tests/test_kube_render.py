@@ -15,6 +15,7 @@ from flexinfer_controller.legacy.modelcache.plan import claim_object, download_j
 from flexinfer_controller.legacy.modelcache.plan import plan as cache_plan
 from flexinfer_controller.legacy.modelcache.testing import CACHE_SAMPLES, sample_cache
 from flexinfer_controller.legacy.modelcache.testing import OPTIONS as CACHE_OPTIONS
+from flexinfer_controller.quantize.__main__ import parser as quantize_parser
 from flexinfer_controller.runtime.kubernetes import RenderOptions, render_cleanup, render_model
 from flexinfer_controller.runtime.kubernetes.names import object_name
 from flexinfer_controller.runtime.kubernetes.testing import SAMPLES, UID, Sample, manifest
@@ -284,7 +285,9 @@ def test_quantization_jobs() -> None:
     spec = gpu["spec"]["template"]["spec"]
     assert spec["tolerations"] == [GPU_TOLERATION]
     container = spec["containers"][0]
-    assert container["image"] == "ghcr.io/flexinfer/quantizer:awq"
+    assert container["image"] == "registry.harbor.lan/ml/autoawq-quantizer:0.2"
+    assert "command" not in container  # the Model's image runs its own entrypoint
+    assert "securityContext" not in spec
     assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env == {
@@ -295,7 +298,21 @@ def test_quantization_jobs() -> None:
     }
     cpu = one(SAMPLE["diffusers-nvidia-quantize-cpu"], "Job", "quantize")["spec"]["template"]
     assert "tolerations" not in cpu["spec"]
-    assert cpu["spec"]["containers"][0]["resources"] == {}
+    built_in = cpu["spec"]["containers"][0]
+    assert built_in["resources"] == {}
+    # FP8 is the built-in quantizer's: the controller's image runs it, as the prefetch's user.
+    assert built_in["image"] == "flexinfer/controller"
+    assert built_in["command"] == ["python", "-m", "flexinfer_controller.quantize"]
+    assert {e["name"]: e["value"] for e in built_in["env"]} == {
+        "QUANTIZE_FORMAT": "FP8",
+        "QUANTIZE_INPUT": "/models/gcs/weights/sdxl-turbo",
+        "QUANTIZE_OUTPUT": "/models/gcs/weights/sdxl-turbo-fp8",
+    }
+    assert cpu["spec"]["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "fsGroup": 10001,
+    }
     diffusers_env = {
         e["name"]: e["value"] for e in engine(SAMPLE["diffusers-nvidia-quantize-cpu"])["env"]
     }
@@ -385,3 +402,39 @@ def test_what_cannot_run_is_refused(spec: Obj, error: type[Exception]) -> None:
     model = Sample("bad", manifest("bad", spec)).model()
     with pytest.raises(error):
         render_model(model, default_backends(), RenderOptions())
+
+
+@pytest.mark.parametrize("fmt", ["AWQ", "GPTQ", "EXL2"])
+def test_calibrated_formats_need_an_image(fmt: str) -> None:
+    spec = {"backend": "vllm", "source": "hf://a/b", "gpu": {"vendor": "nvidia"},
+            "quantize": {"format": fmt}}  # fmt: skip
+    model = Sample("bad", manifest("bad", spec)).model()
+    with pytest.raises(InvalidSpecError) as caught:
+        render_model(model, default_backends(), RenderOptions())
+    assert caught.value.field == "spec.quantize.image"
+    assert "spec.quantize.image" in str(caught.value)
+    # The controller's own default image for the format is as good as the Model's.
+    environ = {f"FLEXINFER_QUANTIZER_{fmt}_IMAGE": "registry.lan/ml/quantizer:1"}
+    objects = render_model(model, default_backends(), RenderOptions(environ=environ))
+    job = next(o for o in objects if o["metadata"]["name"].startswith("bad-quantize-"))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.lan/ml/quantizer:1"
+    assert "command" not in container
+
+
+def test_a_gguf_quantization_points_llamacpp_at_the_file_it_writes() -> None:
+    spec = {"backend": "llamacpp", "source": "hf://org/llama", "gpu": {"vendor": "cpu"},
+            "cache": {"strategy": "SharedPVC"},
+            "quantize": {"format": "GGUF", "type": "F16"}}  # fmt: skip
+    objects = render_model(Sample("g", manifest("g", spec)).model(), default_backends(),
+                           RenderOptions(replicas=1))  # fmt: skip
+    job = next(o for o in objects if "-quantize-" in o["metadata"]["name"])
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["QUANTIZE_TYPE"] == "F16"
+    args = quantize_parser().parse_args(container["command"][3:])  # what the quantizer accepts
+    assert args.format is None  # everything comes from the variables
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    engine_args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    model_arg = engine_args[engine_args.index("--model") + 1]
+    assert model_arg == env["QUANTIZE_OUTPUT"] + "/model.gguf"

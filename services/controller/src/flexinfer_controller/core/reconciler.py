@@ -49,7 +49,7 @@ from flexinfer_controller.core.gpu import (
 from flexinfer_controller.core.kvcache import KVCacheCheck, NoEngineMetrics
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.planner import Plan, Planner
-from flexinfer_controller.core.prestart import NoPreStart, PreStart
+from flexinfer_controller.core.prestart import NoPreStart, PreStart, PreStartRefusedError
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
@@ -327,6 +327,8 @@ class Reconciler:
             try:
                 spec = spec or await self._prepared(model, plan)
                 replica = await self._runtime.start(model.key, generation, spec)
+            except PreStartRefusedError:
+                raise  # the Model goes Failed: the same step would refuse it again
             except FlexInferError as exc:
                 log.warning("cannot start an engine for %s: %s", model.key, exc)
                 self._crashes.record(model.key, generation, now, str(exc))

@@ -29,7 +29,7 @@ from flexinfer_controller.core.gpu import (
     UnknownInventory,
     parse_vram_mb,
 )
-from flexinfer_controller.core.prestart import NoPreStart, PreStart
+from flexinfer_controller.core.prestart import NoPreStart, PreStart, PreStartChain
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.runtime.base import ReplicaListener, Runtime
 from flexinfer_controller.settings import ControllerSettings
@@ -102,10 +102,13 @@ def _local(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
     return LocalRuntime.from_settings(settings, listener)
 
 
-def _flash_loader(settings: ControllerSettings) -> PreStart:
+def _local_prestart(settings: ControllerSettings) -> PreStart:
+    """spec.quantize's conversion, then the flash loader's tmpfs copy of what it made."""
     from flexinfer_controller.flashload.prestart import FlashLoadPreStart
+    from flexinfer_controller.quantize.prestart import QuantizePreStart
 
-    return FlashLoadPreStart(settings.flash_loader)
+    quantized = QuantizePreStart(settings.data_dir / "quantized")
+    return PreStartChain([quantized, FlashLoadPreStart(settings.flash_loader)])
 
 
 def _declared(settings: ControllerSettings) -> GPUInventory:
@@ -212,7 +215,7 @@ def _plugins() -> dict[str, RuntimePlugin]:
     return {
         "local": RuntimePlugin(
             _local,
-            _flash_loader,
+            _local_prestart,
             resolve_source,
             _sql_models,
             _declared,

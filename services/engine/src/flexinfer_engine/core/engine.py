@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from flexinfer_common.errors import ConfigError, PermanentError, UnavailableError
+from flexinfer_engine.core import fp8
 from flexinfer_engine.core.config import ModelConfig, read_config
 from flexinfer_engine.core.model import DecoderLM, KVCache
 from flexinfer_engine.core.sampling import SamplingParams, make_generator, sample
@@ -89,6 +90,7 @@ class InferenceEngine:
         return info
 
     def _assign(self, tensors: dict[str, torch.Tensor]) -> None:
+        tensors = fp8.dequantize(tensors, self.config.dtype)
         try:
             self.model.load_state_dict(tensors, strict=True, assign=True)
         except RuntimeError as exc:

@@ -20,6 +20,7 @@ from flexinfer_controller.backends.base import (
 from flexinfer_controller.flashload.plan import safe_name
 from flexinfer_controller.flashload.render import TMPFS_MOUNT
 from flexinfer_controller.flashload.settings import FlashLoadSettings
+from flexinfer_controller.quantize.request import GGUF_FILE
 from flexinfer_controller.runtime.kubernetes import cache as cache_mod
 from flexinfer_controller.runtime.kubernetes import quantize, scheduling
 from flexinfer_controller.runtime.kubernetes.cache import CachePlan
@@ -98,10 +99,12 @@ def build_context(model: Model, backends: BackendRegistry, options: RenderOption
     backend = _backend(model, backends)
     vendor = scheduling.vendor(model, options.gpu)
     cache = cache_mod.plan(model, backend.needs_volume)
-    quant = quantize.parse(model, cache)
+    quant = quantize.parse(model, cache, options.environ)
     weights = quant.output if quant else cache.subpath
     flash = flash_settings(model, cache, options)
     location = model_location(model, cache, weights, flash is not None, options.model_mount)
+    if location is not None and quant is not None and quant.format == "GGUF":
+        location = f"{location}/{GGUF_FILE}"  # the one file the quantizer wrote there
     request = RenderRequest(
         model=model, model_location=location, vendor=vendor, arch=options.gpu.arch,
         environ=options.environ,

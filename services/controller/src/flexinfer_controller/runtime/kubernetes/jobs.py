@@ -26,7 +26,7 @@ from flexinfer_controller.runtime.kubernetes.names import (
     metadata,
     object_name,
 )
-from flexinfer_controller.runtime.kubernetes.options import QUANTIZER_IMAGE
+from flexinfer_controller.runtime.kubernetes.options import QUANTIZER_COMMAND
 
 REGISTRY_CLI = ["python", "-m", "flexinfer_registry.client.mx_cli"]
 _UID = 10001
@@ -121,28 +121,29 @@ def prefetch_job(ctx: RenderContext) -> Obj | None:
 
 
 def quantize_job(ctx: RenderContext) -> Obj | None:
-    """The quantization Job (after the prefetch); GPU and toleration with ``useGPU``."""
+    """The quantization Job (after the prefetch); GPU and toleration with ``useGPU``.
+
+    Without an image of its own it runs the built-in quantizer from the controller's image,
+    as the prefetch's user; another image runs its own entrypoint with the same variables.
+    """
     quant = ctx.quantize
     if quant is None:
         return None
     root = ctx.options.model_mount
-    image_var = f"FLEXINFER_QUANTIZER_{quant.format}_IMAGE"
-    image = (
-        quant.image
-        or ctx.options.environ.get(image_var)
-        or QUANTIZER_IMAGE.format(format=quant.format.lower())
-    )
     env = {"QUANTIZE_FORMAT": quant.format, "QUANTIZE_INPUT": f"{root}/{quant.input}",
            "QUANTIZE_OUTPUT": f"{root}/{quant.output}", **quant.settings}  # fmt: skip
     container: Obj = {
         "name": "quantize",
-        "image": image,
+        "image": quant.image or ctx.options.controller_image,
         "imagePullPolicy": "IfNotPresent",
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         "resources": scheduling.resources(ctx.model, ctx.vendor if quant.use_gpu else "cpu"),
         "volumeMounts": [_mount(ctx)],
     }
     pod: Obj = {}
+    if quant.image is None:
+        container["command"] = list(QUANTIZER_COMMAND)
+        pod = prefetch_pod()
     gpus = ctx.gpus if quant.use_gpu else 0
     if gpus:
         pod["tolerations"] = scheduling.tolerations(ctx.model, gpus)

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from flexinfer_controller.flashload.settings import FlashLoadSettings
 from flexinfer_controller.kube_settings import CONTROLLER_IMAGE, REGISTRY_ADDRESS, REGISTRY_IMAGE
 
-QUANTIZER_IMAGE = "ghcr.io/flexinfer/quantizer:{format}"
-"""The operator's default, per format (``FLEXINFER_QUANTIZER_<FMT>_IMAGE`` overrides it)."""
+QUANTIZER_COMMAND = ["python", "-m", "flexinfer_controller.quantize"]
+"""The built-in quantizer (FP8, GGUF), run from ``controller_image`` when neither
+spec.quantize.image nor ``FLEXINFER_QUANTIZER_<FMT>_IMAGE`` names another image."""
 MODEL_MOUNT = "/models"
 """Where the model cache is mounted in every container."""
 
@@ -32,8 +33,9 @@ class RenderOptions:
     """The desired count (0 while the cache gate holds or the model is idle)."""
     gpu: GPUPlacement = field(default_factory=GPUPlacement)
     environ: Mapping[str, str] = field(default_factory=dict)
-    """Image overrides (``DEFAULT_VLLM_IMAGE``, ``FLEXINFER_QUANTIZER_GGUF_IMAGE``...)."""
+    """Image overrides (``DEFAULT_VLLM_IMAGE``, ``FLEXINFER_QUANTIZER_AWQ_IMAGE``...)."""
     controller_image: str = CONTROLLER_IMAGE
+    """Has the flash loader and the built-in quantizer."""
     registry_image: str = REGISTRY_IMAGE
     registry_address: str = REGISTRY_ADDRESS
     flash: FlashLoadSettings = field(default_factory=FlashLoadSettings)

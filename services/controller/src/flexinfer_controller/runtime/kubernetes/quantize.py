@@ -5,21 +5,21 @@ here are the ones its docs name: ``format`` (GGUF, AWQ, GPTQ, EXL2, FP8), ``useG
 Job gets a GPU and the GPU toleration), and ``image``. Other keys go to the quantizer as
 ``QUANTIZE_<KEY>`` variables. The quantizer reads ``QUANTIZE_INPUT`` and writes
 ``QUANTIZE_OUTPUT``, a sibling directory the engine is then pointed at.
+
+FP8 and GGUF default to the built-in quantizer (``flexinfer_controller.quantize``, in the
+controller's image). AWQ, GPTQ and EXL2 need calibration on a GPU, which it does not do:
+they need ``spec.quantize.image`` (or the controller's ``FLEXINFER_QUANTIZER_<FMT>_IMAGE``).
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from flexinfer_common.api import Model
 from flexinfer_common.errors import InvalidSpecError
+from flexinfer_controller.quantize.request import BUILT_IN, FORMATS, refusal, spec_environment
 from flexinfer_controller.runtime.kubernetes.cache import CachePlan, check_quantize_has_cache
-
-FORMATS = ("GGUF", "AWQ", "GPTQ", "EXL2", "FP8")
-_KNOWN = frozenset({"format", "useGPU", "image"})
-_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
 @dataclass(frozen=True)
@@ -29,30 +29,21 @@ class Quantize:
     format: str
     use_gpu: bool
     image: str | None
+    """``spec.quantize.image``, else the controller's image variable for the format; None:
+    the built-in quantizer in the controller's image."""
     input: str
     output: str
     settings: dict[str, str]
 
 
-def _env_name(key: str) -> str:
-    return "QUANTIZE_" + re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper()
+def image_variable(fmt: str) -> str:
+    """The controller's variable naming a default quantizer image for ``fmt``."""
+    return f"FLEXINFER_QUANTIZER_{fmt}_IMAGE"
 
 
-def _settings(raw: dict[str, Any]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, value in sorted(raw.items()):
-        if key in _KNOWN or value is None:
-            continue
-        if not _KEY.match(key) or isinstance(value, dict | list):
-            raise InvalidSpecError(f"spec.quantize.{key} must be a scalar with a camelCase name")
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        if any(c in text for c in "\x00\r\n"):
-            raise InvalidSpecError(f"spec.quantize.{key} must not contain NUL or line breaks")
-        out[_env_name(key)] = text
-    return out
-
-
-def parse(model: Model, cache: CachePlan) -> Quantize | None:
+def parse(
+    model: Model, cache: CachePlan, environ: Mapping[str, str] | None = None
+) -> Quantize | None:
     """spec.quantize checked; None when there is none."""
     raw = model.spec.quantize
     if not raw:
@@ -70,7 +61,12 @@ def parse(model: Model, cache: CachePlan) -> Quantize | None:
             "spec.quantize.useGPU must be a boolean", field="spec.quantize.useGPU"
         )
     image = raw.get("image")
-    if image is not None and not isinstance(image, str):
-        raise InvalidSpecError("spec.quantize.image must be a string", field="spec.quantize.image")
+    if image is not None and (not isinstance(image, str) or not image.strip()):
+        raise InvalidSpecError(
+            "spec.quantize.image must be a non-empty string", field="spec.quantize.image"
+        )
+    image = image or (environ or {}).get(image_variable(fmt)) or None
+    if image is None and fmt not in BUILT_IN:
+        raise InvalidSpecError(refusal(fmt), field="spec.quantize.image")
     source = cache.subpath
-    return Quantize(fmt, use_gpu, image, source, f"{source}-{fmt.lower()}", _settings(raw))
+    return Quantize(fmt, use_gpu, image, source, f"{source}-{fmt.lower()}", spec_environment(raw))

@@ -69,7 +69,8 @@ SAMPLES = (
     Sample("vllm-quantize-gpu", manifest("mistral-awq", {
         "backend": "vllm", "source": "s3://models/mistral-7b",
         "gpu": {"vendor": "auto"},
-        "quantize": {"format": "AWQ", "useGPU": True, "bits": 4},
+        "quantize": {"format": "AWQ", "useGPU": True, "bits": 4,
+                     "image": "registry.harbor.lan/ml/autoawq-quantizer:0.2"},
     }), GPUPlacement("nvidia", "sm_90")),
     Sample("ollama-amd-pull", manifest("llama3", {
         "backend": "ollama", "source": "ollama://llama3.2:3b", "gpu": {"vendor": "amd"},
