@@ -102,7 +102,8 @@ PINNED = {
     ),
     "vllm-quantize-gpu": (
         "vllm/vllm-openai:latest", None,
-        ["--host", "0.0.0.0", "--port", "8000", "--model", "/models/s3/models/mistral-7b-awq",
+        ["--host", "0.0.0.0", "--port", "8000",
+         "--model", "/models/s3/models/mistral-7b-awq-76f46168",
          "--served-model-name", "mistral-awq"], 8000,
     ),
     "ollama-amd-pull": ("ollama/ollama:rocm", None, ["serve"], 11434),
@@ -293,7 +294,7 @@ def test_quantization_jobs() -> None:
     assert env == {
         "QUANTIZE_FORMAT": "AWQ",
         "QUANTIZE_INPUT": "/models/s3/models/mistral-7b",
-        "QUANTIZE_OUTPUT": "/models/s3/models/mistral-7b-awq",
+        "QUANTIZE_OUTPUT": "/models/s3/models/mistral-7b-awq-76f46168",
         "QUANTIZE_BITS": "4",
     }
     cpu = one(SAMPLE["diffusers-nvidia-quantize-cpu"], "Job", "quantize")["spec"]["template"]
@@ -306,7 +307,7 @@ def test_quantization_jobs() -> None:
     assert {e["name"]: e["value"] for e in built_in["env"]} == {
         "QUANTIZE_FORMAT": "FP8",
         "QUANTIZE_INPUT": "/models/gcs/weights/sdxl-turbo",
-        "QUANTIZE_OUTPUT": "/models/gcs/weights/sdxl-turbo-fp8",
+        "QUANTIZE_OUTPUT": "/models/gcs/weights/sdxl-turbo-fp8-bd432da3",
     }
     assert cpu["spec"]["securityContext"] == {
         "runAsNonRoot": True,
@@ -316,7 +317,7 @@ def test_quantization_jobs() -> None:
     diffusers_env = {
         e["name"]: e["value"] for e in engine(SAMPLE["diffusers-nvidia-quantize-cpu"])["env"]
     }
-    assert diffusers_env["MODEL_ID"] == "/models/gcs/weights/sdxl-turbo-fp8"
+    assert diffusers_env["MODEL_ID"] == "/models/gcs/weights/sdxl-turbo-fp8-bd432da3"
 
 
 def test_the_comfyui_config_map_points_at_the_cache() -> None:

@@ -4,7 +4,8 @@ The operator's QuantizationSpec was not available (docs/api-compat.md), so the f
 here are the ones its docs name: ``format`` (GGUF, AWQ, GPTQ, EXL2, FP8), ``useGPU`` (the
 Job gets a GPU and the GPU toleration), and ``image``. Other keys go to the quantizer as
 ``QUANTIZE_<KEY>`` variables. The quantizer reads ``QUANTIZE_INPUT`` and writes
-``QUANTIZE_OUTPUT``, a sibling directory the engine is then pointed at.
+``QUANTIZE_OUTPUT``, a sibling directory the engine is then pointed at, named by a digest
+of the conversion's settings.
 
 FP8 and GGUF default to the built-in quantizer (``flexinfer_controller.quantize``, in the
 controller's image). AWQ, GPTQ and EXL2 need calibration on a GPU, which it does not do:
@@ -13,6 +14,8 @@ they need ``spec.quantize.image`` (or the controller's ``FLEXINFER_QUANTIZER_<FM
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -68,5 +71,20 @@ def parse(
     image = image or (environ or {}).get(image_variable(fmt)) or None
     if image is None and fmt not in BUILT_IN:
         raise InvalidSpecError(refusal(fmt), field="spec.quantize.image")
+    settings = spec_environment(raw)
     source = cache.subpath
-    return Quantize(fmt, use_gpu, image, source, f"{source}-{fmt.lower()}", spec_environment(raw))
+    return Quantize(
+        fmt, use_gpu, image, source, output_path(source, fmt, image, settings), settings
+    )
+
+
+def output_path(source: str, fmt: str, image: str | None, settings: Mapping[str, str]) -> str:
+    """Where one conversion of ``source`` goes: beside it, named by what it converts with.
+
+    The cache volume is shared by every Model of the same source, so two Models asking for
+    the same conversion share its output, and two asking for different ones (another
+    QUANTIZE_TYPE, another image) must not overwrite each other's.
+    """
+    identity = json.dumps([fmt, image, sorted(settings.items())], separators=(",", ":"))
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
+    return f"{source}-{fmt.lower()}-{digest}"
