@@ -2,8 +2,10 @@
 
 Wire-compatible with vLLM (VLLM_ALLOW_RUNTIME_LORA_UPDATING): success is 200 with a text
 body; a refusal is vLLM's error JSON, whose ``type`` is vLLM's error kind and whose
-``code`` is the HTTP status. Like /sleep and /wake_up, these are admin routes of an
-engine that listens on loopback behind the proxy, which never forwards them.
+``code`` is the HTTP status. Like /sleep and /wake_up they are admin routes without auth
+of their own, as the engine has none: it listens on loopback locally and behind a
+NetworkPolicy on Kubernetes, and the proxy never forwards these paths. What a load may
+read is bounded by the adapter roots instead.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
 
-from flexinfer_common.web import error_responses
 from flexinfer_engine.api.validation import JsonRoute
 from flexinfer_engine.core.lora import LoRAError, LoRANotFoundError
 from flexinfer_engine.core.runner import AsyncRunner
@@ -34,18 +35,42 @@ class UnloadLoRAAdapterRequest(BaseModel):
     lora_int_id: int | None = None
 
 
+class VLLMErrorInfo(BaseModel):
+    """vLLM's error object: its ``code`` is the HTTP status, its ``type`` vLLM's kind."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: int
+
+
+class VLLMErrorResponse(BaseModel):
+    """vLLM's error body."""
+
+    error: VLLMErrorInfo
+
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    400: {"model": VLLMErrorResponse, "description": "InvalidUserInput or BadRequestError"},
+    404: {"model": VLLMErrorResponse, "description": "NotFoundError"},
+}
+_SUCCESS: dict[int | str, dict[str, object]] = {
+    200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+}
+
+
 def vllm_error(exc: LoRAError | LoRANotFoundError) -> JSONResponse:
-    """vLLM's ErrorResponse: ``{"error": {message, type, param, code: <status>}}``."""
+    """vLLM's ErrorResponse for a refused load or unload."""
     status = 404 if isinstance(exc, LoRANotFoundError) else 400
-    body = {"error": {"message": str(exc), "type": exc.kind, "param": None, "code": status}}
-    return JSONResponse(body, status_code=status)
+    body = VLLMErrorResponse(error=VLLMErrorInfo(message=str(exc), type=exc.kind, code=status))
+    return JSONResponse(body.model_dump(), status_code=status)
 
 
 def lora_router(runner: AsyncRunner) -> APIRouter:
     """The two adapter routes of ``runner``'s engine."""
     router = APIRouter(route_class=JsonRoute, tags=["lora"])
 
-    @router.post("/v1/load_lora_adapter", response_model=None, responses=error_responses(400, 404))
+    @router.post("/v1/load_lora_adapter", response_model=None, responses={**_SUCCESS, **_ERRORS})
     async def load_lora_adapter(request: LoadLoRAAdapterRequest) -> Response:
         """Load a PEFT adapter from a directory inside the adapter roots."""
         name = request.lora_name
@@ -55,9 +80,7 @@ def lora_router(runner: AsyncRunner) -> APIRouter:
             return vllm_error(exc)
         return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
 
-    @router.post(
-        "/v1/unload_lora_adapter", response_model=None, responses=error_responses(400, 404)
-    )
+    @router.post("/v1/unload_lora_adapter", response_model=None, responses={**_SUCCESS, **_ERRORS})
     async def unload_lora_adapter(request: UnloadLoRAAdapterRequest) -> Response:
         """Unload an adapter; requests already running with it finish."""
         name = request.lora_name
