@@ -221,6 +221,7 @@ BROKEN_CONFIGS: dict[str, tuple[dict[str, object], str]] = {
     ),
     "narrower targets": ({"target_modules": ["qkv"]}, "outside the config's target_modules"),
     "regex target": ({"target_modules": r"layers\.0\..*"}, "outside the config's target_modules"),
+    "bad regex": ({"target_modules": "("}, "not a valid regex"),
     "dora": ({"use_dora": True}, "DoRA"),
     "bias": ({"bias": "all"}, "bias"),
     "not lora": ({"peft_type": "PREFIX_TUNING"}, "only LORA"),
@@ -236,6 +237,17 @@ def test_broken_configs_are_refused(engine: InferenceEngine, tmp_path: Path, cas
     _edit_config(path, **changes)
     with pytest.raises(LoRAError, match=message):
         read(engine, path, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "targets", ["all-linear", r"layers\.\d\.(attn\.qkv|attn\.out|fc_in|fc_out)"]
+)
+def test_peft_target_forms_are_understood(
+    engine: InferenceEngine, tmp_path: Path, targets: str
+) -> None:
+    path = generate_adapter(tmp_path / "t", name="t", model_dir=engine.model_dir)
+    _edit_config(path, target_modules=targets)
+    assert len(read(engine, path, tmp_path).pairs) == 4 * 4
 
 
 def test_a_rank_above_the_engines_maximum_is_refused(engine: InferenceEngine, root: Path) -> None:

@@ -26,6 +26,8 @@ WEIGHTS_FILE = "adapter_model.safetensors"
 MAX_CONFIG_BYTES = 1 << 20
 """adapter_config.json is a few hundred bytes; anything near a MiB is not one."""
 
+ALL_LINEAR = "all-linear"
+OUTPUT_LAYER = "lm_head"
 _KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<half>[AB])\.weight$")
 _UNSUPPORTED = {
     "use_dora": "DoRA (use_dora) is not supported.",
@@ -105,8 +107,11 @@ def _valid_targets(targets: object) -> bool:
 
 def targeted_modules(config: PeftConfig, linears: Mapping[str, LinearShape]) -> set[str]:
     """The engine's linears the config targets (PEFT's rules: a list matches a module path
-    or its dotted suffix, a string is a regex over the whole path)."""
+    or its dotted suffix, a string is a regex over the whole path, ``all-linear`` is every
+    linear but the output layer)."""
     targets = config.target_modules
+    if targets == ALL_LINEAR:
+        return {name for name in linears if name != OUTPUT_LAYER}
     if isinstance(targets, str):
         try:
             pattern = re.compile(targets)
