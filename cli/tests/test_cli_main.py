@@ -62,6 +62,23 @@ def test_model_generate_writes_a_hugging_face_layout(tmp_path: Path) -> None:
     assert (out / "model.safetensors").stat().st_size > 0
 
 
+def test_model_generate_adapter_writes_a_peft_layout(tmp_path: Path) -> None:
+    model, adapter = tmp_path / "m", tmp_path / "a"
+    assert run("model", "generate", "tiny", "--out", str(model)).returncode == 0
+    args = ("--model-dir", str(model), "--out", str(adapter), "--rank", "4", "--targets", "qkv")
+    result = run("model", "generate-adapter", "sql", *args)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["targets"] == ["qkv"]
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert (config["peft_type"], config["r"], config["target_modules"]) == ("LORA", 4, ["qkv"])
+    assert (adapter / "adapter_model.safetensors").stat().st_size > 0
+    bad = run("model", "generate-adapter", "x", "--model-dir", str(model), "--out", str(adapter),
+              "--targets", "c_attn")  # fmt: skip
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("flexinfer model generate-adapter: error: Unknown target")
+    assert bad.stderr.count("\n") == 1
+
+
 def test_model_without_generate_is_a_usage_error() -> None:
     result = run("model", "frobnicate")
     assert result.returncode == 2

@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,14 +51,19 @@ class Process:
 
 @contextmanager
 def reference_engine(
-    model_dir: Path, log: Path, *, name: str = "tiny", env: Mapping[str, str] | None = None
+    model_dir: Path,
+    log: Path,
+    *,
+    name: str = "tiny",
+    env: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
 ) -> Iterator[Process]:
-    """``python -m flexinfer_engine serve`` on a free loopback port, once it is ready."""
+    """``python -m flexinfer_engine serve [ARGS]`` on a free loopback port, once it is ready."""
     read_fd, write_fd = os.pipe()
     out = log.open("ab")
     argv = [
         sys.executable, "-m", "flexinfer_engine", "serve", "--model-dir", str(model_dir),
-        "--served-model-name", name, "--port", "0", "--ready-fd", str(write_fd),
+        "--served-model-name", name, "--port", "0", "--ready-fd", str(write_fd), *args,
     ]  # fmt: skip
     proc = subprocess.Popen(
         argv, env={**os.environ, **(env or {})}, stdout=out, stderr=out,

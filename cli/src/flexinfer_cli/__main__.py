@@ -57,6 +57,7 @@ def _usage() -> str:
         "commands:\n"
         "  up                 run the embedded stack (proxy on http://127.0.0.1:8080)\n"
         "  model generate     write a deterministic reference model\n"
+        "  model generate-adapter  write a deterministic LoRA adapter for such a model\n"
         "  crd generate       regenerate k8s/crds from the API types (--check: verify only)\n"
         "  mx                 ModelExpress-compatible registry client (health, ping, model ...)\n"
         "  flash-load         copy a model to tmpfs for a fast engine start (or cleanup)\n"

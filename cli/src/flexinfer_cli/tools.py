@@ -1,4 +1,5 @@
-"""Tool subcommands: ``flexinfer model generate``, ``crd generate``, ``mx`` and ``flash-load``."""
+"""Tool subcommands: ``flexinfer model generate|generate-adapter``, ``crd generate``, ``mx``
+and ``flash-load``."""
 
 from __future__ import annotations
 
@@ -9,20 +10,30 @@ from flexinfer_cli.args import subcommands
 
 
 def model_main(argv: list[str]) -> int:
-    """``flexinfer model generate NAME [...]``: the engine's reference-model generator."""
+    """``flexinfer model generate NAME [...]`` and ``flexinfer model generate-adapter NAME
+    [...]``: the engine's reference-model and LoRA-adapter generators."""
     # The engine (and torch) loads only for this command: the other commands start faster.
     from flexinfer_engine.__main__ import (
+        ADAPTER_DESCRIPTION,
+        ADAPTER_HELP,
         GENERATE_DESCRIPTION,
         GENERATE_HELP,
+        add_generate_adapter_arguments,
         add_generate_arguments,
         generate,
+        generate_adapter_command,
     )
 
     top, commands = subcommands("model", "Reference models for the FlexInfer engine.")
     add_generate_arguments(
         commands.add_parser("generate", help=GENERATE_HELP, description=GENERATE_DESCRIPTION)
     )
+    add_generate_adapter_arguments(
+        commands.add_parser("generate-adapter", help=ADAPTER_HELP, description=ADAPTER_DESCRIPTION)
+    )
     args = top.parse_args(argv)
+    if args.command == "generate-adapter":
+        return generate_adapter_command(args, prog="flexinfer model generate-adapter")
     return generate(args, prog="flexinfer model generate")
 
 

@@ -364,6 +364,13 @@ def test_reference_renders_its_own_image_and_cli() -> None:
     )
 
 
+def test_reference_gets_max_loras_for_bound_adapters() -> None:
+    spec = render(model("reference", "file:///models/demo"), vendor="cpu", lora_adapters=3)
+    assert spec.args[-2:] == ("--max-loras", "3")
+    plain = render(model("reference", "file:///models/demo"), vendor="cpu")
+    assert "--max-loras" not in plain.args
+
+
 IMAGES = [
     # (backend, vendor, arch, environ, image)
     ("vllm", "amd", "gfx906", {}, "registry.harbor.lan/flexinfer/vllm:rocm-gfx906"),

@@ -23,6 +23,7 @@ from flexinfer_common.service import exit_code  # noqa: E402
 from flexinfer_common.serving import ServerGroup, bind_socket, socket_url  # noqa: E402
 from flexinfer_common.settings import LogSettings  # noqa: E402
 from flexinfer_engine.app import create_app, engine_info  # noqa: E402
+from flexinfer_engine.core.adapter_weights import DEFAULT_TARGETS, generate_adapter  # noqa: E402
 from flexinfer_engine.core.config import PRESETS, parameter_count  # noqa: E402
 from flexinfer_engine.core.runner import AsyncRunner  # noqa: E402
 from flexinfer_engine.core.weights import generate_model  # noqa: E402
@@ -53,8 +54,19 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     serve.add_argument("--ready-fd", type=int, help="fd to write one JSON ready line to")
     serve.add_argument("--device", help="torch device (default cpu)")
     serve.add_argument("--log-level", help="log level (default from FLEXINFER_LOG_LEVEL)")
+    serve.add_argument("--max-loras", type=int, help="LoRA adapters loaded at once (default 1)")
+    serve.add_argument("--max-lora-rank", type=int, help="highest adapter rank (default 16)")
+    serve.add_argument(
+        "--lora-root",
+        type=Path,
+        action="append",
+        help="directory adapters may be loaded from (repeatable; default: none, loads refused)",
+    )
     add_generate_arguments(
         commands.add_parser("generate", help=GENERATE_HELP, description=GENERATE_DESCRIPTION)
+    )
+    add_generate_adapter_arguments(
+        commands.add_parser("generate-adapter", help=ADAPTER_HELP, description=ADAPTER_DESCRIPTION)
     )
     return parser
 
@@ -76,11 +88,36 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="weights' seed (default 0)")
 
 
+ADAPTER_HELP = "write a deterministic random LoRA adapter for a generated model"
+ADAPTER_DESCRIPTION = (
+    "Write a deterministic LoRA adapter (adapter_config.json, adapter_model.safetensors) in "
+    "PEFT layout for the model in --model-dir; the same name, model, rank, targets and seed "
+    "always give the same weights."
+)
+
+
+def add_generate_adapter_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``generate-adapter`` (also ``flexinfer model generate-adapter``)."""
+    parser.add_argument("name", help="adapter name (part of the weights' seed)")
+    parser.add_argument("--model-dir", type=Path, required=True, help="the base model")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--rank", type=int, default=8, help="LoRA rank r (default 8)")
+    parser.add_argument("--alpha", type=float, default=16.0, help="lora_alpha (default 16)")
+    parser.add_argument(
+        "--targets",
+        default=",".join(DEFAULT_TARGETS),
+        help=f"comma-separated target modules (default {','.join(DEFAULT_TARGETS)})",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="weights' seed (default 0)")
+
+
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Entry point; returns the process exit code."""
     args = _parser(prog).parse_args(argv)
     if args.command == "generate":
         return generate(args, prog)
+    if args.command == "generate-adapter":
+        return generate_adapter_command(args, prog)
     return exit_code(prog, lambda: _serve(args))
 
 
@@ -104,6 +141,27 @@ def generate(args: argparse.Namespace, prog: str = PROG) -> int:
     return 0
 
 
+def generate_adapter_command(args: argparse.Namespace, prog: str = PROG) -> int:
+    """Write the adapter ``args`` describe and print a JSON summary; returns the exit code."""
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    try:
+        path = generate_adapter(
+            args.out,
+            name=args.name,
+            model_dir=args.model_dir,
+            rank=args.rank,
+            alpha=args.alpha,
+            targets=targets,
+            seed=args.seed,
+        )
+    except (FlexInferError, OSError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    summary = {"path": str(path), "name": args.name, "rank": args.rank, "targets": targets}
+    print(json.dumps(summary))
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {
         "model_dir": args.model_dir,
@@ -111,6 +169,9 @@ def _serve(args: argparse.Namespace) -> int:
         "host": args.host,
         "port": args.port,
         "device": args.device,
+        "max_loras": args.max_loras,
+        "max_lora_rank": args.max_lora_rank,
+        "lora_roots": args.lora_root,
     }
     if args.log_level is not None:
         overrides["log"] = LogSettings(level=args.log_level)  # checked like the variable

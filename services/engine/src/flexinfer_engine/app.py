@@ -20,11 +20,14 @@ from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers, openai_error
 from flexinfer_engine.api.admin_routes import admin_router
 from flexinfer_engine.api.limits import BodyLimit
+from flexinfer_engine.api.lora_routes import lora_router
 from flexinfer_engine.api.metrics import engine_hooks, kv_cache_gauge
 from flexinfer_engine.api.openai_routes import ServedModel, openai_router
 from flexinfer_engine.api.validation import install_request_errors
+from flexinfer_engine.core.adapters import AdapterRegistry, LoRALimits
 from flexinfer_engine.core.config import parameter_count
 from flexinfer_engine.core.engine import InferenceEngine
+from flexinfer_engine.core.lora import linear_shapes
 from flexinfer_engine.core.parameters import InvalidRequestError
 from flexinfer_engine.core.runner import AsyncRunner, State
 from flexinfer_engine.core.timing import process_create_time
@@ -70,6 +73,7 @@ def create_app(
     telemetry = setup_telemetry(app, "engine", settings.telemetry)
     runner = AsyncRunner(
         engine,
+        _adapters(settings, engine, served.name),
         max_concurrent=settings.max_concurrent_generations,
         max_waiting=settings.max_waiting_requests,
         hooks=engine_hooks(telemetry.registry),
@@ -87,8 +91,20 @@ def create_app(
 
     app.include_router(health_router(ready))
     app.include_router(openai_router(runner, served))
+    app.include_router(lora_router(runner))
     app.include_router(admin_router(runner, lambda: engine_info(runner, served.name, url)))
     return app
+
+
+def _adapters(settings: EngineSettings, engine: InferenceEngine, base: str) -> AdapterRegistry:
+    limits = LoRALimits(settings.max_loras, settings.max_lora_rank, tuple(settings.lora_roots))
+    return AdapterRegistry(
+        limits,
+        linear_shapes(engine.model),
+        base_name=base,
+        device=engine.device,
+        dtype=engine.config.dtype,
+    )
 
 
 def engine_info(runner: AsyncRunner, model: str, url: str | None) -> dict[str, Any]:
@@ -112,6 +128,9 @@ def engine_info(runner: AsyncRunner, model: str, url: str | None) -> dict[str, A
         "parameters": parameter_count(engine.config),
         "max_model_len": engine.config.max_position_embeddings,
         "waiting_requests": runner.waiting,
+        "lora_adapters": [adapter.name for adapter in runner.adapters.loaded()],
+        "max_loras": runner.adapters.limits.max_loras,
+        "max_lora_rank": runner.adapters.limits.max_rank,
         "error": runner.error,
     }
 

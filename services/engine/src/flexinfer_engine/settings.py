@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from flexinfer_common.settings import LogSettings, TelemetrySettings
+
+
+def _path_list(value: object) -> object:
+    """Roots from the environment: a JSON list, or paths separated by ``:`` as in PATH."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        return json.loads(text)
+    return [part for part in text.split(os.pathsep) if part]
+
+
+def _absolute(roots: list[Path]) -> list[Path]:
+    for root in roots:
+        if not root.is_absolute():
+            raise ValueError(f"adapter root {str(root)!r} must be an absolute path")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in str(root)):
+            raise ValueError("adapter roots must not contain control characters")
+    return roots
+
+
+RootList = Annotated[list[Path], NoDecode, BeforeValidator(_path_list), AfterValidator(_absolute)]
+"""Absolute directories: a list, a JSON list, or ``/a:/b``."""
 
 
 class EngineSettings(BaseSettings):
@@ -46,6 +72,17 @@ class EngineSettings(BaseSettings):
 
     default_max_tokens: int = Field(default=256, ge=1)
     """Completion tokens when a chat request gives no max_tokens (capped by the context)."""
+
+    max_loras: int = Field(default=1, ge=1, le=1024)
+    """LoRA adapters loaded at once (vLLM's --max-loras, same default); loading one more
+    is refused until one is unloaded."""
+
+    max_lora_rank: int = Field(default=16, ge=1, le=4096)
+    """Highest adapter rank accepted (vLLM's --max-lora-rank, same default)."""
+
+    lora_roots: RootList = Field(default_factory=list)
+    """Directories adapters may be loaded from (``/a:/b`` or a JSON list). None by default:
+    POST /v1/load_lora_adapter is then refused, as no path is trusted."""
 
     torch_threads: int | None = Field(default=None, ge=1)
     """Intra-op CPU threads for torch; unset keeps torch's default (one per core)."""

@@ -2,6 +2,10 @@
 
 It has no config keys (spec.config is ignored): everything it needs is the model
 directory and the served name. Locally it reports readiness on a file descriptor.
+It serves LoRA adapters through vLLM's routes (POST /v1/load_lora_adapter and
+/v1/unload_lora_adapter); with bound LoRAAdapters it gets ``--max-loras N`` as vLLM does.
+The directories adapters may be loaded from are the engine's own setting
+(FLEXINFER_ENGINE_LORA_ROOTS, inherited from the controller's environment locally).
 """
 
 from __future__ import annotations
@@ -44,12 +48,15 @@ class ReferenceBackend(Backend):
         require_vendor(self.name, self.vendors, request)
         host, port = bind(request, self.port)
         name = served_name(request.model)
-        args = (
+        args: tuple[str, ...] = (
             "--model-dir", model_arg(request),
             "--served-model-name", name,
             "--host", host,
             "--port", str(port),
         )  # fmt: skip
+        if request.lora_adapters > 0:
+            # The engine's default is vLLM's (one adapter); no flag without adapters.
+            args += ("--max-loras", str(request.lora_adapters))
         return EngineSpec(
             backend=self.name,
             image=resolve_image(IMAGES, request),

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from flexinfer_common.web import openai_error
 from flexinfer_engine.api.validation import JsonRoute
+from flexinfer_engine.core.lora import Adapter
 from flexinfer_engine.core.requests import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -34,9 +35,10 @@ class ServedModel:
 
 
 def openai_router(runner: AsyncRunner, served: ServedModel) -> APIRouter:
-    """The OpenAI-compatible routes for one model."""
+    """The OpenAI-compatible routes for one model and its loaded LoRA adapters."""
     router = APIRouter(route_class=JsonRoute)
     engine = runner.engine
+    context = engine.config.max_position_embeddings
     card = {
         "id": served.name,
         "object": "model",
@@ -44,34 +46,54 @@ def openai_router(runner: AsyncRunner, served: ServedModel) -> APIRouter:
         "owned_by": "flexinfer",
         "root": served.name,
         "parent": None,  # as vLLM lists a base model; a LoRA adapter names its base here
-        "max_model_len": engine.config.max_position_embeddings,
+        "max_model_len": context,
     }
+
+    def adapter_card(adapter: Adapter) -> dict[str, Any]:
+        # vLLM's card of an adapter: root is the lora_path it was loaded from.
+        created, root = adapter.created, adapter.path
+        return {**card, "id": adapter.name, "created": created, "root": root, "parent": served.name}
+
+    def resolve(name: str) -> tuple[bool, Adapter | None]:
+        """Whether ``name`` is served, and the adapter it names (None: the base model)."""
+        if name == served.name:
+            return True, None
+        adapter = runner.adapters.get(name)
+        return adapter is not None, adapter
 
     @router.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [card]}
+        cards = [card] + [adapter_card(a) for a in runner.adapters.loaded()]
+        return {"object": "list", "data": cards}
 
     @router.get("/v1/models/{model_id:path}", response_model=None)
     async def model(model_id: str) -> Response:
-        if model_id != served.name:
+        found, adapter = resolve(model_id)
+        if not found:
             return _unknown_model(model_id)
-        return JSONResponse(card)
+        return JSONResponse(card if adapter is None else adapter_card(adapter))
 
     @router.post("/v1/completions", response_model=None)
     async def completions(request: CompletionRequest) -> Response:
-        if request.model != served.name:
+        found, adapter = resolve(request.model)
+        if not found:
             return _unknown_model(request.model)
         prompts = completion_prompts(request, engine.tokenizer)
-        return await _run("text", request, prompts)
+        return await _run("text", request, prompts, adapter)
 
     @router.post("/v1/chat/completions", response_model=None)
     async def chat(request: ChatCompletionRequest) -> Response:
-        if request.model != served.name:
+        found, adapter = resolve(request.model)
+        if not found:
             return _unknown_model(request.model)
-        return await _run("chat", request, [chat_prompt(request, engine.tokenizer)])
+        prompts = [chat_prompt(request, engine.tokenizer)]
+        return await _run("chat", request, prompts, adapter)
 
     async def _run(
-        kind: str, request: CompletionRequest | ChatCompletionRequest, prompts: list[list[int]]
+        kind: str,
+        request: CompletionRequest | ChatCompletionRequest,
+        prompts: list[list[int]],
+        adapter: Adapter | None,
     ) -> Response:
         params = sampling_params(
             request, prompts, engine.config, default_max_tokens=served.default_max_tokens
@@ -79,13 +101,13 @@ def openai_router(runner: AsyncRunner, served: ServedModel) -> APIRouter:
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
         builder = ResponseBuilder(
             kind,
-            served.name,
+            request.model,  # the adapter's name when one served it, as vLLM answers
             sum(len(p) for p in prompts),
             len(prompts) * params.n,
             served.fingerprint,
             include_usage,
         )
-        generation = await runner.start(prompts, params)
+        generation = await runner.start(prompts, params, adapter)
         if request.stream:
             return StreamingResponse(
                 _sse(builder, generation),

@@ -20,6 +20,7 @@ import torch
 from flexinfer_common.errors import ConfigError, PermanentError, UnavailableError
 from flexinfer_engine.core import fp8
 from flexinfer_engine.core.config import ModelConfig, read_config
+from flexinfer_engine.core.lora import Adapter, LoRABatch
 from flexinfer_engine.core.model import DecoderLM, KVCache
 from flexinfer_engine.core.sampling import SamplingParams, make_generator, sample
 from flexinfer_engine.core.stops import StopMatcher
@@ -129,18 +130,24 @@ class InferenceEngine:
         self.sleep_level = 0
 
     def generate(
-        self, prompts: Sequence[list[int]], params: SamplingParams, cancel: threading.Event
+        self,
+        prompts: Sequence[list[int]],
+        params: SamplingParams,
+        cancel: threading.Event,
+        adapter: Adapter | None = None,
     ) -> Iterator[Event]:
-        """Events of every choice: ``params.n`` per prompt, indexed prompt-major."""
+        """Events of every choice: ``params.n`` per prompt, indexed prompt-major; every
+        row runs through the LoRA ``adapter`` when one is given."""
         if not self.loaded or self.sleep_level:
             raise UnavailableError("the model is not loaded")
         generator = make_generator(params.seed, self.device)
+        lora = LoRABatch.of([adapter] * params.n, self.device)
         with torch.inference_mode():
             for number, prompt in enumerate(prompts):
                 cache = KVCache(self.config, params.n, self.device, self.config.dtype)
                 with self._tracked(cache):
-                    base = number * params.n
-                    yield from self._generate(prompt, params, generator, cancel, base, cache)
+                    rows = _Rows(number * params.n, cache, lora)
+                    yield from self._generate(prompt, params, generator, cancel, rows)
 
     @contextlib.contextmanager
     def _tracked(self, cache: KVCache) -> Iterator[None]:
@@ -164,13 +171,12 @@ class InferenceEngine:
         params: SamplingParams,
         generator: torch.Generator,
         cancel: threading.Event,
-        base: int,
-        cache: KVCache,
+        rows: _Rows,
     ) -> Iterator[Event]:
-        n = params.n
+        n, cache, lora = params.n, rows.cache, rows.lora
         tokens = torch.tensor([prompt] * n, device=self.device)
-        logits = self.model(tokens, cache)[:, -1]
-        choices = [_Choice(base + row, params.stop) for row in range(n)]
+        logits = self.model(tokens, cache, lora)[:, -1]
+        choices = [_Choice(rows.base + row, params.stop) for row in range(n)]
         for step in range(params.max_tokens):
             if cancel.is_set():
                 return
@@ -180,7 +186,7 @@ class InferenceEngine:
             if all(c.done for c in choices):
                 return
             if step + 1 < params.max_tokens:
-                logits = self.model(next_ids.view(n, 1), cache)[:, -1]
+                logits = self.model(next_ids.view(n, 1), cache, lora)[:, -1]
         for choice in choices:
             yield from choice.finish("length")
 
@@ -189,6 +195,15 @@ class InferenceEngine:
         return sum(
             p.untyped_storage().nbytes() for p in self.model.parameters() if p.device.type != "meta"
         )
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The rows of one prompt: the first choice index, their KV cache, their adapters."""
+
+    base: int
+    cache: KVCache
+    lora: LoRABatch | None
 
 
 class _Choice:

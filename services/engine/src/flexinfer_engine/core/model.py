@@ -9,6 +9,7 @@ import torch.nn.functional as F  # noqa: N812 (the usual alias)
 from torch import nn
 
 from flexinfer_engine.core.config import ModelConfig
+from flexinfer_engine.core.lora import LoRABatch, lora_linear
 
 
 @dataclass
@@ -45,17 +46,21 @@ class KVCache:
 class Attention(nn.Module):
     """Multi-head causal self-attention that appends to and reads from the cache."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, path: str) -> None:
         super().__init__()
         self.heads = config.num_attention_heads
         self.head_dim = config.head_dim
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.out = nn.Linear(config.hidden_size, config.hidden_size)
+        # Module paths, as named_modules() and LoRA adapters name these linears.
+        self._names = (f"{path}.qkv", f"{path}.out")
 
-    def forward(self, x: torch.Tensor, cache: LayerCache | None, past: int) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: LayerCache | None, past: int, lora: LoRABatch | None
+    ) -> torch.Tensor:
         """Attend from the new positions to every earlier and new position."""
         batch, steps, width = x.shape
-        q, k, v = self.qkv(x).split(width, dim=-1)
+        q, k, v = lora_linear(self.qkv, self._names[0], x, lora).chunk(3, dim=-1)
         q, k, v = (
             t.view(batch, steps, self.heads, self.head_dim).transpose(1, 2) for t in (q, k, v)
         )
@@ -67,8 +72,9 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=_mask(steps, past, x.device), is_causal=past == 0 and steps > 1
         )
-        out: torch.Tensor = self.out(y.transpose(1, 2).reshape(batch, steps, width))
-        return out
+        return lora_linear(
+            self.out, self._names[1], y.transpose(1, 2).reshape(batch, steps, width), lora
+        )
 
 
 def _mask(steps: int, past: int, device: torch.device) -> torch.Tensor | None:
@@ -83,19 +89,22 @@ def _mask(steps: int, past: int, device: torch.device) -> torch.Tensor | None:
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, path: str) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.attn = Attention(config)
+        self.attn = Attention(config, f"{path}.attn")
         self.ln_2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.fc_in = nn.Linear(config.hidden_size, config.intermediate_size)
         self.fc_out = nn.Linear(config.intermediate_size, config.hidden_size)
+        self._names = (f"{path}.fc_in", f"{path}.fc_out")
 
-    def forward(self, x: torch.Tensor, cache: LayerCache | None, past: int) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: LayerCache | None, past: int, lora: LoRABatch | None
+    ) -> torch.Tensor:
         """One block over the new positions."""
-        x = x + self.attn(self.ln_1(x), cache, past)
-        mlp: torch.Tensor = self.fc_out(F.gelu(self.fc_in(self.ln_2(x))))
-        return x + mlp
+        x = x + self.attn(self.ln_1(x), cache, past, lora)
+        hidden = F.gelu(lora_linear(self.fc_in, self._names[0], self.ln_2(x), lora))
+        return x + lora_linear(self.fc_out, self._names[1], hidden, lora)
 
 
 class DecoderLM(nn.Module):
@@ -106,12 +115,17 @@ class DecoderLM(nn.Module):
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.embed_positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            Block(config, f"layers.{index}") for index in range(config.num_hidden_layers)
+        )
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
 
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """Logits (batch, steps, vocab) for ``tokens`` following what ``cache`` holds."""
+    def forward(
+        self, tokens: torch.Tensor, cache: KVCache | None = None, lora: LoRABatch | None = None
+    ) -> torch.Tensor:
+        """Logits (batch, steps, vocab) for ``tokens`` following what ``cache`` holds, with
+        each row's LoRA adapter (``lora``) applied on top of the base weights."""
         past = 0 if cache is None else cache.length
         steps = tokens.shape[1]
         if past + steps > self.config.max_position_embeddings:
@@ -119,8 +133,7 @@ class DecoderLM(nn.Module):
         positions = torch.arange(past, past + steps, device=tokens.device)
         x = self.embed_tokens(tokens) + self.embed_positions(positions)
         for index, layer in enumerate(self.layers):
-            x = layer(x, None if cache is None else cache.layers[index], past)
+            x = layer(x, None if cache is None else cache.layers[index], past, lora)
         if cache is not None:
             cache.length = past + steps
-        logits: torch.Tensor = self.lm_head(self.norm(x))
-        return logits
+        return lora_linear(self.lm_head, "lm_head", self.norm(x), lora)

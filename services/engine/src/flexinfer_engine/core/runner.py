@@ -11,8 +11,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
+import torch
+
 from flexinfer_common.errors import ConfigError, UnavailableError
+from flexinfer_engine.core.adapters import AdapterRegistry
 from flexinfer_engine.core.engine import Delta, Event, Finished, InferenceEngine, LoadInfo
+from flexinfer_engine.core.lora import Adapter
 from flexinfer_engine.core.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -76,12 +80,14 @@ class AsyncRunner:
     def __init__(
         self,
         engine: InferenceEngine,
+        adapters: AdapterRegistry,
         *,
         max_concurrent: int = 1,
         max_waiting: int = 256,
         hooks: Hooks | None = None,
     ) -> None:
         self.engine = engine
+        self.adapters = adapters
         self.hooks = hooks or Hooks()
         self.max_waiting = max_waiting
         self.state = State.READY if engine.loaded else State.LOADING
@@ -121,8 +127,14 @@ class AsyncRunner:
             raise UnavailableError(f"the model failed to load: {self.error}", delay=30)
         raise UnavailableError(f"the model is {self.state.value}", delay=5)
 
-    async def start(self, prompts: Sequence[list[int]], params: SamplingParams) -> Generation:
-        """Wait for a slot (FIFO), then start generating in a worker thread."""
+    async def start(
+        self,
+        prompts: Sequence[list[int]],
+        params: SamplingParams,
+        adapter: Adapter | None = None,
+    ) -> Generation:
+        """Wait for a slot (FIFO), then start generating in a worker thread (through the
+        LoRA ``adapter`` when one is given)."""
         received = time.perf_counter()
         self._check_serving()
         if self.waiting >= self.max_waiting:
@@ -146,7 +158,7 @@ class AsyncRunner:
             target=self._work,
             name="flexinfer-generate",
             daemon=True,
-            args=(loop, queue, cancel, list(prompts), params, received),
+            args=(loop, queue, cancel, list(prompts), params, received, adapter),
         )
         thread.start()
         return Generation(queue, cancel)
@@ -159,10 +171,11 @@ class AsyncRunner:
         prompts: list[list[int]],
         params: SamplingParams,
         received: float,
+        adapter: Adapter | None,
     ) -> None:
         first = True
         try:
-            for event in self.engine.generate(prompts, params, cancel):
+            for event in self.engine.generate(prompts, params, cancel, adapter):
                 if isinstance(event, Delta) and event.tokens:
                     if first:
                         self.hooks.on_first_token(time.perf_counter() - received)
@@ -193,6 +206,8 @@ class AsyncRunner:
             self.state = State.SLEEPING
             await self._idle.wait()
             await asyncio.to_thread(self.engine.sleep, level)
+            # Adapters are small: kept on the host at both levels, not re-read from disk.
+            await asyncio.to_thread(self.adapters.move, torch.device("cpu"))
 
     async def wake(self) -> None:
         """Bring the weights back and serve again."""
@@ -201,7 +216,24 @@ class AsyncRunner:
             if self.state is not State.SLEEPING:
                 return
             await asyncio.to_thread(self.engine.wake)
+            await asyncio.to_thread(self.adapters.move, self.engine.device)
             self.state = State.READY
+
+    async def load_adapter(self, name: str, path: str, *, replace: bool = False) -> Adapter:
+        """Read the LoRA adapter at ``path`` and serve it as ``name`` (``replace``: reload
+        an adapter of that name in place). Serialised with sleep/wake and other loads."""
+        async with self._lifecycle:
+            self.adapters.check_load(name, path, replace=replace)
+            adapter = await asyncio.to_thread(self.adapters.read, name, path)
+            self.adapters.add(adapter)
+        log.info("loaded LoRA adapter %r from %s (rank %d)", name, path, adapter.rank)
+        return adapter
+
+    async def unload_adapter(self, name: str) -> None:
+        """Stop serving the adapter ``name``; requests already using it finish with it."""
+        async with self._lifecycle:
+            self.adapters.remove(name)
+        log.info("unloaded LoRA adapter %r", name)
 
     def _check_lifecycle(self) -> None:
         if self.state in (State.LOADING, State.FAILED):
