@@ -32,6 +32,9 @@ CACHE_KIND_ANNOTATION = "flexinfer.ai/cache-kind"
 CACHE_PVC_ANNOTATION = "flexinfer.ai/cache-pvc"
 CACHE_PATH_ANNOTATION = "flexinfer.ai/cache-path"
 CACHE_DEST_ANNOTATION = "flexinfer.ai/cache-dest"
+FLASH_NODES_ANNOTATION = "flexinfer.ai/flash-nodes"
+"""On the Model: the nodes (comma-separated, oldest first) whose /dev/shm holds its copy.
+The controller writes it (``flashnodes``); whoever else writes the Model keeps it."""
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _MAX = 63

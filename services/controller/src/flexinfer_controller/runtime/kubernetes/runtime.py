@@ -19,7 +19,9 @@
   replaced them, and Kubernetes would keep them until thousands piled up.
 * ``adopt`` lists the pods a previous controller left and reads their Deployments.
 * ``release`` deletes what the Model's reconciles created, explicitly rather than waiting
-  for the garbage collector, so a Model's deletion completes only once they are gone.
+  for the garbage collector, so a Model's deletion completes only once they are gone; a
+  node-tmpfs copy gets a cleanup Job on every node its pods were seen on, which the Model
+  itself records (``flashnodes``), so a restarted controller misses none.
 
 Their errors are mapped at this boundary (``errors``): an object the apiserver refuses as
 written is a PermanentError, a conflict, throttling or an apiserver away a TemporaryError.
@@ -40,7 +42,9 @@ from flexinfer_common.api.status import GPUStatus
 from flexinfer_common.errors import ConflictError, FlexInferError, InvalidSpecError, NotFoundError
 from flexinfer_controller.adapters.kube.client import KubeClient, Obj
 from flexinfer_controller.adapters.kube.informer import Change, Informer
+from flexinfer_controller.adapters.kube.objects import CustomObjects
 from flexinfer_controller.adapters.kube.pods import PodListWatch, delete_pod, patch_pod
+from flexinfer_controller.adapters.kube.resources import MODELS
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.adapters.kube.workloads import Workloads
 from flexinfer_controller.backends import BackendRegistry, LaunchSpec, UnsupportedBackendError
@@ -50,6 +54,7 @@ from flexinfer_controller.runtime.base import Replica, ReplicaEvent, ReplicaList
 from flexinfer_controller.runtime.kubernetes import plan
 from flexinfer_controller.runtime.kubernetes.apply import Applier
 from flexinfer_controller.runtime.kubernetes.errors import cluster_call
+from flexinfer_controller.runtime.kubernetes.flashnodes import FlashNodes
 from flexinfer_controller.runtime.kubernetes.gate import JobGate, gated
 from flexinfer_controller.runtime.kubernetes.inventory import NodeInventory
 from flexinfer_controller.runtime.kubernetes.names import object_name
@@ -118,8 +123,7 @@ class KubernetesRuntime(Runtime):
         self._nodes = NodeInventory(client, watch_timeout_s)
         self._tasks: list[asyncio.Task[None]] = []
         self._pods: dict[str, PodView] = {}
-        self._ran_on: dict[str, set[str]] = {}
-        """By Model: the nodes its pods ran on, for the cleanup of a node tmpfs on deletion."""
+        self._flash_nodes = FlashNodes(CustomObjects(client, MODELS))
         self._wanted: dict[str, Wanted] = {}
         self._stopping: set[str] = set()
         self._gone: dict[str, asyncio.Event] = {}
@@ -144,6 +148,7 @@ class KubernetesRuntime(Runtime):
         for informer in self._informers:
             self._tasks.append(asyncio.create_task(informer.run(), name="watch-pods"))
         self._tasks.append(asyncio.create_task(self._nodes.informer.run(), name="watch-nodes"))
+        self._tasks.append(asyncio.create_task(self._flash_nodes.run(), name="flash-nodes"))
         # The nodes too: a reconcile before their first list would see no fleet at all.
         await asyncio.gather(*(i.synced.wait() for i in [*self._informers, self._nodes.informer]))
         for model in sorted({p.model for p in self._pods.values()}):
@@ -205,6 +210,7 @@ class KubernetesRuntime(Runtime):
     @cluster_call("ensuring the Model's objects")
     async def ensure(self, model: Model, gpu: GPUStatus | None) -> None:
         """ensureService; once placed, the other objects and the Deployment (plan.standby)."""
+        self._flash_nodes.check(model)
         try:
             objects = self._standby_objects(model, gpu)
         except (InvalidSpecError, UnsupportedBackendError):
@@ -292,9 +298,8 @@ class KubernetesRuntime(Runtime):
         except NotFoundError:
             return  # gone without our finalizer: its owner references let the GC clean up
         # Its pods are gone by now (the teardown stopped them first): where they ran is
-        # what was recorded while they did.
-        current = {p.node for p in self._pods.values() if p.model == model and p.node}
-        nodes = sorted(self._ran_on.get(model, set()) | current)
+        # what was recorded on the Model while they did.
+        nodes = self._flash_nodes.nodes(found)
         keep = await self._declared(model) if nodes else []
         try:
             objects = render_model(found, self._backends, self._options)
@@ -304,7 +309,7 @@ class KubernetesRuntime(Runtime):
             on_delete = []
         await self._applier.delete_all(plan.cleanup(objects, on_delete))
         self._wanted.pop(model, None)
-        self._ran_on.pop(model, None)
+        self._flash_nodes.forget(model)
 
     async def _declared(self, deleted: str) -> builtins.list[str]:
         """The Models still declared but ``deleted``: a node tmpfs cleanup keeps their copies."""
@@ -379,8 +384,8 @@ class KubernetesRuntime(Runtime):
                 self._pod_gone(old)
             return
         self._pods[new.key] = new
-        if new.node:
-            self._ran_on.setdefault(new.model, set()).add(new.node)
+        if new.node and new.node_tmpfs:
+            self._flash_nodes.saw(new.model, new.node)
         wanted = self._wanted.get(new.model)
         if new.ready and new.url and not (old is not None and old.ready and old.url):
             self._ready_at[new.key] = time.time()
