@@ -106,3 +106,14 @@ def metadata(model: Model, name: str, obj_labels: dict[str, str], annotations: O
         "annotations": {MODEL_KEY_ANNOTATION: model.key, **annotations},
         "ownerReferences": [owner_reference(model)],
     }
+
+
+def split_key(model: str) -> tuple[str, str]:
+    """``namespace/name`` as (namespace, name)."""
+    namespace, _, name = model.partition("/")
+    return namespace, name
+
+
+def deployment_ref(namespace: str, name: str) -> Obj:
+    """A Deployment by name alone (to read, scale or delete it)."""
+    return {"kind": "Deployment", "metadata": {"namespace": namespace, "name": name}}
