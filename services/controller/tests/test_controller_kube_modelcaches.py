@@ -19,7 +19,11 @@ from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.legacy.modelcache.controller import ModelCacheController
 from flexinfer_controller.legacy.modelcache.testing import cache_manifest
 from flexinfer_controller.runtime.kubernetes import rbac
-from flexinfer_controller.runtime.kubernetes.kubelet import JOB_COMPLETE, JOB_FAILED
+from flexinfer_controller.runtime.kubernetes.kubelet import (
+    JOB_COMPLETE,
+    JOB_FAILED,
+    finished_job_pod,
+)
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
 
@@ -131,6 +135,102 @@ async def test_shared_pvc_gets_a_claim_and_a_job_then_ready_with_its_path(cluste
     # Status goes through the subresource only; the cache's spec is never written.
     assert api.count(verb="patch", resource="modelcaches", subresource=None) == 0
     assert api.count(verb="create", resource="jobs") == 1
+
+
+async def test_ready_reports_the_bytes_the_job_fetched(cluster: Cluster) -> None:
+    api = cluster.api
+    apply(api)
+    (job,) = await cluster.job_count(1)
+    # A pod of a same-named Job of before (another uid) says something else: not read.
+    finished_job_pod(api, job, '{"sizeBytes": 1}', uid="0d9e2c1a-0000-4000-8000-000000000000")
+    finished_job_pod(api, job, '{"sizeBytes": 16106127360}')
+    cluster.complete(job)
+    status = await cluster.phase("Ready", sizeBytes="16106127360")
+    assert status["path"] == "pvc://c-cache/c/huggingface/org/m"
+
+    # Known for this path: a later pass, a restarted loop's first one too, reads no pod.
+    pods, passes = api.count("list", "pods"), api.count("list", "jobs")
+    await cluster.restart()
+    await api.until(lambda a: a.count(verb="list", resource="jobs") > passes)
+    api.patch("modelcaches", "ml", "c", {"metadata": {"labels": {"team": "a"}}})
+    # Passes of a key never overlap: this one starts once the restarted loop's first ended.
+    await api.until(lambda a: a.count(verb="list", resource="jobs") > passes + 1)
+    assert api.count("list", "pods") == pods
+    assert cluster.status()["sizeBytes"] == "16106127360"
+
+    # A new spec: its size is unknown until its own Job reports.
+    api.patch("modelcaches", "ml", "c", {"spec": {"source": "hf://org/other"}})
+    status = await cluster.phase("Provisioning")
+    assert "sizeBytes" not in status
+
+
+async def test_a_job_pod_that_reported_nothing_leaves_the_size_unset(cluster: Cluster) -> None:
+    apply(cluster.api)
+    (job,) = await cluster.job_count(1)
+    finished_job_pod(cluster.api, job, "")  # an older registry client, say
+    cluster.complete(job)
+    status = await cluster.phase("Ready")
+    assert "sizeBytes" not in status
+
+
+def _claim_request(api: KubeApiServer) -> str:
+    claim = api.get("persistentvolumeclaims", "ml", "c-cache") or {}
+    return str(claim["spec"]["resources"]["requests"]["storage"])
+
+
+def _resized(status: dict[str, Any]) -> dict[str, Any]:
+    """The StorageResized condition ({} before there is one)."""
+    found = [c for c in status.get("conditions") or [] if c["type"] == "StorageResized"]
+    return dict(found[0]) if found else {}
+
+
+async def test_a_grown_storage_size_expands_the_claim_and_a_shrink_is_refused(
+    cluster: Cluster,
+) -> None:
+    api = cluster.api
+    apply(api, storageSize="10Gi")
+    (job,) = await cluster.job_count(1)
+    cluster.complete(job)
+    status = await cluster.phase("Ready")
+    assert _resized(status) == {}
+
+    api.patch("modelcaches", "ml", "c", {"spec": {"storageSize": "20Gi"}})
+    await api.until(lambda a: _claim_request(a) == "20Gi", within_s=20)
+    await cluster.phase("Ready")
+    await api.until(lambda a: _resized(cluster.status()).get("reason") == "Expanded", within_s=20)
+    assert _resized(cluster.status())["status"] == "True"
+    assert api.count(verb="create", resource="jobs") == 1  # the files stay where they are
+
+    api.patch("modelcaches", "ml", "c", {"spec": {"storageSize": "5Gi"}})
+    await api.until(
+        lambda a: _resized(cluster.status()).get("reason") == "ShrinkRefused", within_s=20
+    )
+    condition = _resized(cluster.status())
+    assert condition["status"] == "False"
+    assert "cannot shrink" in condition["message"]
+    assert _claim_request(api) == "20Gi"
+    assert cluster.status()["phase"] == "Ready"  # still usable at its size
+
+    api.patch("modelcaches", "ml", "c", {"spec": {"storageSize": "20480Mi"}})  # the same size
+    await api.until(lambda a: _resized(cluster.status()).get("reason") == "Applied", within_s=20)
+    assert _resized(cluster.status())["status"] == "True"
+    assert api.count(verb="patch", resource="persistentvolumeclaims") == 1
+
+
+async def test_an_expansion_the_apiserver_refuses_is_a_condition(cluster: Cluster) -> None:
+    api = cluster.api
+    apply(api, storageSize="10Gi")
+    (job,) = await cluster.job_count(1)
+    cluster.complete(job)
+    await cluster.phase("Ready")
+    message = "only dynamically provisioned pvc can be resized"
+    api.inject(422, verb="patch", resource="persistentvolumeclaims", message=message)
+    api.patch("modelcaches", "ml", "c", {"spec": {"storageSize": "20Gi"}})
+    await api.until(
+        lambda a: _resized(cluster.status()).get("reason") == "ExpansionRejected", within_s=20
+    )
+    assert message in _resized(cluster.status())["message"]
+    assert cluster.status()["phase"] == "Ready"
 
 
 async def test_an_existing_claim_is_reused_with_a_subdirectory(cluster: Cluster) -> None:

@@ -11,11 +11,19 @@ from typing import Any
 
 import pytest
 
+from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
 from flexinfer_controller.flashload.__main__ import PROG, cleanup_parser
 from flexinfer_controller.flashload.render import MODULE
-from flexinfer_controller.runtime.kubernetes.harness import Cluster, model_body, running_cluster
+from flexinfer_controller.runtime.kubernetes.harness import (
+    Cluster,
+    controller,
+    model_body,
+    running_cluster,
+)
+from flexinfer_controller.runtime.kubernetes.kubelet import running_kubelet
+from flexinfer_controller.runtime.kubernetes.names import FLASH_NODES_ANNOTATION
 from flexinfer_controller.testing import eventually
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
@@ -98,3 +106,51 @@ async def test_a_model_that_ran_on_two_nodes_gets_a_cleanup_job_on_each(cluster:
     await eventually(lambda: cluster.model() is None, timeout_s=15)
     nodes = [j["spec"]["template"]["spec"]["nodeName"] for j in cleanup_jobs(api, "tiny")]
     assert sorted(nodes) == ["gpu-1", "gpu-2"]  # each node's stale copy goes
+
+
+def cleanup_nodes(api: KubeApiServer, model: str) -> list[str]:
+    """The nodes of the flash cleanup Jobs of ``model``, sorted."""
+    return sorted(j["spec"]["template"]["spec"]["nodeName"] for j in cleanup_jobs(api, model))
+
+
+def flash_nodes(api: KubeApiServer, name: str = "tiny") -> str | None:
+    """What the ``flexinfer.ai/flash-nodes`` annotation of ``default/<name>`` says."""
+    notes = (api.get("models", "default", name) or {}).get("metadata", {}).get("annotations")
+    return (notes or {}).get(FLASH_NODES_ANNOTATION)
+
+
+async def test_a_restarted_controller_cleans_every_node_the_model_ran_on(
+    apiserver: KubeApiServer,
+) -> None:
+    bus = MemoryBus()
+    try:
+        async with running_kubelet(apiserver) as kubelet:
+            kubelet.node = "gpu-1"
+            cluster = Cluster(apiserver, kubelet, bus)
+            async with controller(apiserver, bus):
+                apiserver.create("models", flash_model("tiny"))
+                await cluster.wait_phase("Ready")
+                await eventually(lambda: flash_nodes(apiserver) == "gpu-1", timeout_s=15)
+
+            # The controller is down: the pod on gpu-1 is evicted, its replacement lands on
+            # gpu-2. No pod is left on gpu-1 for the next controller to see.
+            kubelet.node = "gpu-2"
+            (pod,) = cluster.pods()
+            apiserver.delete("pods", "default", pod["metadata"]["name"])
+            await eventually(lambda: [p["spec"]["nodeName"] for p in cluster.pods()] == ["gpu-2"])
+
+            async with controller(apiserver, bus):  # a new Controller: nothing in its memory
+                apiserver.delete("models", "default", "tiny")
+                await eventually(lambda: cluster.model() is None, timeout_s=15)
+    finally:
+        await bus.close()
+    assert cleanup_nodes(apiserver, "tiny") == ["gpu-1", "gpu-2"]
+
+
+async def test_only_node_tmpfs_pods_record_their_node(cluster: Cluster) -> None:
+    api = cluster.api
+    api.create("models", flash_model("tiny", strategy="Local"))  # a pod's emptyDir
+    api.create("models", flash_model("other"))
+    await cluster.wait_phase("Ready")
+    await eventually(lambda: flash_nodes(api, "other") == "gpu-1", timeout_s=15)
+    assert flash_nodes(api) is None  # its copy went with its pod: no write

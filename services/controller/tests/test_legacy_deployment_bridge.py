@@ -18,6 +18,7 @@ from flexinfer_controller.adapters.kube.client import KubeClient
 from flexinfer_controller.adapters.kube.deployments import deployment_bridge
 from flexinfer_controller.legacy.deployments import MANAGED_LABEL, parse_deployment
 from flexinfer_controller.runtime.kubernetes.harness import model_body
+from flexinfer_controller.runtime.kubernetes.names import FLASH_NODES_ANNOTATION
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
 Obj = dict[str, Any]
@@ -117,6 +118,19 @@ async def test_a_deployment_gets_its_model_and_spec_edits_follow(bridged: KubeAp
     )
     assert (model(api) or {})["spec"]["serverless"]["maxReplicas"] == 3
     assert api.count(verb="create", resource="models") == 1
+
+
+async def test_the_controllers_own_annotations_are_kept(bridged: KubeApiServer) -> None:
+    api = bridged
+    api.create("modeldeployments", deployment_body())
+    await api.until(spec_is_converted(), within_s=20)
+    # The Model controller records where the Model's node-tmpfs copies are.
+    notes = {FLASH_NODES_ANNOTATION: "gpu-1"}
+    api.patch("models", "default", "chat", {"metadata": {"annotations": notes}})
+
+    api.patch("modeldeployments", "default", "chat", {"spec": {"model": "org/b"}})
+    await api.until(lambda a: (model(a) or {})["spec"]["source"] == "hf://org/b", within_s=20)
+    assert (model(api) or {})["metadata"]["annotations"][FLASH_NODES_ANNOTATION] == "gpu-1"
 
 
 async def test_the_models_status_is_mirrored(bridged: KubeApiServer) -> None:

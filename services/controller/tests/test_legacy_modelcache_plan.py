@@ -14,7 +14,7 @@ from flexinfer_controller.legacy.modelcache.plan import (
     download_jobs,
     plan,
 )
-from flexinfer_controller.legacy.modelcache.status import Observed, verdict
+from flexinfer_controller.legacy.modelcache.status import Observed, size_of, verdict
 from flexinfer_controller.legacy.modelcache.testing import (
     CACHE_SAMPLES,
     OPTIONS,
@@ -38,7 +38,7 @@ def test_the_download_job_container_is_pinned() -> None:
     assert container["args"] == [
         "--server", "flexinfer-registry.flexinfer.svc:8001", "model", "download",
         "Qwen/Qwen2.5-Coder-7B-Instruct", "--provider", "hf", "--strategy", "SmartFallback",
-        "--cache-dir", "/models/qwen-coder-7b",
+        "--cache-dir", "/models/qwen-coder-7b", "--termination-log", "/dev/termination-log",
     ]  # fmt: skip
     token = {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}
     assert container["env"] == [
@@ -48,6 +48,7 @@ def test_the_download_job_container_is_pinned() -> None:
     # The registry client accepts exactly these arguments.
     parsed = build_parser().parse_args(container["args"])
     assert (parsed.provider, parsed.cache_dir) == ("hf", "/models/qwen-coder-7b")
+    assert parsed.termination_log == "/dev/termination-log"
     volume = job["spec"]["template"]["spec"]["volumes"][0]
     assert volume["persistentVolumeClaim"] == {"claimName": "qwen-coder-7b-cache"}
 
@@ -115,13 +116,37 @@ def test_ephemeral_has_nothing_to_fill_and_is_ready() -> None:
 @pytest.mark.parametrize(
     "change",
     [{"source": "hf://org/other"}, {"modelPath": "x"}, {"existingClaimName": "pvc"},
-     {"secretRef": "tok"}],
+     {"secretRef": "tok"}, {"ociRegistrySecretRef": "reg"}],
 )  # fmt: skip
 def test_a_spec_change_renames_the_job(change: dict[str, str]) -> None:
     before = download_job(plan(_cache()), OPTIONS)["metadata"]["name"]
     after = download_job(plan(_cache(**change)), OPTIONS)["metadata"]["name"]
     assert before != after
     assert download_job(plan(_cache()), OPTIONS)["metadata"]["name"] == before
+
+
+def test_a_private_oci_source_is_fetched_by_the_job_with_the_secrets_docker_config() -> None:
+    job = download_job(plan(_cache(source="oci://ghcr.io/org/m:v1", ociRegistrySecretRef="reg")),
+                       OPTIONS)  # fmt: skip
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    parsed = build_parser().parse_args(container["args"])
+    # The cache's own credentials: the shared registry is not asked to fetch with them.
+    assert parsed.strategy == "DirectOnly"
+    assert {"name": "FLEXINFER_REGISTRY_OCI_AUTH_FILE",
+            "value": "/var/run/flexinfer/oci-auth/config.json"} in container["env"]  # fmt: skip
+    assert {"name": "oci-auth", "mountPath": "/var/run/flexinfer/oci-auth",
+            "readOnly": True} in container["volumeMounts"]  # fmt: skip
+    secret = {"secretName": "reg", "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+              "defaultMode": 0o440}  # fmt: skip
+    assert pod["volumes"][1] == {"name": "oci-auth", "secret": secret}
+    assert pod["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c-cache"}
+
+
+def test_a_registry_secret_leaves_other_sources_to_the_registry() -> None:
+    job = download_job(plan(_cache(ociRegistrySecretRef="reg")), OPTIONS)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert build_parser().parse_args(container["args"]).strategy == "SmartFallback"
 
 
 @pytest.mark.parametrize(
@@ -151,3 +176,13 @@ def test_what_no_job_can_serve_is_a_permanent_error(spec: dict[str, str], reason
     assert caught.value.reason == reason
     if reason == "UnsupportedSource":
         assert "huggingface://, gcs://, gs://, hf://, ngc://, oci://, s3://" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("message", "size"),
+    [('{"sizeBytes": 42}', 42), ('{"sizeBytes": 0}', 0), ("", None), (None, None),
+     ("not json", None), ("[1]", None), ('{"sizeBytes": -1}', None),
+     ('{"sizeBytes": "42"}', None), ('{"sizeBytes": true}', None), ('{"other": 1}', None)],
+)  # fmt: skip
+def test_the_size_a_prefetch_container_reports(message: str | None, size: int | None) -> None:
+    assert size_of(message) == size

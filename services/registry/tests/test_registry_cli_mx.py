@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import io
 import json
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from flexinfer_common.testing.oci_push import ModelPusher
+from flexinfer_common.testing.oci_registry import TestRegistry, serve_registry
 from flexinfer_registry.client.addresses import TlsNotSupportedError
 from flexinfer_registry.client.h2_connection import H2Connection
 from flexinfer_registry.client.mx_cli import main, run
@@ -178,3 +182,76 @@ def test_direct_download_failure_exits_1(tmp_path: Path, closed: str) -> None:
                  "--strategy", "DirectOnly", "--cache-dir", str(tmp_path / "c"))  # fmt: skip
     assert result.code == 1
     assert "does not exist" in result.err
+
+
+def test_direct_download_reports_its_size_to_the_termination_log(
+    tmp_path: Path, closed: str
+) -> None:
+    src = tmp_path / "src"
+    (src / "w").mkdir(parents=True)
+    (src / "config.json").write_text("{}")
+    (src / "w" / "model.bin").write_bytes(b"z" * 1000)
+    log = tmp_path / "termination-log"
+    result = cli("--server", closed, "model", "download", f"file://{src}", "--strategy",
+                 "DirectOnly", "--cache-dir", str(tmp_path / "c"),
+                 "--termination-log", str(log))  # fmt: skip
+    assert result.code == 0, result.err
+    assert json.loads(log.read_text()) == {"sizeBytes": 1002}
+
+
+def test_an_unwritable_termination_log_only_warns(tmp_path: Path, closed: str) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "config.json").write_text("{}")
+    log = tmp_path / "missing-dir" / "termination-log"
+    result = cli("--server", closed, "model", "download", f"file://{src}", "--strategy",
+                 "DirectOnly", "--cache-dir", str(tmp_path / "c"),
+                 "--termination-log", str(log))  # fmt: skip
+    assert result.code == 0, result.err  # the download itself succeeded
+    assert "warning: cannot write" in result.err
+
+
+@pytest.fixture
+async def private_oci() -> AsyncIterator[str]:
+    """An OCI registry over http whose token service wants alice's password; its host."""
+    registry = TestRegistry(auth="bearer", users={"alice": "s3cret"})
+    async with serve_registry(registry) as url:
+        await ModelPusher(url, "alice", "s3cret").push_model("org/private", "v1", FILES)
+        yield url.removeprefix("http://")
+
+
+def docker_config(path: Path, host: str, user: str, password: str) -> Path:
+    """A docker config.json, as a mounted .dockerconfigjson Secret holds it."""
+    auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+    path.write_text(json.dumps({"auths": {host: {"auth": auth}}}))
+    return path
+
+
+async def test_direct_oci_downloads_use_the_registry_settings(
+    tmp_path: Path, closed: str, private_oci: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEXINFER_REGISTRY_OCI_INSECURE_REGISTRIES", private_oci)
+    argv = ("--server", closed, "model", "download", f"oci://{private_oci}/org/private:v1",
+            "--strategy", "DirectOnly", "--cache-dir", str(tmp_path / "c"))  # fmt: skip
+    denied = await asyncio.to_thread(cli, *argv)
+    assert denied.code == 1
+    assert "401" in denied.err
+
+    config = docker_config(tmp_path / "config.json", private_oci, "alice", "s3cret")
+    monkeypatch.setenv("FLEXINFER_REGISTRY_OCI_AUTH_FILE", str(config))
+    log = tmp_path / "termination-log"
+    done = await asyncio.to_thread(cli, *argv, "--termination-log", str(log))
+    assert done.code == 0, done.err
+    assert json.loads(log.read_text()) == {"sizeBytes": sum(len(v) for v in FILES.values())}
+    assert "s3cret" not in done.out + done.err
+
+
+def test_a_malformed_insecure_list_is_one_line(
+    tmp_path: Path, closed: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEXINFER_REGISTRY_OCI_INSECURE_REGISTRIES", "[not json")
+    result = cli("--server", closed, "model", "download", "oci://h/r:t", "--strategy",
+                 "DirectOnly", "--cache-dir", str(tmp_path))  # fmt: skip
+    assert result.code == 1
+    assert result.err.count("\n") == 1
+    assert "FLEXINFER_REGISTRY_OCI_INSECURE_REGISTRIES" in result.err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import io
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -78,6 +79,32 @@ async def test_server_download_lands_where_direct_does(
     target = mx_fetch_target(tmp_path / "server", source)
     assert {k: v for k, v in tree(target).items() if k != mx_fetch.MARKER} == FILES
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]
+
+
+async def test_a_server_download_reports_its_size_to_the_termination_log(
+    tmp_path: Path, address: str, source: str
+) -> None:
+    log = tmp_path / "termination-log"
+    for _ in range(2):  # streamed, then a complete copy reused: the same size
+        log.unlink(missing_ok=True)
+        code, err = await asyncio.to_thread(
+            cli, "--server", address, "model", "download", source, "--strategy", "ServerOnly",
+            "--cache-dir", str(tmp_path / "cache"), "--termination-log", str(log),
+        )  # fmt: skip
+        assert code == 0, err
+        assert json.loads(log.read_text()) == {"sizeBytes": sum(len(v) for v in FILES.values())}
+
+
+async def test_without_a_cache_dir_the_registry_copy_is_measured(
+    tmp_path: Path, address: str, source: str
+) -> None:
+    log = tmp_path / "termination-log"
+    code, err = await asyncio.to_thread(
+        cli, "--server", address, "model", "download", source, "--strategy", "ServerOnly",
+        "--termination-log", str(log),
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads(log.read_text()) == {"sizeBytes": sum(len(v) for v in FILES.values())}
 
 
 def mx_fetch_target(cache: Path, source: str) -> Path:

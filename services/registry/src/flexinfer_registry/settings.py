@@ -72,7 +72,7 @@ PathList = Annotated[list[Path], NoDecode, BeforeValidator(_path_list)]
 """Absolute directories: a list, a JSON list, or ``/a:/b``."""
 
 
-def _host_list(value: object) -> object:
+def host_list(value: object) -> object:
     """Hosts from the environment: a JSON list, or ``a:5000,b`` (commas, as ports use ``:``)."""
     if not isinstance(value, str):
         return value
@@ -82,7 +82,7 @@ def _host_list(value: object) -> object:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-HostList = Annotated[list[str], NoDecode, BeforeValidator(_host_list)]
+HostList = Annotated[list[str], NoDecode, BeforeValidator(host_list)]
 """``host[:port]`` entries: a list, a JSON list, or ``a:5000,b``."""
 
 _LIMITS = IdentityLimits()

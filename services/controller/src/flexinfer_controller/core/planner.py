@@ -85,11 +85,10 @@ class Planner:
 
     async def plan(self, model: Model, active_at: datetime | None) -> Plan:
         """The verdict, how to launch and the desired replicas, from the spec alone."""
-        spec = model.spec
-        backend = self.backends.get(spec.backend)
+        backend = self.backends.get(model.spec.backend)
         if backend is None:
             known = ", ".join(self.backends.names())
-            message = f"unknown backend {spec.backend!r}; known backends: {known}"
+            message = f"unknown backend {model.spec.backend!r}; known backends: {known}"
             return Plan(Verdict(config_valid=(False, "BackendUnsupported", message)))
         hold = source_hold(model.metadata.annotations)
         if hold is not None:
@@ -97,21 +96,10 @@ class Planner:
             # Job, so nothing can start or fetch what the hold's writer will name instead.
             cached = (False, hold.reason, hold.message)
             return Plan(Verdict(cached=cached, cache_failed=hold.failed))
-        # A backend that pulls its model itself (Ollama) has no directory to wait for.
-        source = self.sources(spec.source) if backend.needs_volume else _PULLED
-        cache: CacheState | None = None
-        if source.state is SourceState.REMOTE:
-            cache = self.cache.ensure(model)
-            source = _resolution(cache)
+        source, cache = self._resolve(model, backend)
         detail = cache_status(cache)
         if cache is not None and cache.status is CacheStatus.FAILED:
-            cached_no = (False, cache.reason, cache.message)
-            # Still placed: the runtime keeps converging the Model's objects, so it can run
-            # a failed cache Job again once its backoff has passed (Kubernetes).
-            placed = self._place(model, backend)
-            gpu_status = placed if isinstance(placed, GPUStatus) else None
-            verdict = Verdict(cached=cached_no, cache_failed=True, cache=detail, gpu=gpu_status)
-            return Plan(verdict)
+            return self._cache_failed(model, backend, cache, detail)
         if source.state is SourceState.INVALID:
             return Plan(Verdict(config_valid=(False, source.reason, source.message)))
         gpu = self._place(model, backend)
@@ -120,21 +108,52 @@ class Planner:
             return Plan(rendered)
         if isinstance(gpu, Verdict):
             return Plan(gpu)
-        launch_spec, ctx = rendered
         if source.state is SourceState.PENDING:
             # Cache gate, as the operator: no replicas until the weights are in place.
             download = cache.progress if cache is not None else None
             pending = (False, source.reason, source.message)
             return Plan(Verdict(cached=pending, cache=detail, gpu=gpu), download=download)
+        return await self._ready(model, active_at, source, detail, gpu, rendered)
+
+    def _resolve(
+        self, model: Model, backend: Backend
+    ) -> tuple[SourceResolution, CacheState | None]:
+        """Where the weights are, and the cache's state for a remote source (else None)."""
+        # A backend that pulls its model itself (Ollama) has no directory to wait for.
+        source = self.sources(model.spec.source) if backend.needs_volume else _PULLED
+        if source.state is not SourceState.REMOTE:
+            return source, None
+        cache = self.cache.ensure(model)
+        return _resolution(cache), cache
+
+    def _cache_failed(
+        self, model: Model, backend: Backend, cache: CacheState, detail: ApiCacheStatus | None
+    ) -> Plan:
+        """The cache's download failed: said, and the Model still placed."""
+        # Still placed: the runtime keeps converging the Model's objects, so it can run
+        # a failed cache Job again once its backoff has passed (Kubernetes).
+        placed = self._place(model, backend)
+        gpu = placed if isinstance(placed, GPUStatus) else None
+        cached = (False, cache.reason, cache.message)
+        return Plan(Verdict(cached=cached, cache_failed=True, cache=detail, gpu=gpu))
+
+    async def _ready(
+        self,
+        model: Model,
+        active_at: datetime | None,
+        source: SourceResolution,
+        detail: ApiCacheStatus | None,
+        gpu: GPUStatus,
+        rendered: tuple[LaunchSpec, LaunchContext],
+    ) -> Plan:
+        """The weights are in place: crash loops, then the desired replicas, as many as the
+        shared-GPU hook lets run."""
+        launch_spec, ctx = rendered
         cached = (True, "Cached", source.message or f"model directory {source.path}")
-        generation = model.metadata.generation or 1
-        crashes = self.crashes.crash_looping(model.key, generation, time.monotonic())
-        if crashes:
-            last = self.crashes.last_message(model.key)
-            message = f"engine crashed {crashes} times; fix the spec to retry. Last: {last}"
-            looping = Verdict(cached=cached, crash_loop=message[:2000], cache=detail, gpu=gpu)
-            return Plan(looping)
-        wanted = desired_replicas(spec, active_at, utcnow())
+        looping = self._crash_loop(model)
+        if looping is not None:
+            return Plan(Verdict(cached=cached, crash_loop=looping, cache=detail, gpu=gpu))
+        wanted = desired_replicas(model.spec, active_at, utcnow())
         if wanted.idle_at is not None:
             delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
             self.queue.add_after(model.key, delay)
@@ -143,6 +162,16 @@ class Planner:
             self.queue.add_after(model.key, shared.recheck_s)
         verdict = Verdict(cached=cached, cache=detail, gpu=gpu, shared=shared.verdict)
         return Plan(verdict, launch_spec, max(0, shared.replicas), source.path, context=ctx)
+
+    def _crash_loop(self, model: Model) -> str | None:
+        """Why the Model's engine is not started again (it crashed too often), or None."""
+        generation = model.metadata.generation or 1
+        crashes = self.crashes.crash_looping(model.key, generation, time.monotonic())
+        if not crashes:
+            return None
+        last = self.crashes.last_message(model.key)
+        message = f"engine crashed {crashes} times; fix the spec to retry. Last: {last}"
+        return message[:2000]
 
     def _launch(
         self, model: Model, backend: Backend, model_dir: Path | None, gpu: GPUStatus | Verdict

@@ -34,6 +34,7 @@ from flexinfer_controller.legacy.cache_ref import NO_CACHE, CacheBinding, apply_
 from flexinfer_controller.legacy.deployments import (
     desired_model,
     is_managed,
+    keeping_controller_notes,
     model_differs,
     parse_deployment,
 )
@@ -122,6 +123,8 @@ class DeploymentReconciler:
             )
             await self._fail(found, statuses.MODEL_NOT_MANAGED, message)
             return
+        if model is not None:
+            desired = keeping_controller_notes(desired, model)
         if model is None:
             model = await self._api.create_model(desired)
             log.info("modeldeployment %s: created its Model", meta_key(found))

@@ -17,6 +17,7 @@ from flexinfer_common.api import API_VERSION_V1ALPHA1, DEPLOYMENT_KIND, to_model
 from flexinfer_common.api.model import ModelSpec
 from flexinfer_common.api.modeldeployment import ModelDeployment
 from flexinfer_common.errors import InvalidSpecError
+from flexinfer_controller.runtime.kubernetes.names import FLASH_NODES_ANNOTATION
 
 Obj = dict[str, Any]
 MANAGED_LABEL = "flexinfer.ai/managed-by"
@@ -27,6 +28,8 @@ _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _META = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion",
          "creationTimestamp", "deletionTimestamp", "finalizers")  # fmt: skip
 """The ObjectMeta fields the API types carry (ownerReferences, managedFields stay behind)."""
+CONTROLLER_ANNOTATIONS = (FLASH_NODES_ANNOTATION,)
+"""What the controller itself records on a Model: the bridge keeps them as they are."""
 
 
 def parse_deployment(found: Obj) -> ModelDeployment:
@@ -58,6 +61,17 @@ def desired_model(deployment: ModelDeployment, uid: str) -> Obj:
         },
         "spec": model.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
+
+
+def keeping_controller_notes(desired: Obj, stored: Obj) -> Obj:
+    """``desired`` with the stored Model's ``CONTROLLER_ANNOTATIONS`` (the bridge would
+    otherwise erase them at its next write, and the controller write them back)."""
+    notes = (stored.get("metadata") or {}).get("annotations") or {}
+    kept = {k: notes[k] for k in CONTROLLER_ANNOTATIONS if k in notes}
+    if not kept:
+        return desired
+    meta = desired["metadata"]
+    return {**desired, "metadata": {**meta, "annotations": {**meta["annotations"], **kept}}}
 
 
 def owner_reference(deployment: ModelDeployment, uid: str) -> Obj:

@@ -183,8 +183,9 @@ def _kube_legacy(settings: ControllerSettings, store: ModelStore) -> BackgroundL
     if not isinstance(store, KubernetesModelStore):  # a test's SQL store under this runtime
         return Loops()
     kube = settings.kubernetes
-    bridge = deployment_bridge(store.client, kube.watched(), kube.watch_timeout_s)
-    return Loops(bridge, modelcache_controller(store.client, kube))
+    # Both follow Models or ModelCaches: through the store's informers, not ones of their own.
+    bridge = deployment_bridge(store.client, kube.watched(), informers=store.informers)
+    return Loops(bridge, modelcache_controller(store.client, kube, informers=store.informers))
 
 
 def _kubernetes(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:

@@ -15,6 +15,7 @@ errors always go to stderr as one line.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -34,7 +35,7 @@ from flexinfer_registry.client.mx_client import (
     server_address,
 )
 from flexinfer_registry.client.mx_direct import cache_dir, download_direct, target_dir
-from flexinfer_registry.client.mx_fetch import complete, marker, write_streamed
+from flexinfer_registry.client.mx_fetch import complete, copy_size, marker, write_streamed
 from flexinfer_registry.client.mx_output import Output, byte_counts
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -126,6 +127,12 @@ def _add_model_actions(model: argparse.ArgumentParser) -> None:
     )
     download.add_argument("--ignore-weights", action="store_true", help="skip weight files")
     download.add_argument(
+        "--termination-log",
+        metavar="PATH",
+        help='on success, write {"sizeBytes": N} (the bytes of the copy) to PATH; a '
+        "Kubernetes prefetch Job passes /dev/termination-log, which its pod's status carries",
+    )
+    download.add_argument(
         "--cache-dir",
         help="local cache: DirectOnly/fallback downloads land here "
         "(MODEL_EXPRESS_CACHE_DIRECTORY); given as a flag, a server download is also "
@@ -151,6 +158,7 @@ def _download(args: argparse.Namespace, client: MxClient, out: Output) -> int:
         data = download_direct(args.name, provider, args.revision,
                                ignore_weights=args.ignore_weights,
                                root=cache_dir(args.cache_dir), progress=sink.bytes)  # fmt: skip
+    _report_size(args, int(data["total_size"]), out)
     out.result({"ok": True, "strategy": "direct", **data},
                f"{args.name}: DOWNLOADED to {data['path']} ({data['files']} files, "
                f"{data['total_size']} bytes)")  # fmt: skip
@@ -179,11 +187,26 @@ def _download_server(args: argparse.Namespace, client: MxClient, out: Output, pr
     revision = f" @ {last['resolved_revision']}" if last.get("resolved_revision") else ""
     where = ""
     if args.cache_dir:  # the prefetch Job: the engine reads the volume, not the registry
-        last["path"] = str(_copy_to_cache(args, client, out, provider))
-        where = f" to {last['path']}"
+        target = _copy_to_cache(args, client, out, provider)
+        last["path"], where = str(target), f" to {target}"
+        if args.termination_log:
+            _report_size(args, copy_size(target), out)
+    elif args.termination_log:
+        _report_size(args, int(_listing(args, client)["total_size"]), out)
     out.result({"ok": True, "strategy": "server", **last},
                f"{args.name}: DOWNLOADED{revision}{where}")  # fmt: skip
     return EXIT_OK
+
+
+def _report_size(args: argparse.Namespace, size: int, out: Output) -> None:
+    """``{"sizeBytes": size}`` into --termination-log, if given; a failure only warns (the
+    download itself succeeded)."""
+    if not args.termination_log:
+        return
+    try:
+        Path(args.termination_log).write_text(json.dumps({"sizeBytes": size}))
+    except OSError as exc:
+        print(f"warning: cannot write {args.termination_log}: {exc.strerror}", file=out.stderr)
 
 
 def _copy_to_cache(args: argparse.Namespace, client: MxClient, out: Output, provider: int) -> Path:

@@ -1,4 +1,10 @@
-"""DirectOnly downloads for ``flexinfer mx``: the providers, straight into a local cache."""
+"""DirectOnly downloads for ``flexinfer mx``: the providers, straight into a local cache.
+
+OCI registries are reached as the registry server reaches them, by its own settings:
+credentials from the docker config.json that ``FLEXINFER_REGISTRY_OCI_AUTH_FILE`` names
+(a prefetch Job mounts a ModelCache's ``ociRegistrySecretRef`` there), plain http only to
+the hosts ``FLEXINFER_REGISTRY_OCI_INSECURE_REGISTRIES`` lists.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from flexinfer_common.errors import ConfigError
 from flexinfer_registry.adapters.providers import builtin_providers
+from flexinfer_registry.adapters.providers.oci_auth import AUTH_SETTING, INSECURE_SETTING
 from flexinfer_registry.client import mx_fetch
 from flexinfer_registry.core.providers.base import ProgressCallback, ProviderConfig
 from flexinfer_registry.core.providers.registry import ProviderRegistry
+from flexinfer_registry.settings import host_list
 
 
 def cache_dir(flag: str | None, env: Mapping[str, str] | None = None) -> Path:
@@ -30,10 +39,28 @@ def local_dir(root: Path, provider: str, model_name: str) -> Path:
     return root.joinpath(provider, *parts) if parts else root / provider / "_"
 
 
-def _registry() -> ProviderRegistry:
+def provider_config(env: Mapping[str, str] | None = None) -> ProviderConfig:
+    """The providers' settings of a direct download: any readable directory is a file
+    source, and the OCI settings are the registry server's own variables."""
+    env = os.environ if env is None else env
     # The user's own process reading the user's own files: no privilege boundary to guard,
     # so any directory they can read is a file source (the server allows only its roots).
-    return builtin_providers(ProviderConfig(file_roots=(Path("/"),)))
+    auth = env.get(AUTH_SETTING)
+    try:
+        hosts = host_list(env.get(INSECURE_SETTING, ""))
+    except ValueError:
+        hosts = None
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise ConfigError(f"{INSECURE_SETTING} must be a JSON list or a comma-separated list")
+    return ProviderConfig(
+        file_roots=(Path("/"),),
+        oci_insecure_registries=frozenset(h.lower() for h in hosts),
+        oci_auth_file=Path(auth) if auth else None,
+    )
+
+
+def _registry() -> ProviderRegistry:
+    return builtin_providers(provider_config())
 
 
 def target_dir(root: Path, model_name: str, provider_enum: int) -> Path:

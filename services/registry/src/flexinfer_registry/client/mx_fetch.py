@@ -68,6 +68,12 @@ def complete(target: Path, source: str, revision: str | None) -> bool:
         return False
 
 
+def copy_size(target: Path) -> int:
+    """The bytes of the complete copy in ``target``, as its marker lists them."""
+    data = json.loads((target / MARKER).read_text())
+    return sum(int(f["size"]) for f in data["files"])
+
+
 def install(staging: Path, target: Path, note: dict[str, Any]) -> None:
     """Write the marker into ``staging`` and rename it to ``target`` (replacing an old copy)."""
     (staging / MARKER).write_text(json.dumps(note, sort_keys=True))

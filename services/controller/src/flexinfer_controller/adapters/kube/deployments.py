@@ -1,7 +1,8 @@
 """ModelDeployments (ai.flexinfer/v1alpha1) on Kubernetes: the bridge's apiserver side.
 
 ``ApiServerDeployments`` is the bridge's ``DeploymentApi``; ``DeploymentInformerFeed``
-watches ModelDeployments, Models and ModelCaches and queues the key of every
+follows ModelDeployments, Models and ModelCaches (through the informers it shares with the
+Model controller and the ModelCache loop) and queues the key of every
 ModelDeployment whose own object, Model or referenced ModelCache changed (a Model's status
 change is what the mirror follows; a cache's, what its ``modelCacheRef`` binds to).
 
@@ -14,16 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 
 from flexinfer_common.api import API_GROUP, DEPLOYMENT_FINALIZER, DEPLOYMENT_KIND
 from flexinfer_common.errors import NotFoundError, TemporaryError
 from flexinfer_controller.adapters.kube.client import KubeClient, Obj, Resource
 from flexinfer_controller.adapters.kube.finalizers import add_finalizer, remove_finalizer
-from flexinfer_controller.adapters.kube.informer import Change, CustomListWatch, Informer
-from flexinfer_controller.adapters.kube.modelcaches import MODEL_CACHES
+from flexinfer_controller.adapters.kube.informer import (
+    Change,
+    CustomListWatch,
+    Informer,
+    ListWatch,
+)
+from flexinfer_controller.adapters.kube.modelcaches import ModelCacheListWatch
 from flexinfer_controller.adapters.kube.objects import CustomObjects, JsonPatch, version_guard
 from flexinfer_controller.adapters.kube.resources import MODELS
+from flexinfer_controller.adapters.kube.shared import SharedInformer, SharedInformers
 from flexinfer_controller.core.feed import Enqueue
 from flexinfer_controller.legacy.deployment_bridge import DeploymentBridge
 from flexinfer_controller.legacy.deployments import is_managed
@@ -118,23 +124,23 @@ async def _get(objects: CustomObjects, namespace: str, name: str) -> Obj | None:
 
 class DeploymentInformerFeed:
     """ModelDeployment keys to reconcile: every change of one, of its Model, or of the
-    ModelCache it references."""
+    ModelCache it references (the Models' and ModelCaches' informers are shared)."""
 
     def __init__(
         self,
         client: KubeClient,
         namespaces: list[str | None],
-        watch_timeout_s: int = 300,
+        informers: SharedInformers,
         caches: CacheInformers | None = None,
     ) -> None:
         self._client = client
         self._namespaces = namespaces
-        self._watch_timeout_s = watch_timeout_s
+        self._shared = informers
         self.caches = caches or CacheInformers()
         self.informers: list[Informer] = []
 
     async def run(self, enqueue: Enqueue) -> None:
-        """List and watch ModelDeployments and Models in every namespace until cancelled."""
+        """Follow ModelDeployments, Models and ModelCaches in every namespace until cancelled."""
 
         def deployment_changed(change: Change) -> None:
             enqueue(change.key)
@@ -150,22 +156,20 @@ class DeploymentInformerFeed:
             for key in _referencing(deployments, change.key):
                 enqueue(key)
 
-        deployments = [
-            self._informer(MODEL_DEPLOYMENTS, deployment_changed, ns) for ns in self._namespaces
-        ]
-        models = [self._informer(MODELS, model_changed, ns) for ns in self._namespaces]
-        self.caches.informers = [
-            self._informer(MODEL_CACHES, cache_changed, ns) for ns in self._namespaces
-        ]
+        shared_deployments = self._follow(CustomListWatch(self._client, MODEL_DEPLOYMENTS))
+        shared_models = self._follow(CustomListWatch(self._client, MODELS))
+        shared_caches = self._follow(ModelCacheListWatch(self._client))
+        deployments = [s.informer for s in shared_deployments]
+        models = [s.informer for s in shared_models]
+        self.caches.informers = [s.informer for s in shared_caches]
         self.informers = [*deployments, *models, *self.caches.informers]
-        await asyncio.gather(*(informer.run() for informer in self.informers))
+        runs = [s.run(deployment_changed) for s in shared_deployments]
+        runs += [s.run(model_changed) for s in shared_models]
+        runs += [s.run(cache_changed) for s in shared_caches]
+        await asyncio.gather(*runs)
 
-    def _informer(
-        self, resource: Resource, on_change: Callable[[Change], None], namespace: str | None
-    ) -> Informer:
-        source = CustomListWatch(self._client, resource)
-        timeout = self._watch_timeout_s
-        return Informer(source, on_change, namespace=namespace, watch_timeout_s=timeout)
+    def _follow(self, source: ListWatch) -> list[SharedInformer]:
+        return [self._shared.informer(source, ns) for ns in self._namespaces]
 
 
 def _referencing(deployments: list[Informer], cache_key: str) -> list[str]:
@@ -181,8 +185,9 @@ def _referencing(deployments: list[Informer], cache_key: str) -> list[str]:
 
 
 def deployment_bridge(
-    client: KubeClient, namespaces: list[str | None], watch_timeout_s: int = 300
+    client: KubeClient, namespaces: list[str | None], *, informers: SharedInformers | None = None
 ) -> DeploymentBridge:
-    """The ModelDeployment bridge on ``client``, watching ``namespaces`` (None: all)."""
-    feed = DeploymentInformerFeed(client, namespaces, watch_timeout_s)
+    """The ModelDeployment bridge on ``client``, watching ``namespaces`` (None: all), through
+    ``informers`` (default: its own)."""
+    feed = DeploymentInformerFeed(client, namespaces, informers or SharedInformers())
     return DeploymentBridge(ApiServerDeployments(client, feed.caches), feed)

@@ -1,6 +1,7 @@
 """Legacy ModelCaches on Kubernetes: their informers, their status, and the loop's factory.
 
-ModelCaches are listed and watched (one informer per watched namespace); the reconcile
+ModelCaches are listed and watched (one informer per watched namespace, shared with the
+ModelDeployment bridge, which reads the caches its ModelDeployments reference); the reconcile
 reads them from the informers' caches, never with a GET, and writes only their status
 subresource. The Jobs, PVCs and nodes it acts on are ``cache_objects``'. Every call is on
 the official client's ``custom`` API, so the RBAC test sees each one in this file.
@@ -31,6 +32,7 @@ from flexinfer_controller.adapters.kube.client import (
 )
 from flexinfer_controller.adapters.kube.convert import api_body, dump
 from flexinfer_controller.adapters.kube.informer import Change, Informer
+from flexinfer_controller.adapters.kube.shared import SharedInformers
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.legacy.modelcache.controller import ModelCacheController
 from flexinfer_controller.legacy.modelcache.plan import JobOptions, cache_key
@@ -111,26 +113,27 @@ def parse_cache(found: Obj) -> ModelCache | None:
 
 
 def modelcache_controller(
-    client: KubeClient, settings: KubernetesSettings, *, workers: int = 2, resync_s: float = 300.0
+    client: KubeClient,
+    settings: KubernetesSettings,
+    *,
+    workers: int = 2,
+    resync_s: float = 300.0,
+    informers: SharedInformers | None = None,
 ) -> ModelCacheController:
-    """The ModelCache loop on ``client``, watching ``settings``' namespaces."""
+    """The ModelCache loop on ``client``, watching ``settings``' namespaces through
+    ``informers`` (default: its own)."""
     cluster = ApiServerCacheCluster(client)
     options = JobOptions(settings.registry_image, settings.registry_address)
     reconciler = ModelCacheReconciler(cluster, options, Timing(settings.job_poll_s, resync_s))
+    shared = informers or SharedInformers(settings.watch_timeout_s)
 
     async def feed(enqueue: Callable[[str], object]) -> None:
         def changed(change: Change) -> None:
             enqueue(change.key)
 
         source = ModelCacheListWatch(client)
-        cluster.informers = [
-            Informer(source, changed, namespace=ns, watch_timeout_s=settings.watch_timeout_s)
-            for ns in settings.watched()
-        ]
-        await _run_all(cluster.informers)
+        subscriptions = [shared.informer(source, ns) for ns in settings.watched()]
+        cluster.informers = [s.informer for s in subscriptions]
+        await asyncio.gather(*(s.run(changed) for s in subscriptions))
 
     return ModelCacheController(reconciler.reconcile, feed, workers=workers)
-
-
-async def _run_all(informers: list[Informer]) -> None:
-    await asyncio.gather(*(informer.run() for informer in informers))

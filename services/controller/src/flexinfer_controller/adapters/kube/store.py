@@ -42,13 +42,16 @@ from flexinfer_controller.adapters.kube.resources import (
     MODEL_FINALIZER,
     MODELS,
 )
+from flexinfer_controller.adapters.kube.shared import SharedInformers
 
 
 class KubernetesModelStore(ModelStore):
     """Models and LoRAAdapters as custom resources, endpoints in ConfigMaps."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, informers: SharedInformers | None = None) -> None:
         self._client = client
+        self.informers = informers or SharedInformers()
+        """The informers every loop on this apiserver shares (one per kind and namespace)."""
         self._models = KindStore(CustomObjects(client, MODELS), Model, "model")
         self._adapters = KindStore(CustomObjects(client, LORA_ADAPTERS), LoRAAdapter, "loraadapter")
         self._catalogs = KindStore(
@@ -58,10 +61,14 @@ class KubernetesModelStore(ModelStore):
 
     @classmethod
     def connect(
-        cls, host: str | None = None, token: str | None = None, kubeconfig: str | None = None
+        cls,
+        host: str | None = None,
+        token: str | None = None,
+        kubeconfig: str | None = None,
+        watch_timeout_s: int = 300,
     ) -> KubernetesModelStore:
         """A store on ``host``, or in-cluster, or on a kubeconfig (ConfigError if none)."""
-        return cls(KubeClient(host, token, kubeconfig))
+        return cls(KubeClient(host, token, kubeconfig), SharedInformers(watch_timeout_s))
 
     async def create_model(self, model: Model) -> Model:
         """Insert a new Model (generation 1); ConflictError if the key exists."""

@@ -9,8 +9,11 @@
 * ``Ephemeral``: nothing to create or fill (each pod gets an emptyDir).
 
 The Jobs are the Model prefetch Job's pieces (``runtime.kubernetes.jobs``): the registry
-client downloads into ``<mount>/<modelPath>``, laid out as ``<provider>/<name>``. A Job's
-name hashes its container, pod and volume, so a spec change gets a new Job.
+client downloads into ``<mount>/<modelPath>``, laid out as ``<provider>/<name>``, and
+writes the bytes it fetched to its termination message (``status.sizeBytes``). With
+``ociRegistrySecretRef`` the Secret's docker config is mounted where the registry client's
+OCI provider reads credentials, and an ``oci://`` source is fetched by the Job itself. A
+Job's name hashes its container, pod and volumes, so a spec change gets a new Job.
 """
 
 from __future__ import annotations
@@ -46,6 +49,15 @@ CACHE_KEY_ANNOTATION = "flexinfer.ai/modelcache-key"
 NODE_LABEL = "flexinfer.ai/node"
 NODE_ANNOTATION = "flexinfer.ai/node-name"
 DEFAULT_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
+TERMINATION_LOG = "/dev/termination-log"
+"""Where the prefetch container writes ``{"sizeBytes": N}`` (the pod's termination message)."""
+OCI_AUTH_SETTING = "FLEXINFER_REGISTRY_OCI_AUTH_FILE"
+"""The registry's setting naming a docker config.json of OCI credentials."""
+OCI_AUTH_VOLUME = "oci-auth"
+OCI_AUTH_DIR = "/var/run/flexinfer/oci-auth"
+OCI_AUTH_FILE = f"{OCI_AUTH_DIR}/config.json"
+DOCKER_CONFIG_KEY = ".dockerconfigjson"
+"""The key of a ``kubernetes.io/dockerconfigjson`` Secret."""
 SCHEME_ALIASES = {"huggingface": "hf"}
 """The operator's spellings of a scheme the registry knows by another name."""
 SUPPORTED_SCHEMES = ("huggingface", *sorted(REMOTE_SCHEMES))
@@ -210,15 +222,38 @@ def claim_object(plan: CachePlan) -> Obj | None:
 
 def _container(plan: CachePlan, options: JobOptions) -> Obj:
     assert plan.fetch is not None
+    spec = plan.cache.spec
     mount = {"name": CACHE_VOLUME, "mountPath": options.mount}
     cache_dir = f"{options.mount}/{plan.directory}"
+    # Private OCI credentials are the cache's own: this container uses them itself rather
+    # than have the shared registry fetch (and then serve to anyone) what they unlock.
+    private_oci = bool(spec.oci_registry_secret_ref) and plan.fetch.name.startswith("oci://")
     container = jobs.prefetch_container(
-        plan.fetch, options.registry_image, options.registry_address, mount, cache_dir
-    )
-    if plan.cache.spec.secret_ref:
-        token = {"secretKeyRef": {"name": plan.cache.spec.secret_ref, "key": "HF_TOKEN"}}
+        plan.fetch, options.registry_image, options.registry_address, mount, cache_dir,
+        strategy="DirectOnly" if private_oci else "SmartFallback",
+    )  # fmt: skip
+    # The bytes fetched, for status.sizeBytes: the kubelet puts the file in the pod status.
+    container["args"] += ["--termination-log", TERMINATION_LOG]
+    if spec.secret_ref:
+        token = {"secretKeyRef": {"name": spec.secret_ref, "key": "HF_TOKEN"}}
         container["env"].append({"name": "HF_TOKEN", "valueFrom": token})
+    if spec.oci_registry_secret_ref:
+        container["env"].append({"name": OCI_AUTH_SETTING, "value": OCI_AUTH_FILE})
+        container["volumeMounts"].append(
+            {"name": OCI_AUTH_VOLUME, "mountPath": OCI_AUTH_DIR, "readOnly": True}
+        )
     return container
+
+
+def _oci_auth_volume(cache: ModelCache) -> list[Obj]:
+    """spec.ociRegistrySecretRef's docker config, as the file the registry client reads."""
+    secret = cache.spec.oci_registry_secret_ref
+    if not secret:
+        return []
+    items = [{"key": DOCKER_CONFIG_KEY, "path": OCI_AUTH_FILE.rsplit("/", 1)[1]}]
+    # Readable by the pod's fsGroup (the Job's non-root user), no one else.
+    source = {"secretName": secret, "items": items, "defaultMode": 0o440}
+    return [{"name": OCI_AUTH_VOLUME, "secret": source}]
 
 
 def download_job(plan: CachePlan, options: JobOptions, node: str | None = None) -> Obj:
@@ -236,13 +271,13 @@ def download_job(plan: CachePlan, options: JobOptions, node: str | None = None) 
         pod["nodeName"] = node  # pinned: the files are for this node's disk
         job_labels[NODE_LABEL] = label_value(node)
         notes[NODE_ANNOTATION] = node
-    volume = jobs.cache_volume(plan.claim, plan.host_path)
-    name = jobs.job_name(plan.cache.metadata.name, "prefetch", container, pod, volume)
+    volumes = [jobs.cache_volume(plan.claim, plan.host_path), *_oci_auth_volume(plan.cache)]
+    name = jobs.job_name(plan.cache.metadata.name, "prefetch", container, pod, *volumes)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": _metadata(plan.cache, name, job_labels, notes),
-        "spec": jobs.job_spec(job_labels, container, pod, volume),
+        "spec": jobs.job_spec(job_labels, container, pod, *volumes),
     }
 
 

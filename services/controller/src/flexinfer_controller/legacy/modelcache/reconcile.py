@@ -6,6 +6,10 @@ a node that left the selector), and writes the status only when it changed. Name
 derived from the spec, so a pass after a crash finds what the last one created instead of
 creating it twice, and a create that loses a race (409) reads the winner.
 
+The PVC made for a cache follows a grown ``storageSize`` (``resize``: expansion only).
+Once Ready, ``sizeBytes`` is read from the prefetch Jobs' pods (what their container wrote
+to its termination message), once per path.
+
 A deleted cache's Jobs and PVC are deleted here explicitly: on a cluster their owner
 reference would let the garbage collector do it, but not every apiserver runs one (the
 fake apiserver does not), and a prompt delete stops a running download at once. An
@@ -25,11 +29,21 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from flexinfer_common.api import ModelCache
-from flexinfer_common.api.modelcache import ModelCacheStatus
+from flexinfer_common.api.meta import Condition
+from flexinfer_common.api.modelcache import ModelCachePhase, ModelCacheStatus
 from flexinfer_common.errors import ConflictError, InvalidSpecError, TemporaryError
 from flexinfer_controller.legacy.modelcache import plan as plans
 from flexinfer_controller.legacy.modelcache.plan import CachePlan, CacheSpecError, JobOptions
-from flexinfer_controller.legacy.modelcache.status import Observed, pending, status_of, verdict
+from flexinfer_controller.legacy.modelcache.resize import rejected, resize
+from flexinfer_controller.legacy.modelcache.status import (
+    Observed,
+    Verdict,
+    pending,
+    size_of,
+    status_of,
+    verdict,
+)
+from flexinfer_controller.runtime.kubernetes.jobs import PREFETCH_CONTAINER
 from flexinfer_controller.runtime.kubernetes.names import Obj, object_name
 
 log = logging.getLogger(__name__)
@@ -58,6 +72,12 @@ class CacheCluster(Protocol):
 
     async def write_status(self, cache: ModelCache, status: ModelCacheStatus) -> None:
         """Write ``status`` through the status subresource (nothing when the cache is gone)."""
+
+    async def termination_message(self, job: Obj, container: str) -> str | None:
+        """What ``container`` wrote to its termination log in the Job's pod that succeeded."""
+
+    async def resize_claim(self, claim: Obj, storage: str) -> None:
+        """Raise the PVC's storage request (InvalidSpecError when the apiserver refuses)."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +113,7 @@ class ModelCacheReconciler:
         except InvalidSpecError as exc:  # the apiserver refused an object: the spec decides
             plan, observed = CacheSpecError("Rejected", str(exc)), Observed()
         found = verdict(plan, observed)
-        status = status_of(cache, found)
+        status = status_of(cache, found, observed, await self._size(cache, found, observed))
         if status != cache.status:
             if status.phase != cache.status.phase:
                 log.info("modelcache %s: %s -> %s (%s: %s)", key, cache.status.phase,
@@ -108,7 +128,7 @@ class ModelCacheReconciler:
         if isinstance(plan, CacheSpecError) or plan.fetch is None:
             await self._delete_all(live)
             return Observed()
-        claim_missing = await self._storage(plan)
+        claim_missing, storage = await self._storage(plan)
         nodes = (
             await self._cluster.nodes(plan.node_selector) if plan.strategy == "NodeLocal" else []
         )
@@ -117,19 +137,49 @@ class ModelCacheReconciler:
         current = [present.get(j["metadata"]["name"]) or await self._create(j) for j in desired]
         wanted = {j["metadata"]["name"] for j in desired}
         await self._delete_all([j for j in live if j["metadata"]["name"] not in wanted])
-        return Observed(current, nodes, claim_missing)
+        return Observed(current, nodes, claim_missing, storage)
 
-    async def _storage(self, plan: CachePlan) -> bool:
-        """Create the cache's PVC if it is ours; whether an existing claim is missing."""
+    async def _storage(self, plan: CachePlan) -> tuple[bool, Condition | None]:
+        """Create the cache's PVC if it is ours, or resize it; whether an existing claim is
+        missing, and the StorageResized condition to set."""
         claim = plans.claim_object(plan)
         if claim is not None:
-            if await self._cluster.get(claim) is None:
+            live = await self._cluster.get(claim)
+            if live is None:
                 await self._create(claim)
-            return False
+                return False, None
+            return False, await self._resize(plan.cache, live)
         if plan.claim is not None:
             stub = _stub("PersistentVolumeClaim", plan.cache.metadata.namespace, plan.claim)
-            return await self._cluster.get(stub) is None
-        return False
+            return await self._cluster.get(stub) is None, None
+        return False, None
+
+    async def _resize(self, cache: ModelCache, claim: Obj) -> Condition | None:
+        """Raise the claim's request to a grown spec.storageSize; never shrink it."""
+        step = resize(cache, claim)
+        if step.grow_to is None:
+            return step.condition
+        try:
+            await self._cluster.resize_claim(claim, step.grow_to)
+        except InvalidSpecError as exc:  # no expansion in its StorageClass, say
+            log.warning("modelcache %s: %s", plans.cache_key(cache), exc)
+            return rejected(cache, step.grow_to, str(exc))
+        log.info("modelcache %s: claim %s raised to %s", plans.cache_key(cache),
+                 claim["metadata"]["name"], step.grow_to)  # fmt: skip
+        return step.condition
+
+    async def _size(self, cache: ModelCache, found: Verdict, observed: Observed) -> str | None:
+        """status.sizeBytes once Ready: what the prefetch Jobs reported (the largest, for a
+        NodeLocal cache's copies), kept from the last pass while the path is the same."""
+        if found.phase is not ModelCachePhase.READY or not observed.jobs:
+            return None
+        last = cache.status
+        if last.phase is ModelCachePhase.READY and last.path == found.path and last.size_bytes:
+            return last.size_bytes
+        messages = [await self._cluster.termination_message(job, PREFETCH_CONTAINER)
+                    for job in observed.jobs]  # fmt: skip
+        sizes = [size for m in messages if (size := size_of(m)) is not None]
+        return str(max(sizes)) if sizes else None
 
     async def _create(self, obj: Obj) -> Obj:
         """Create ``obj``; one created meanwhile (409) is read instead."""

@@ -6,10 +6,13 @@ the message; a new spec gets new Jobs); ``Pending`` while there is nowhere to do
 (an existing claim that is not there, no node matching a NodeLocal selector);
 ``Provisioning`` while a Job runs; ``Ready`` once every Job succeeded, with ``path`` set.
 The ``Ready`` condition says the same with a reason; both carry the generation they saw.
+``sizeBytes`` (a string, as the operator writes it) is what the prefetch Jobs reported,
+once Ready.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from flexinfer_common.api import ModelCache
@@ -36,6 +39,8 @@ class Observed:
     """The nodes a NodeLocal cache fills."""
     claim_missing: bool = False
     """spec.existingClaimName names no PVC."""
+    storage: Condition | None = None
+    """The StorageResized condition of this pass (``resize``); None: unchanged."""
 
 
 @dataclass(frozen=True)
@@ -91,9 +96,22 @@ def verdict(plan: CachePlan | CacheSpecError, observed: Observed) -> Verdict:
     return _jobs_verdict(plan, observed)
 
 
-def status_of(cache: ModelCache, found: Verdict) -> ModelCacheStatus:
-    """The status to write: ``found`` on ``cache``'s status, the Ready condition merged in
-    (its transition time kept while its status does not change)."""
+def size_of(message: str | None) -> int | None:
+    """The bytes a prefetch container reported in its termination message
+    (``{"sizeBytes": N}``); None when it said nothing readable."""
+    try:
+        size = json.loads(message or "").get("sizeBytes")
+    except (ValueError, AttributeError):
+        return None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+
+
+def status_of(
+    cache: ModelCache, found: Verdict, observed: Observed, size_bytes: str | None = None
+) -> ModelCacheStatus:
+    """The status to write: ``found`` on ``cache``'s status, the Ready condition (and the
+    StorageResized one this pass set) merged in, each transition time kept while its
+    status does not change."""
     condition = Condition(
         type="Ready",
         status="True" if found.phase is ModelCachePhase.READY else "False",
@@ -101,12 +119,16 @@ def status_of(cache: ModelCache, found: Verdict) -> ModelCacheStatus:
         message=found.message,
         observed_generation=cache.metadata.generation,
     )
+    conditions = set_condition(list(cache.status.conditions), condition)
+    if observed.storage is not None:
+        conditions = set_condition(conditions, observed.storage)
     return ModelCacheStatus(
         phase=found.phase,
         path=found.path,
+        size_bytes=size_bytes,
         ready_nodes=found.ready_nodes,
         total_nodes=found.total_nodes,
-        conditions=set_condition(list(cache.status.conditions), condition),
+        conditions=conditions,
     )
 
 

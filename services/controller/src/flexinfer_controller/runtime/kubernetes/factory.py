@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from flexinfer_common.store import ModelStore
 from flexinfer_controller.adapters.kube.client import KubeClient
 from flexinfer_controller.adapters.kube.feed import InformerFeed
+from flexinfer_controller.adapters.kube.shared import SharedInformers
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.backends import default_backends
 from flexinfer_controller.core.feed import ModelFeed
@@ -59,10 +60,10 @@ def kubernetes_runtime(
 async def kubernetes_models(
     settings: ControllerSettings,
 ) -> AsyncIterator[tuple[ModelStore, ModelFeed]]:
-    """Models as custom resources, and informers of them."""
+    """Models as custom resources, and informers of them (shared with the legacy loops)."""
     kube = settings.kubernetes
-    store = KubernetesModelStore(connect(kube))
+    store = KubernetesModelStore(connect(kube), SharedInformers(kube.watch_timeout_s))
     try:
-        yield store, InformerFeed(store, kube.watched(), kube.watch_timeout_s)
+        yield store, InformerFeed(store, kube.watched())
     finally:
         await store.close()

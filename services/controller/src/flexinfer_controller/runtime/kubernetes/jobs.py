@@ -29,6 +29,7 @@ from flexinfer_controller.runtime.kubernetes.names import (
 from flexinfer_controller.runtime.kubernetes.options import QUANTIZER_COMMAND
 
 REGISTRY_CLI = ["python", "-m", "flexinfer_registry.client.mx_cli"]
+PREFETCH_CONTAINER = "prefetch"
 _UID = 10001
 
 
@@ -46,8 +47,9 @@ def cache_volume(claim: str | None, host_path: str | None) -> Obj:
     return {"name": CACHE_VOLUME, "hostPath": {"path": host_path, "type": "DirectoryOrCreate"}}
 
 
-def job_spec(job_labels: dict[str, str], container: Obj, pod: Obj, volume: Obj) -> Obj:
-    """The spec of a cache Job: one container, the cache volume, retried three times."""
+def job_spec(job_labels: dict[str, str], container: Obj, pod: Obj, *volumes: Obj) -> Obj:
+    """The spec of a cache Job: one container, the cache volume (and any other), retried
+    three times."""
     return {
         "backoffLimit": 3,
         "template": {
@@ -55,7 +57,7 @@ def job_spec(job_labels: dict[str, str], container: Obj, pod: Obj, volume: Obj) 
             "spec": {
                 "restartPolicy": "OnFailure",
                 "containers": [container],
-                "volumes": [volume],
+                "volumes": list(volumes),
                 **pod,
             },
         },
@@ -79,15 +81,20 @@ def _mount(ctx: RenderContext) -> Obj:
 
 
 def prefetch_container(
-    fetch: Fetch, image: str, registry_address: str, mount: Obj, cache_dir: str | None = None
+    fetch: Fetch,
+    image: str,
+    registry_address: str,
+    mount: Obj,
+    cache_dir: str | None = None,
+    strategy: str = "SmartFallback",
 ) -> Obj:
     """The registry client downloading ``fetch`` into ``cache_dir`` (default: the mount's
     root) of the volume mounted as ``mount``."""
     args = ["--server", registry_address, "model", "download", fetch.name]
     args += ["--provider", fetch.provider] if fetch.provider else []
-    args += ["--strategy", "SmartFallback", "--cache-dir", cache_dir or mount["mountPath"]]
+    args += ["--strategy", strategy, "--cache-dir", cache_dir or mount["mountPath"]]
     return {
-        "name": "prefetch",
+        "name": PREFETCH_CONTAINER,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": REGISTRY_CLI,

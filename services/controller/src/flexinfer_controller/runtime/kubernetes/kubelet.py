@@ -38,6 +38,27 @@ JOB_FAILED: Obj = {
 """A Job's status once the Job controller gave up on it (its backoffLimit of 3 retries)."""
 
 
+def finished_job_pod(api: KubeApiServer, job: Obj, message: str, *, uid: str = "") -> Obj:
+    """The pod the Job controller makes for ``job``, run until its container exited 0 having
+    written ``message`` to its termination log (owned by the Job of ``uid``: default
+    ``job``'s own)."""
+    meta, template = job["metadata"], job["spec"]["template"]
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+             "uid": uid or meta["uid"], "controller": True}  # fmt: skip
+    labels = {**template["metadata"].get("labels", {}), "job-name": meta["name"]}
+    pod = api.create("pods", {
+        "metadata": {"generateName": f"{meta['name']}-", "namespace": meta["namespace"],
+                     "labels": labels, "ownerReferences": [owner]},
+        "spec": template["spec"],
+    })  # fmt: skip
+    terminated = {"exitCode": 0, "reason": "Completed", "message": message}
+    container = {"name": template["spec"]["containers"][0]["name"], "ready": False,
+                 "restartCount": 0, "image": "registry", "imageID": "",
+                 "state": {"terminated": terminated}}  # fmt: skip
+    status = {"phase": "Succeeded", "containerStatuses": [container]}
+    return api.set_status("pods", meta["namespace"], pod["metadata"]["name"], status)
+
+
 def _cost(pod: Obj) -> int:
     return int((pod["metadata"].get("annotations") or {}).get(DELETION_COST_ANNOTATION) or 0)
 

@@ -32,6 +32,9 @@ CACHE_KIND_ANNOTATION = "flexinfer.ai/cache-kind"
 CACHE_PVC_ANNOTATION = "flexinfer.ai/cache-pvc"
 CACHE_PATH_ANNOTATION = "flexinfer.ai/cache-path"
 CACHE_DEST_ANNOTATION = "flexinfer.ai/cache-dest"
+FLASH_NODES_ANNOTATION = "flexinfer.ai/flash-nodes"
+"""On the Model: the nodes (comma-separated, oldest first) whose /dev/shm holds its copy.
+The controller writes it (``flashnodes``); whoever else writes the Model keeps it."""
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _MAX = 63
@@ -103,3 +106,14 @@ def metadata(model: Model, name: str, obj_labels: dict[str, str], annotations: O
         "annotations": {MODEL_KEY_ANNOTATION: model.key, **annotations},
         "ownerReferences": [owner_reference(model)],
     }
+
+
+def split_key(model: str) -> tuple[str, str]:
+    """``namespace/name`` as (namespace, name)."""
+    namespace, _, name = model.partition("/")
+    return namespace, name
+
+
+def deployment_ref(namespace: str, name: str) -> Obj:
+    """A Deployment by name alone (to read, scale or delete it)."""
+    return {"kind": "Deployment", "metadata": {"namespace": namespace, "name": name}}

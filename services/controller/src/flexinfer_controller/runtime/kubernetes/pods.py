@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from flexinfer_controller.flashload.render import TMPFS_VOLUME
 from flexinfer_controller.runtime.kubernetes.engine import PORT_NAME
 from flexinfer_controller.runtime.kubernetes.names import (
     COMPONENT_LABEL,
@@ -67,6 +68,8 @@ class PodView:
     ready: bool
     url: str | None
     node: str | None
+    node_tmpfs: bool
+    """Its /dev/shm is the node's own (a hostPath): a copy there outlives the pod."""
     restarts: int
     crash: str | None
     """What its engine's last crash was (a non-zero exit, CrashLoopBackOff)."""
@@ -96,6 +99,10 @@ def _port(spec: Obj) -> int | None:
 def _ready(status: Obj) -> bool:
     conditions = status.get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _node_tmpfs(spec: Obj) -> bool:
+    return any(v.get("name") == TMPFS_VOLUME and "hostPath" in v for v in spec.get("volumes") or [])
 
 
 def _crash(statuses: list[Any], pod_status: Obj) -> str | None:
@@ -134,6 +141,7 @@ def view(pod: Obj) -> PodView | None:
         deleting=meta.get("deletionTimestamp") is not None,
         failed=status.get("phase") == "Failed", ready=_ready(status),
         url=f"http://{ip}:{port}" if ip and port else None, node=spec.get("nodeName"),
+        node_tmpfs=_node_tmpfs(spec),
         restarts=sum(int(s.get("restartCount") or 0) for s in statuses),
         crash=_crash(statuses, status), created_at=_created(meta),
         crash_looping=status.get("phase") == "Failed" or any(

@@ -31,8 +31,10 @@ RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("", "configmaps", frozenset({"get", "list", "create", "update", "patch", "delete"})),
     ("", "secrets", frozenset({"get"})),  # ModelCatalog registries' secretRef
     ("", "services", frozenset({"get", "create", "update", "delete"})),
-    # delete: a deleted ModelCache's own PVC (not every apiserver garbage-collects).
-    ("", "persistentvolumeclaims", frozenset({"get", "create", "delete"})),
+    # delete: a deleted ModelCache's own PVC (not every apiserver garbage-collects);
+    # patch: its storage request raised to a grown spec.storageSize.
+    ("", "persistentvolumeclaims", frozenset({"get", "create", "patch", "delete"})),
+    # list: also a ModelCache's finished Job's pods, for their termination message.
     ("", "pods", frozenset({"list", "watch", "patch", "delete"})),
     ("", "nodes", frozenset({"list", "watch"})),
     ("apps", "deployments", frozenset({"get", "create", "update", "patch", "delete"})),

@@ -18,8 +18,8 @@
 * ``prune`` deletes the Model's Failed pods (evicted, OOM-killed): the ReplicaSet has
   replaced them, and Kubernetes would keep them until thousands piled up.
 * ``adopt`` lists the pods a previous controller left and reads their Deployments.
-* ``release`` deletes what the Model's reconciles created, explicitly rather than waiting
-  for the garbage collector, so a Model's deletion completes only once they are gone.
+* ``release`` deletes what the Model's reconciles created, and a node-tmpfs copy's
+  cleanup Jobs (``release.Release``); the nodes come from the pods seen (``flashnodes``).
 
 Their errors are mapped at this boundary (``errors``): an object the apiserver refuses as
 written is a PermanentError, a conflict, throttling or an apiserver away a TemporaryError.
@@ -40,7 +40,9 @@ from flexinfer_common.api.status import GPUStatus
 from flexinfer_common.errors import ConflictError, FlexInferError, InvalidSpecError, NotFoundError
 from flexinfer_controller.adapters.kube.client import KubeClient, Obj
 from flexinfer_controller.adapters.kube.informer import Change, Informer
+from flexinfer_controller.adapters.kube.objects import CustomObjects
 from flexinfer_controller.adapters.kube.pods import PodListWatch, delete_pod, patch_pod
+from flexinfer_controller.adapters.kube.resources import MODELS
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.adapters.kube.workloads import Workloads
 from flexinfer_controller.backends import BackendRegistry, LaunchSpec, UnsupportedBackendError
@@ -50,14 +52,11 @@ from flexinfer_controller.runtime.base import Replica, ReplicaEvent, ReplicaList
 from flexinfer_controller.runtime.kubernetes import plan
 from flexinfer_controller.runtime.kubernetes.apply import Applier
 from flexinfer_controller.runtime.kubernetes.errors import cluster_call
+from flexinfer_controller.runtime.kubernetes.flashnodes import FlashNodes
 from flexinfer_controller.runtime.kubernetes.gate import JobGate, gated
 from flexinfer_controller.runtime.kubernetes.inventory import NodeInventory
-from flexinfer_controller.runtime.kubernetes.names import object_name
-from flexinfer_controller.runtime.kubernetes.objects import (
-    render_cleanup,
-    render_model,
-    render_service,
-)
+from flexinfer_controller.runtime.kubernetes.names import deployment_ref, object_name, split_key
+from flexinfer_controller.runtime.kubernetes.objects import render_model, render_service
 from flexinfer_controller.runtime.kubernetes.options import GPUPlacement, RenderOptions
 from flexinfer_controller.runtime.kubernetes.pods import (
     DELETION_COST_ANNOTATION,
@@ -67,6 +66,7 @@ from flexinfer_controller.runtime.kubernetes.pods import (
     stamp,
     view,
 )
+from flexinfer_controller.runtime.kubernetes.release import Release
 from flexinfer_controller.runtime.kubernetes.replicas import (
     Wanted,
     as_replica,
@@ -77,15 +77,6 @@ from flexinfer_controller.runtime.kubernetes.replicas import (
 from flexinfer_controller.runtime.kubernetes.retry import RetryPolicy, with_attempt
 
 log = logging.getLogger(__name__)
-
-
-def _split(model: str) -> tuple[str, str]:
-    namespace, _, name = model.partition("/")
-    return namespace, name
-
-
-def _deployment_ref(namespace: str, name: str) -> Obj:
-    return {"kind": "Deployment", "metadata": {"namespace": namespace, "name": name}}
 
 
 class KubernetesRuntime(Runtime):
@@ -110,7 +101,6 @@ class KubernetesRuntime(Runtime):
         self._backends = backends
         self._options = options
         self._models = KubernetesModelStore(client)
-        self._namespaces = namespaces
         self._applier = Applier(Workloads(client))
         self._informers = [
             self._pod_informer(namespace, watch_timeout_s) for namespace in namespaces
@@ -118,8 +108,10 @@ class KubernetesRuntime(Runtime):
         self._nodes = NodeInventory(client, watch_timeout_s)
         self._tasks: list[asyncio.Task[None]] = []
         self._pods: dict[str, PodView] = {}
-        self._ran_on: dict[str, set[str]] = {}
-        """By Model: the nodes its pods ran on, for the cleanup of a node tmpfs on deletion."""
+        self._flash_nodes = FlashNodes(CustomObjects(client, MODELS))
+        self._release = Release(
+            self._models, self._applier, backends, options, namespaces, self._flash_nodes
+        )
         self._wanted: dict[str, Wanted] = {}
         self._stopping: set[str] = set()
         self._gone: dict[str, asyncio.Event] = {}
@@ -144,6 +136,7 @@ class KubernetesRuntime(Runtime):
         for informer in self._informers:
             self._tasks.append(asyncio.create_task(informer.run(), name="watch-pods"))
         self._tasks.append(asyncio.create_task(self._nodes.informer.run(), name="watch-nodes"))
+        self._tasks.append(asyncio.create_task(self._flash_nodes.run(), name="flash-nodes"))
         # The nodes too: a reconcile before their first list would see no fleet at all.
         await asyncio.gather(*(i.synced.wait() for i in [*self._informers, self._nodes.informer]))
         for model in sorted({p.model for p in self._pods.values()}):
@@ -156,7 +149,7 @@ class KubernetesRuntime(Runtime):
     @cluster_call("starting a replica")
     async def start(self, model: str, generation: int, spec: LaunchSpec) -> Replica:
         """Ensure the Model's objects; one more replica on its Deployment."""
-        namespace, name = _split(model)
+        namespace, name = split_key(model)
         found = await self._models.get_model(namespace, name)
         options = replace(self._options, gpu=GPUPlacement(spec.gpu_vendor, spec.gpu_arch))
         objects = render_model(found, self._backends, options)
@@ -205,6 +198,7 @@ class KubernetesRuntime(Runtime):
     @cluster_call("ensuring the Model's objects")
     async def ensure(self, model: Model, gpu: GPUStatus | None) -> None:
         """ensureService; once placed, the other objects and the Deployment (plan.standby)."""
+        self._flash_nodes.check(model)
         try:
             objects = self._standby_objects(model, gpu)
         except (InvalidSpecError, UnsupportedBackendError):
@@ -286,38 +280,8 @@ class KubernetesRuntime(Runtime):
     @cluster_call("deleting the Model's objects")
     async def release(self, model: str) -> None:
         """Delete the Deployment, Service, Jobs, ConfigMap and PDB made for the Model."""
-        namespace, name = _split(model)
-        try:
-            found = await self._models.get_model(namespace, name)
-        except NotFoundError:
-            return  # gone without our finalizer: its owner references let the GC clean up
-        # Its pods are gone by now (the teardown stopped them first): where they ran is
-        # what was recorded while they did.
-        current = {p.node for p in self._pods.values() if p.model == model and p.node}
-        nodes = sorted(self._ran_on.get(model, set()) | current)
-        keep = await self._declared(model) if nodes else []
-        try:
-            objects = render_model(found, self._backends, self._options)
-            on_delete = render_cleanup(found, self._backends, self._options, nodes, keep)
-        except FlexInferError:  # it never rendered, so only a name can have been created
-            objects = [_deployment_ref(namespace, object_name(name))]
-            on_delete = []
-        await self._applier.delete_all(plan.cleanup(objects, on_delete))
-        self._wanted.pop(model, None)
-        self._ran_on.pop(model, None)
-
-    async def _declared(self, deleted: str) -> builtins.list[str]:
-        """The Models still declared but ``deleted``: a node tmpfs cleanup keeps their copies."""
-        # The node's /dev/shm holds the copies of every Model swapping on it; a cleanup
-        # keeping none would make each of them copy its weights again at its next start.
-        found: builtins.list[str] = []
-        for namespace in self._namespaces:
-            found += [
-                m.key
-                for m in await self._models.list_models(namespace)
-                if m.key != deleted and m.metadata.deletion_timestamp is None
-            ]
-        return sorted(set(found))
+        if await self._release.release(model):
+            self._wanted.pop(model, None)
 
     def gpu_inventory(self) -> GPUInventory:
         """The GPU nodes as their labels say, watched from ``adopt`` on."""
@@ -329,7 +293,7 @@ class KubernetesRuntime(Runtime):
             for wanted in list(self._wanted.values()):
                 if not wanted.replicas:
                     continue  # an idle Model's Deployment, at 0 already
-                ref = _deployment_ref(wanted.namespace, wanted.deployment)
+                ref = deployment_ref(wanted.namespace, wanted.deployment)
                 with contextlib.suppress(FlexInferError):
                     await self._applier.scale(ref, 0)
         for task in self._tasks:
@@ -348,9 +312,9 @@ class KubernetesRuntime(Runtime):
         ]
 
     async def _read_wanted(self, model: str) -> Wanted | None:
-        namespace, name = _split(model)
+        namespace, name = split_key(model)
         try:
-            live = await self._applier.run(plan.read(_deployment_ref(namespace, object_name(name))))
+            live = await self._applier.run(plan.read(deployment_ref(namespace, object_name(name))))
         except NotFoundError:
             return None
         wanted = self._wanted[model] = wanted_of(live)
@@ -360,7 +324,7 @@ class KubernetesRuntime(Runtime):
         wanted = self._wanted.get(model)
         if wanted is None or wanted.replicas == 0:
             return
-        ref = _deployment_ref(wanted.namespace, wanted.deployment)
+        ref = deployment_ref(wanted.namespace, wanted.deployment)
         try:
             await self._applier.scale(ref, wanted.replicas - 1)
         except FlexInferError:
@@ -379,8 +343,8 @@ class KubernetesRuntime(Runtime):
                 self._pod_gone(old)
             return
         self._pods[new.key] = new
-        if new.node:
-            self._ran_on.setdefault(new.model, set()).add(new.node)
+        if new.node and new.node_tmpfs:
+            self._flash_nodes.saw(new.model, new.node)
         wanted = self._wanted.get(new.model)
         if new.ready and new.url and not (old is not None and old.ready and old.url):
             self._ready_at[new.key] = time.time()
