@@ -20,6 +20,7 @@ from flexinfer_common.web import health_router, install_error_handlers
 from flexinfer_controller.adapters.metrics import HttpEngineMetrics
 from flexinfer_controller.adapters.registry.factory import create_model_cache
 from flexinfer_controller.api.admin import install_admin
+from flexinfer_controller.api.benchmarks import benchmarks_router
 from flexinfer_controller.api.logs import logs_router
 from flexinfer_controller.backends import LaunchContext, default_backends
 from flexinfer_controller.catalog.client import ClientOptions
@@ -139,6 +140,7 @@ def create_app(
     controller_ = controller
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)
     app.state.settings = settings
+    app.state.store = store
     app.state.controller = controller
     app.state.model_service = service
     adapters = AdapterService(store, bus)
@@ -156,6 +158,7 @@ def create_app(
 
     install_error_handlers(app)
     install_admin(app)
+    app.include_router(benchmarks_router())
     app.include_router(logs_router())
     app.include_router(health_router(ready))
     return app

@@ -92,6 +92,9 @@ class Controller:
         )
         self.progress = ProgressReporter(bus)
         self.reported = reported or ReportedNodes()
+        base = self.runtime.gpu_inventory() or inventory or DeclaredInventory([])
+        self.inventory = FleetInventory(base, self.reported)
+        """The GPUs placement sees: the runtime's fleet and the nodes agents report."""
         # The cache re-queues a Model when its download moves (the reconcile never waits).
         cache = self.runtime.model_cache(self._requeue)  # Kubernetes: the cache Jobs' gate
         if cache is None:
@@ -110,9 +113,7 @@ class Controller:
             progress=self.progress,
             metrics=metrics,
             prestart=prestart,
-            inventory=FleetInventory(
-                self.runtime.gpu_inventory() or inventory or DeclaredInventory([]), self.reported
-            ),
+            inventory=self.inventory,
             kv_check=kv_check,
             cache=self.cache,
             sources=sources or resolve_source,

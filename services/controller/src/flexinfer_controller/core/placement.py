@@ -35,6 +35,7 @@ from flexinfer_common.placement import (
     PodFacts,
     ScoreContext,
     default_registry,
+    device_class,
     node_facts,
 )
 from flexinfer_common.placement.plugins import (
@@ -202,6 +203,11 @@ def candidates(
         for chosen in sets:
             found.append(_candidate(node, base, chosen))
     return found
+
+
+def node_device_class(node: NodeGPU) -> str:
+    """The device class the TPS lookup keys this node's GPUs by (``candidates``' too)."""
+    return device_class(node.labels or minimal_labels(node))
 
 
 def minimal_labels(node: NodeGPU) -> dict[str, str]:

@@ -93,7 +93,8 @@ class Planner:
     holds: Callable[[], list[Hold] | None] = lambda: None
     """The GPUs the runtime's replicas hold (None: the runtime does not pin GPUs)."""
     waiting: set[str] = field(default_factory=set)
-    """Models waiting for a GPU to free: queued again when one does (``gpu_freed``)."""
+    """Models waiting for a GPU: queued again when one frees or a node joins
+    (``Controller.gpus_changed``)."""
 
     def relaunch(self, model: Model, plan: Plan, model_dir: Path) -> LaunchSpec:
         """The plan's launch rendered again for ``model_dir`` (a pre-start copy)."""
