@@ -25,6 +25,8 @@ COMMANDS = [
     ("mx", "model", "list-files"),
     ("mx", "model", "clear"),
     ("mx", "model", "validate"),
+    ("bench",),
+    ("bench", "tps"),
     ("flash-load",),
     ("flash-load", "cleanup"),
     ("proxy",),

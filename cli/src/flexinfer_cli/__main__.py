@@ -45,6 +45,7 @@ def _tools() -> dict[str, Callable[[list[str]], int]]:
         "mx": _lazy("flexinfer_cli.tools", "mx_main"),
         "flash-load": _lazy("flexinfer_cli.tools", "flash_load_main"),
         "render": _lazy("flexinfer_cli.render", "main"),
+        "bench": _lazy("flexinfer_cli.bench", "main"),
         **resources.commands(),
     }
 
@@ -62,6 +63,7 @@ def _usage() -> str:
         "  mx                 ModelExpress-compatible registry client (health, ping, model ...)\n"
         "  flash-load         copy a model to tmpfs for a fast engine start (or cleanup)\n"
         "  render             print the Kubernetes objects of a Model (-f FILE), no cluster\n"
+        "  bench tps          measure a Model's tokens/s and store it for placement\n"
         + "".join(f"  {synopsis:<18} {what}\n" for synopsis, what in USAGE)
         + "".join(f"  {name:<18} run the {name} service on its own\n" for name in SERVICES)
         + "\nRun 'flexinfer COMMAND --help' for the options of a command.\n"

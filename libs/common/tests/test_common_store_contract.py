@@ -16,9 +16,10 @@ import pytest
 from sqlalchemy import text
 
 from flexinfer_common.errors import ConfigError, InvalidSpecError, NotFoundError, StoreError
+from flexinfer_common.placement import benchmark_key
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import create_store
-from flexinfer_common.store.base import EndpointRecord
+from flexinfer_common.store.base import BenchmarkRecord, EndpointRecord
 from flexinfer_common.store.sql import SqlModelStore
 from flexinfer_common.store.sql_schema import METADATA
 from flexinfer_common.testing.store_contract import MODEL_STORE_CHECKS, Check, Traits, make_model
@@ -162,3 +163,19 @@ async def test_a_replace_never_stamps_a_deletion(store: SqlModelStore) -> None:
     stored = await store.replace_model(model)
     assert stored.metadata.deletion_timestamp is None
     assert stored.metadata.finalizers == ["flexinfer.ai/model-cleanup"]
+
+
+async def test_benchmark_results_are_kept_per_namespace_and_key(new_store: StoreFactory) -> None:
+    store = new_store()
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    first = BenchmarkRecord("default", "vllm", "m", "vendor=NVIDIA,arch=sm_89", 12.5, at)
+    other = BenchmarkRecord("team-b", "vllm", "m", "vendor=NVIDIA,arch=sm_89", 7.0, at)
+    await store.put_benchmark(first)
+    await store.put_benchmark(other)
+    assert await store.list_benchmarks("default") == [first]
+    # A new measurement of the same (backend, model, device class) replaces the old one.
+    again = BenchmarkRecord("default", "vllm", "m", "vendor=NVIDIA,arch=sm_89", 20.0, at)
+    await store.put_benchmark(again)
+    assert await store.list_benchmarks("default") == [again]
+    assert again.key == benchmark_key("vllm", "m", "vendor=NVIDIA,arch=sm_89")
+    assert await store.list_benchmarks("nobody") == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from flexinfer_controller.backends.base import Backend
 from flexinfer_controller.core.controller import Controller
 from flexinfer_controller.core.gpu import (
     RECHECK_S,
-    MostVRAMPlacer,
+    GPURequest,
     NodeGPU,
     Placement,
     Unplaced,
@@ -21,6 +22,7 @@ from flexinfer_controller.core.gpu import (
     parse_vram_mb,
     place,
 )
+from flexinfer_controller.core.placement import CorePlacer
 from flexinfer_controller.testing import fake_model_dir, model_doc, run_controller
 
 A100 = NodeGPU("a", "nvidia", 8, "sm_80", 81920)
@@ -40,7 +42,11 @@ def gpu(**fields: Any) -> GPUSpec:
 
 
 def placed(spec: GPUSpec, fleet: list[NodeGPU], name: str = "vllm") -> Placement | Unplaced:
-    return place(spec, fleet, backend(name), MostVRAMPlacer())
+    """Placement on a fleet whose GPUs the runtime does not pin (no holds: Kubernetes)."""
+    request = GPURequest(
+        "default", "m", name, spec.effective_count, spec.vram_estimate_mb, spec.shared
+    )
+    return asyncio.run(place(spec, fleet, backend(name), CorePlacer(), request))
 
 
 def reason(result: Placement | Unplaced) -> tuple[str, bool]:
@@ -135,9 +141,10 @@ def test_vllm_architectures(node: NodeGPU, ok: bool) -> None:
 def test_count_and_vram_must_fit_one_node() -> None:
     assert reason(placed(gpu(count=4), [L4])) == ("InsufficientGPUs", False)
     too_big = placed(gpu(vramEstimateMB=40000), [L4])
-    assert reason(too_big) == ("InsufficientVRAM", False)
+    assert reason(too_big) == ("VRAMInsufficient", False)
     assert isinstance(too_big, Unplaced)
-    assert "24576 MiB" in too_big.message
+    # The placement core's free-VRAM filter says why, for the GPU with the most room.
+    assert "gpu 0 on b: Insufficient VRAM: 24576 MB free, 40000 MB needed" in too_big.message
     assert placed(gpu(vramEstimateMB=40000), [L4, A100]) == Placement("nvidia", A100)
     unknown = NodeGPU("x", "nvidia", 1, "sm_89", None)  # no vram label: not checked
     assert placed(gpu(vramEstimateMB=40000), [unknown]) == Placement("nvidia", unknown)
@@ -198,7 +205,7 @@ async def test_a_model_larger_than_every_gpu_waits_with_the_reason(tmp_path: Pat
         await h.put_model(doc)
         pending = await h.wait_phase("tiny", "Pending")
         cond = {c.type: c for c in pending.status.conditions}["Schedulable"]
-        assert (cond.status, cond.reason) == ("False", "InsufficientVRAM")
+        assert (cond.status, cond.reason) == ("False", "VRAMInsufficient")
         assert pending.status.desired_replicas == 0
 
 

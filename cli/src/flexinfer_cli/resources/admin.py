@@ -148,6 +148,26 @@ class AdminClient(ResourceClient):
         finally:
             response.close()
 
+    def put_benchmark(self, namespace: str, record: Obj) -> str:
+        """PUT /v1/admin/benchmarks: the controller's benchmark table."""
+        params = self._params(namespace)
+        stored = self._send("PUT", "/v1/admin/benchmarks", params=params, json=record).json()
+        return f"the benchmark table of {self.url} (namespace {namespace}, key {stored['key']})"
+
+    def node_device_class(self, namespace: str, model: Obj) -> str | None:
+        """The device class ``GET /v1/admin/nodes`` gives the GPUs in status.gpu."""
+        gpu = (model.get("status") or {}).get("gpu") or {}
+        if not gpu.get("node"):
+            return None
+        nodes: list[Obj] = self._send("GET", "/v1/admin/nodes").json()["items"]
+        device = str(gpu.get("device") or "").split(",")[0]
+        for node in nodes:
+            if (node["node"], node["vendor"]) != (gpu["node"], gpu.get("vendor")):
+                continue
+            if not device.isdigit() or int(device) in node["devices"]:
+                return str(node["deviceClass"])
+        return None
+
     def close(self) -> None:
         """Close the connection pool."""
         self._http.close()

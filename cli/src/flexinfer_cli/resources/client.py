@@ -59,6 +59,16 @@ class ResourceClient(ABC):
         """A replica's output of Model ``model``, as it arrives."""
 
     @abstractmethod
+    def put_benchmark(self, namespace: str, record: Obj) -> str:
+        """Store a measured throughput (``backend``, ``model``, ``deviceClass``,
+        ``tokensPerSecond``) where placement reads it; a phrase saying where."""
+
+    @abstractmethod
+    def node_device_class(self, namespace: str, model: Obj) -> str | None:
+        """The device class of the GPUs the Model runs on, as placement keys TPS by it;
+        None when it runs on no GPU node placement knows."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release connections."""
 

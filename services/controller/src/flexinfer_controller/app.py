@@ -13,12 +13,14 @@ from fastapi import FastAPI
 
 from flexinfer_common.auth import install_admin_auth
 from flexinfer_common.bus import EventBus
+from flexinfer_common.placement import PlacementWeights, PluginDeps
 from flexinfer_common.store import ModelStore
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
 from flexinfer_controller.adapters.metrics import HttpEngineMetrics
 from flexinfer_controller.adapters.registry.factory import create_model_cache
 from flexinfer_controller.api.admin import install_admin
+from flexinfer_controller.api.benchmarks import benchmarks_router
 from flexinfer_controller.api.logs import logs_router
 from flexinfer_controller.backends import LaunchContext, default_backends
 from flexinfer_controller.catalog.client import ClientOptions
@@ -27,10 +29,11 @@ from flexinfer_controller.catalog.wiring import CatalogSources, catalog_controll
 from flexinfer_controller.core.adapters import AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
 from flexinfer_controller.core.feed import ModelFeed, NoFeed
-from flexinfer_controller.core.gpu import MostVRAMPlacer, Placer
+from flexinfer_controller.core.gpu import Placer
 from flexinfer_controller.core.kvcache import KVCacheCheck
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.models import ModelService
+from flexinfer_controller.core.placement import CorePlacer, LogMalformed, StoreBenchmarks
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
 from flexinfer_controller.runtime import create_inventory, create_prestart, create_runtime
 from flexinfer_controller.runtime.registry import runtime_plugin
@@ -56,10 +59,11 @@ def controller_config(settings: ControllerSettings) -> ControllerConfig:
     )
 
 
-def create_placer(settings: ControllerSettings) -> Placer:
-    """Step 3's placement seam: which fitting node a Model goes to (the scheduler's
-    placement core is to be chosen here from ``settings``)."""
-    return MostVRAMPlacer()
+def create_placer(settings: ControllerSettings, store: ModelStore) -> Placer:
+    """Step 3's placer: the scheduler's placement core, weighted by the ``SCHED_*``
+    variables as the extender is, with TPS from the store's benchmark table."""
+    deps = PluginDeps(weights=PlacementWeights())
+    return CorePlacer(deps=deps, benchmarks=StoreBenchmarks(store), sink=LogMalformed())
 
 
 def create_shared_gpu(settings: ControllerSettings) -> SharedGPUHook:
@@ -130,12 +134,13 @@ def create_app(
         cache_factory=partial(create_model_cache, settings),
         kv_check=KVCacheCheck(engine_metrics),
         sources=plugin.sources,
-        placer=placer or create_placer(settings),
+        placer=placer or create_placer(settings, store),
         shared_gpu=shared_gpu or create_shared_gpu(settings),
     )
     controller_ = controller
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)
     app.state.settings = settings
+    app.state.store = store
     app.state.controller = controller
     app.state.model_service = service
     adapters = AdapterService(store, bus)
@@ -153,6 +158,7 @@ def create_app(
 
     install_error_handlers(app)
     install_admin(app)
+    app.include_router(benchmarks_router())
     app.include_router(logs_router())
     app.include_router(health_router(ready))
     return app

@@ -23,6 +23,8 @@ from kubernetes.config.config_exception import ConfigException
 from flexinfer_cli.resources.client import LogOptions, Obj, ResourceClient
 from flexinfer_cli.resources.errors import api_error, usage_error
 from flexinfer_cli.resources.kinds import MODEL, Kind
+from flexinfer_common.placement import benchmark_key, device_class
+from flexinfer_common.placement.tps import GLOBAL_RESULTS_CONFIGMAP
 
 MODEL_LABEL = "flexinfer.ai/model"
 TIMEOUT = (5.0, 60.0)
@@ -158,6 +160,44 @@ class KubeResourceClient(ResourceClient):
                 yield from response.stream(64 * 1024)
         finally:
             response.release_conn()
+
+    def put_benchmark(self, namespace: str, record: Obj) -> str:
+        """One key of the namespace's ``flexinfer-benchmark-results`` ConfigMap, which the
+        scheduler extender reads (created when missing)."""
+        key = benchmark_key(record["backend"], record["model"], record["deviceClass"])
+        data = {key: f"{float(record['tokensPerSecond']):.2f}"}
+        name = GLOBAL_RESULTS_CONFIGMAP
+        with _errors(self.host):
+            try:
+                self._core.patch_namespaced_config_map(
+                    name, namespace, {"data": data}, _request_timeout=TIMEOUT
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                body = {"metadata": {"name": name, "namespace": namespace}, "data": data}
+                self._core.create_namespaced_config_map(namespace, body, _request_timeout=TIMEOUT)
+        return f"ConfigMap {namespace}/{name} (key {key})"
+
+    def node_device_class(self, namespace: str, model: Obj) -> str | None:
+        """The device class of the labels of the node a running pod of the Model is on."""
+        name = model["metadata"]["name"]
+        with _errors(self.host):
+            pods = self._core.list_namespaced_pod(
+                namespace, label_selector=f"{MODEL_LABEL}={name}", _request_timeout=TIMEOUT
+            ).items
+        nodes = sorted(
+            p.spec.node_name
+            for p in pods
+            if p.spec is not None
+            and p.spec.node_name
+            and (p.status and p.status.phase) == "Running"
+        )
+        if not nodes:
+            return None
+        with _errors(self.host):
+            node = self._core.read_node(nodes[0], _request_timeout=TIMEOUT)
+        return device_class(node.metadata.labels or {})
 
     def close(self) -> None:
         """Close the connection pool."""

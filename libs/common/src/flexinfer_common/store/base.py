@@ -20,6 +20,7 @@ from flexinfer_common.api import (
     ModelStatus,
 )
 from flexinfer_common.errors import NotFoundError, PermanentError
+from flexinfer_common.placement.tps import benchmark_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,27 @@ class EndpointRecord:
     ready: bool
     node: str | None
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class BenchmarkRecord:
+    """A measured throughput: what the placement core's TPS lookup reads in local mode,
+    as the global ``flexinfer-benchmark-results`` ConfigMap holds it on Kubernetes."""
+
+    namespace: str
+    backend: str
+    """Canonical backend name."""
+    model: str
+    """The Model's name."""
+    device_class: str
+    """``flexinfer_common.placement.device_class`` of the node's labels."""
+    tokens_per_second: float
+    measured_at: datetime
+
+    @property
+    def key(self) -> str:
+        """The table's key: ``benchmark_key(backend, model, device_class)``."""
+        return benchmark_key(self.backend, self.model, self.device_class)
 
 
 class ModelStore(ABC):
@@ -164,3 +186,14 @@ class ModelStore(ABC):
     async def delete_catalog(self, namespace: str, name: str) -> None:
         """Delete the ModelCatalog; NotFoundError if absent."""
         raise NotFoundError(f"modelcatalog {namespace}/{name} not found")
+
+    # Benchmark results (``flexinfer bench tps``): a store that keeps none answers an
+    # empty table, so placement scores every device class with TPS 0.0.
+
+    async def put_benchmark(self, record: BenchmarkRecord) -> None:
+        """Insert or replace the result of (namespace, key)."""
+        raise PermanentError(f"{type(self).__name__} does not keep benchmark results")
+
+    async def list_benchmarks(self, namespace: str) -> list[BenchmarkRecord]:
+        """The results of one namespace, ordered by key."""
+        return []

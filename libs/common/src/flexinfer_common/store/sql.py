@@ -34,9 +34,10 @@ from flexinfer_common.api import (
 from flexinfer_common.errors import ConflictError, FlexInferError, NotFoundError, StoreError
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import lifecycle
+from flexinfer_common.store import sql_benchmarks as benchmarks
 from flexinfer_common.store import sql_endpoints as endpoints
 from flexinfer_common.store import sql_schema as schema
-from flexinfer_common.store.base import EndpointRecord, ModelStore
+from flexinfer_common.store.base import BenchmarkRecord, EndpointRecord, ModelStore
 from flexinfer_common.store.sql_engine import build_engine, create_tables, ensure_schema, upsert
 
 T = TypeVar("T")
@@ -359,6 +360,14 @@ class SqlModelStore(ModelStore):
     async def list_endpoints(self, model: str | None = None) -> list[EndpointRecord]:
         """Endpoints of one model, or of all models, ordered by (model, replica)."""
         return await self._call(endpoints.list_endpoints, self._engine, model)
+
+    async def put_benchmark(self, record: BenchmarkRecord) -> None:
+        """Insert or replace the result of (namespace, key)."""
+        await self._call(benchmarks.put_benchmark, self._engine, record)
+
+    async def list_benchmarks(self, namespace: str) -> list[BenchmarkRecord]:
+        """The results of one namespace, ordered by key."""
+        return await self._call(benchmarks.list_benchmarks, self._engine, namespace)
 
     async def close(self) -> None:
         """Dispose of pooled connections (an in-memory SQLite database is discarded)."""

@@ -87,6 +87,20 @@ class EndpointRow(_StoreTable, table=True):
     updated_at: datetime = Field(sa_type=DateTime(timezone=True))
 
 
+class BenchmarkRow(_StoreTable, table=True):
+    """One measured throughput, keyed as the global benchmark ConfigMap is."""
+
+    __tablename__ = "flexinfer_benchmarks"
+
+    namespace: str = Field(primary_key=True, max_length=63)
+    key: str = Field(primary_key=True, max_length=64)
+    backend: str = Field(max_length=63)
+    model: str = Field(max_length=253)
+    device_class: str = Field(sa_type=Text)
+    tokens_per_second: float
+    measured_at: datetime = Field(sa_type=DateTime(timezone=True))
+
+
 class CounterRow(_StoreTable, table=True):
     """Named monotonic counters (the global resource version)."""
 
@@ -103,6 +117,7 @@ ENDPOINTS = cast(Table, EndpointRow.__table__)  # type: ignore[attr-defined]
 ADAPTERS = cast(Table, LoRAAdapterRow.__table__)  # type: ignore[attr-defined]
 CATALOGS = cast(Table, ModelCatalogRow.__table__)  # type: ignore[attr-defined]
 COUNTERS = cast(Table, CounterRow.__table__)  # type: ignore[attr-defined]
+BENCHMARKS = cast(Table, BenchmarkRow.__table__)  # type: ignore[attr-defined]
 
 RESOURCE_VERSION = "resource_version"
 """The counter row every write bumps: resource versions are unique across all objects, so

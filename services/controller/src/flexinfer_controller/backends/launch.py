@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from flexinfer_controller.core.gpu import GPUAssignment
+
 
 class InstallProbe(Protocol):
     """Answers whether a backend's server is installed on this machine."""
@@ -115,6 +117,9 @@ class LaunchSpec:
     gpu_vendor: str | None = None
     """Where detectGPU placed the Model, for runtimes that render it again at start."""
     gpu_arch: str | None = None
+    gpus: GPUAssignment | None = None
+    """The GPUs this replica is pinned to (local mode: the runtime makes only them visible
+    to the engine); None: not pinned."""
     health_path: str = "/readyz"
     """HTTP path answering 200 while the engine serves (used to verify adopted engines)."""
     http_ready: HttpReadiness | None = None

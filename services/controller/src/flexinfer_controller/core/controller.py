@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from flexinfer_common.api.meta import utcnow
-from flexinfer_common.bus import EventBus, topics
+from flexinfer_common.bus import EventBus, Message, consume, topics
 from flexinfer_common.errors import FlexInferError
 from flexinfer_common.store import ModelStore
 from flexinfer_controller.backends import BackendRegistry, LaunchContext
@@ -20,9 +20,10 @@ from flexinfer_controller.core.cache import ModelCache, NoRegistryCache, Notify
 from flexinfer_controller.core.consumers import EventLoop
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.endpoints import EndpointPublisher
-from flexinfer_controller.core.gpu import GPUInventory, Placer
+from flexinfer_controller.core.gpu import DeclaredInventory, GPUInventory, Placer
 from flexinfer_controller.core.kvcache import KVCacheCheck
 from flexinfer_controller.core.metrics import ControllerMetrics
+from flexinfer_controller.core.nodes import FleetInventory, ReportedNodes
 from flexinfer_controller.core.prestart import PreStart
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
@@ -71,9 +72,12 @@ class Controller:
         sources: Callable[[str], SourceResolution] | None = None,
         placer: Placer | None = None,
         shared_gpu: SharedGPUHook | None = None,
+        reported: ReportedNodes | None = None,
     ) -> None:
-        """``placer`` picks a node among the fitting ones (step 3; default: the one with the
-        most VRAM); ``shared_gpu`` arbitrates shared GPUs (step 4; default: no sharing)."""
+        """``placer`` picks the GPUs of a replica (step 3; default: the placement core
+        without benchmarks); ``shared_gpu`` arbitrates shared GPUs (step 4; default: no
+        sharing); ``reported`` holds the nodes the agents report on the bus, which join the
+        fleet (default: a fresh one)."""
         self._config = config
         self._store = store
         self._bus = bus
@@ -87,6 +91,10 @@ class Controller:
             window_s=config.crash_loop_window_s,
         )
         self.progress = ProgressReporter(bus)
+        self.reported = reported or ReportedNodes()
+        base = self.runtime.gpu_inventory() or inventory or DeclaredInventory([])
+        self.inventory = FleetInventory(base, self.reported)
+        """The GPUs placement sees: the runtime's fleet and the nodes agents report."""
         # The cache re-queues a Model when its download moves (the reconcile never waits).
         cache = self.runtime.model_cache(self._requeue)  # Kubernetes: the cache Jobs' gate
         if cache is None:
@@ -105,7 +113,7 @@ class Controller:
             progress=self.progress,
             metrics=metrics,
             prestart=prestart,
-            inventory=self.runtime.gpu_inventory() or inventory,
+            inventory=self.inventory,
             kv_check=kv_check,
             cache=self.cache,
             sources=sources or resolve_source,
@@ -131,6 +139,11 @@ class Controller:
             self._spawn(work, f"reconcile-worker-{index}")
         for loop in self._loops:
             self._spawn(loop.run(), "controller-consumer")
+        # Every replica sees every heartbeat (a group of its own), from the bus's history
+        # on: the nodes beating now are known at once, not one interval after the start.
+        group = f"controller-nodes-{self._config.instance_id}"
+        nodes = self._bus.consumer(topics.NODES, group, self._config.instance_id, from_start=True)
+        self._spawn(consume(self._bus, nodes, self._on_nodes, topic=topics.NODES), "node-feed")
         await self.resync()
         for replica in adopted:
             self.queue.add(replica.model)
@@ -205,6 +218,18 @@ class Controller:
             *(self.queue.wait_done(key, ticket, 30.0) for key, ticket in tickets.items())
         )
 
+    async def _on_nodes(self, messages: list[Message]) -> None:
+        changed = False
+        for message in messages:
+            try:
+                event = topics.NodeInventoryEvent.model_validate(message.payload)
+            except ValidationError as exc:
+                log.warning("dropping malformed node event %s: %s", message.id, exc)
+                continue
+            changed = self.reported.observe(event) or changed
+        if changed:
+            self.gpus_changed()
+
     def _on_replica_event(self, event: ReplicaEvent) -> None:
         replica = event.replica
         if event.kind == "exited" and not event.expected:
@@ -212,6 +237,13 @@ class Controller:
             if self._metrics is not None:
                 self._metrics.engine_crashes.inc()
         self.queue.add(replica.model)
+        if event.kind == "exited" and replica.gpus is not None:
+            self.gpus_changed()  # its GPUs are free: a waiting Model may take them
+
+    def gpus_changed(self) -> None:
+        """GPUs freed or joined: reconcile the Models waiting for one now, not in 30 s."""
+        for key in self.reconciler.gpu_waiters():
+            self.queue.add(key)
 
     def _count_reconcile(self, ok: bool) -> None:
         if self._metrics is not None:
@@ -233,3 +265,5 @@ class Controller:
                 log.warning("resync failed: %s", exc)
             for loop in self._loops:
                 await loop.reclaim()
+            for node in self.reported.forget_stale():
+                log.info("node %s stopped reporting: its GPUs left the fleet", node)

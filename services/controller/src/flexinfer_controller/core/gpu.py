@@ -9,15 +9,16 @@ Kubernetes, from the declared inventory in local mode (``FLEXINFER_CONTROLLER_GP
   when it has none (for a backend that runs there), and is *ambiguous* with two: the
   Model waits, Schedulable false, and is looked at again in 30 s (the seed's requeue);
 
-then ``compatible`` checks the backend's vendors and architectures and the VRAM estimate
-against the nodes of that vendor. Which node among the fitting ones is the ``Placer``'s
-choice: the seam the scheduler's placement core plugs into.
+then the backend's vendors, architectures and the GPU count are checked against the nodes
+of that vendor, and the ``Placer`` (``core.placement``: the scheduler's placement core)
+picks a GPU among them, or says why none can take the Model. Where the runtime pins GPUs
+(local mode), the GPUs its replicas already hold (``Hold``) count against the rest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from flexinfer_common.api import GPUSpec
@@ -42,14 +43,82 @@ class NodeGPU:
     arch: str | None = None
     vram_mb: int | None = None
     """Memory of one GPU in MiB; None when not labelled."""
+    indices: tuple[int, ...] | None = None
+    """The GPUs' device indices on the node (None: ``0 .. count-1``)."""
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    """The node's ``flexinfer.ai/*`` labels (scoring and the benchmark key read them)."""
+    annotations: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    """The node's annotations (utilisation, cost, KV-cache usage), where reported."""
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """The device index of each of the node's GPUs."""
+        return self.indices if self.indices is not None else tuple(range(self.count))
+
+
+@dataclass(frozen=True, slots=True)
+class GPUAssignment:
+    """The GPUs one replica runs on, pinned by the runtime (local mode)."""
+
+    node: str
+    vendor: str
+    devices: tuple[int, ...]
+    shared: str | None = None
+    """The Model's ``gpu.shared`` group; None: it has the GPUs to itself."""
+    reserved_mb: int | None = None
+    """MiB taken on each GPU by a shared Model (its ``vramEstimateMB``); None: unknown."""
+    arch: str | None = None
+    vram_mb: int | None = None
+    """Memory of one of the GPUs, in MiB."""
+
+    @property
+    def device(self) -> str:
+        """The devices as status.gpu.device and the vendor's visibility variable say them."""
+        return ",".join(str(d) for d in self.devices)
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """GPUs a live (or stopping) replica of ``model`` holds."""
+
+    model: str
+    generation: int
+    assignment: GPUAssignment
+
+
+@dataclass(frozen=True, slots=True)
+class GPURequest:
+    """What one replica of a Model asks of placement."""
+
+    namespace: str
+    name: str
+    backend: str
+    count: int
+    vram_estimate_mb: int | None = None
+    shared: str | None = None
+
+    @property
+    def key(self) -> str:
+        """namespace/name."""
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A Placer's answer: the node, and its GPUs when the runtime pins them."""
+
+    node: NodeGPU
+    devices: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where the Model runs: the vendor, and the chosen node's GPU when it has one."""
+    """Where the Model runs: the vendor, the chosen node's GPU when it has one, and the
+    devices on it when the runtime pins them."""
 
     vendor: str
     node: NodeGPU | None = None
+    devices: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,18 +158,14 @@ class DeclaredInventory:
 
 
 class Placer(Protocol):
-    """Picks one node among those that fit (the scheduler's placement core goes here)."""
+    """Picks the GPUs of one replica among the nodes of its vendor (``core.placement``)."""
 
-    def pick(self, spec: GPUSpec, fitting: Sequence[NodeGPU]) -> NodeGPU:
-        """One of ``fitting`` (never empty)."""
-
-
-class MostVRAMPlacer:
-    """The node whose GPUs have the most memory, then the most GPUs, then by name."""
-
-    def pick(self, spec: GPUSpec, fitting: Sequence[NodeGPU]) -> NodeGPU:
-        """The roomiest node."""
-        return min(fitting, key=lambda n: (-(n.vram_mb or 0), -n.count, n.node))
+    async def choose(
+        self, request: GPURequest, nodes: Sequence[NodeGPU], holds: Sequence[Hold] | None
+    ) -> Choice | Unplaced:
+        """A node of ``nodes`` (never empty, each with ``request.count`` GPUs or more) and,
+        when ``holds`` is not None (the runtime pins GPUs), its devices; or why none fits."""
+        ...
 
 
 class BackendGPUs(Protocol):
@@ -133,7 +198,21 @@ def node_gpu(node: str, labels: Mapping[str, str], prefix: str = LABEL_PREFIX) -
     count = int(count_label) if count_label.isdigit() and int(count_label) > 0 else 1
     vram = labels.get(f"{prefix}gpu.vram")
     arch = labels.get(f"{prefix}gpu.arch", "").strip().lower() or None
-    return NodeGPU(node, vendor, count, arch, parse_vram_mb(vram) if vram else None)
+    vram_mb = parse_vram_mb(vram) if vram else None
+    return NodeGPU(node, vendor, count, arch, vram_mb, labels=dict(labels))
+
+
+def declared_labels(
+    vendor: str, count: int, arch: str | None, vram: str | None, prefix: str = LABEL_PREFIX
+) -> dict[str, str]:
+    """The labels the agent would set for declared GPUs (the vendor upper case, as the
+    agent spells it): scoring and the benchmark key's device class read them."""
+    labels = {f"{prefix}gpu.vendor": vendor.upper(), f"{prefix}gpu.count": str(count)}
+    if arch:
+        labels[f"{prefix}gpu.arch"] = arch
+    if vram:
+        labels[f"{prefix}gpu.vram"] = vram
+    return labels
 
 
 def detect_vendor(spec: GPUSpec, fleet: Sequence[NodeGPU], backend: BackendGPUs) -> str | Unplaced:
@@ -162,13 +241,19 @@ def detect_vendor(spec: GPUSpec, fleet: Sequence[NodeGPU], backend: BackendGPUs)
     )
 
 
-def place(
-    spec: GPUSpec, fleet: Sequence[NodeGPU] | None, backend: BackendGPUs, placer: Placer
+async def place(
+    spec: GPUSpec,
+    fleet: Sequence[NodeGPU] | None,
+    backend: BackendGPUs,
+    placer: Placer,
+    request: GPURequest,
+    holds: Sequence[Hold] | None = None,
 ) -> Placement | Unplaced:
     """detectGPU and the compatibility check: where the Model can run, or why not.
 
     With no fleet known (None) only an explicit vendor is checked against the backend, and
-    ``auto`` stays ``auto``: the cluster's scheduler places the pods.
+    ``auto`` stays ``auto``: the cluster's scheduler places the pods. ``holds`` are the GPUs
+    the runtime's replicas hold (None: the runtime does not pin GPUs).
     """
     if fleet is None:
         declared = spec.vendor.value
@@ -185,7 +270,10 @@ def place(
     fitting = _fitting(spec, vendor, [n for n in fleet if n.vendor == vendor], backend)
     if isinstance(fitting, Unplaced):
         return fitting
-    return Placement(vendor, placer.pick(spec, fitting))
+    choice = await placer.choose(request, fitting, holds)
+    if isinstance(choice, Unplaced):
+        return choice
+    return Placement(vendor, choice.node, choice.devices)
 
 
 def _unsupported(backend: BackendGPUs, vendor: str) -> Unplaced:
@@ -197,10 +285,11 @@ def _unsupported(backend: BackendGPUs, vendor: str) -> Unplaced:
 def _fitting(
     spec: GPUSpec, vendor: str, nodes: Sequence[NodeGPU], backend: BackendGPUs
 ) -> list[NodeGPU] | Unplaced:
-    """The nodes of ``vendor`` the Model fits on: architecture, GPU count, VRAM.
+    """The nodes of ``vendor`` the Model can run on: architecture and GPU count (memory is
+    the placement core's free-VRAM filter's to judge).
 
     A wrong architecture is permanent (the backend's kernels will not run there); too few
-    GPUs or too little memory waits, as nodes join or get labelled.
+    GPUs waits, as nodes join or get labelled.
     """
     if not nodes:
         message = f"gpu.vendor is {vendor} and no node has a {vendor} GPU"
@@ -215,10 +304,4 @@ def _fitting(
         most = max(n.count for n in archs)
         message = f"gpu.count is {spec.effective_count}; no node has more than {most}"
         return Unplaced("InsufficientGPUs", message, permanent=False)
-    need = spec.vram_estimate_mb
-    roomy = [n for n in enough if need is None or n.vram_mb is None or n.vram_mb >= need]
-    if not roomy:
-        most = max(n.vram_mb or 0 for n in enough)
-        message = f"vramEstimateMB {need} exceeds every node's GPU memory (at most {most} MiB)"
-        return Unplaced("InsufficientVRAM", message, permanent=False)
-    return roomy
+    return enough

@@ -2,17 +2,21 @@
 
 The reconcile's steps before anything is started, in the seed's order: the backend from
 the plugin registry, the source (and, for a remote one, the cache's download), detectGPU
-and the compatibility check (which node: the ``Placer``, the seam of the scheduler's
-placement core), the launch rendered for where the Model was placed, crash loops, the
-desired replicas, and what the shared-GPU hook (``sharing``) lets of them run.
-``Planner.plan`` reads state and queues rechecks; it starts nothing, so running it again
-changes nothing (a stateful hook aside, which arbitrates again the same way).
+and the compatibility check (which GPUs: the ``Placer``, the scheduler's placement core),
+the launch rendered for where the Model was placed, crash loops, the desired replicas, and
+what the shared-GPU hook (``sharing``) lets of them run. ``Planner.plan`` reads state and
+queues rechecks; it starts nothing, so running it again changes nothing (a stateful hook
+aside, which arbitrates again the same way).
+
+Where the runtime pins GPUs (local mode: ``Runtime.gpu_holds``), a Model whose replicas
+run is placed where they run; one with none is placed afresh against the GPUs other
+replicas hold, and each replica the reconcile starts gets its GPUs from ``assign``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -33,7 +37,17 @@ from flexinfer_controller.backends import (
 from flexinfer_controller.core.cache import CacheState, CacheStatus, DownloadProgress, ModelCache
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.desired import desired_replicas
-from flexinfer_controller.core.gpu import RECHECK_S, GPUInventory, Placer, Unplaced, place
+from flexinfer_controller.core.gpu import (
+    RECHECK_S,
+    GPUAssignment,
+    GPUInventory,
+    GPURequest,
+    Hold,
+    Placement,
+    Placer,
+    Unplaced,
+    place,
+)
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sharing import SharedGPUHook
 from flexinfer_controller.core.sources import SourceResolution, SourceState, source_hold
@@ -76,6 +90,11 @@ class Planner:
     crashes: CrashTracker
     queue: WorkQueue
     sharing: SharedGPUHook
+    holds: Callable[[], list[Hold] | None] = lambda: None
+    """The GPUs the runtime's replicas hold (None: the runtime does not pin GPUs)."""
+    waiting: set[str] = field(default_factory=set)
+    """Models waiting for a GPU: queued again when one frees or a node joins
+    (``Controller.gpus_changed``)."""
 
     def relaunch(self, model: Model, plan: Plan, model_dir: Path) -> LaunchSpec:
         """The plan's launch rendered again for ``model_dir`` (a pre-start copy)."""
@@ -99,10 +118,10 @@ class Planner:
         source, cache = self._resolve(model, backend)
         detail = cache_status(cache)
         if cache is not None and cache.status is CacheStatus.FAILED:
-            return self._cache_failed(model, backend, cache, detail)
+            return await self._cache_failed(model, backend, cache, detail)
         if source.state is SourceState.INVALID:
             return Plan(Verdict(config_valid=(False, source.reason, source.message)))
-        gpu = self._place(model, backend)
+        gpu = await self._place(model, backend)
         rendered = self._launch(model, backend, source.path, gpu)
         if isinstance(rendered, Verdict):
             return Plan(rendered)
@@ -126,13 +145,13 @@ class Planner:
         cache = self.cache.ensure(model)
         return _resolution(cache), cache
 
-    def _cache_failed(
+    async def _cache_failed(
         self, model: Model, backend: Backend, cache: CacheState, detail: ApiCacheStatus | None
     ) -> Plan:
         """The cache's download failed: said, and the Model still placed."""
         # Still placed: the runtime keeps converging the Model's objects, so it can run
         # a failed cache Job again once its backoff has passed (Kubernetes).
-        placed = self._place(model, backend)
+        placed = await self._place(model, backend)
         gpu = placed if isinstance(placed, GPUStatus) else None
         cached = (False, cache.reason, cache.message)
         return Plan(Verdict(cached=cached, cache_failed=True, cache=detail, gpu=gpu))
@@ -194,24 +213,106 @@ class Planner:
         except UnsupportedBackendError as exc:  # not installed: the message says what to do
             return Verdict(schedulable=(False, "BackendUnsupported", str(exc)))
 
-    def _place(self, model: Model, backend: Backend) -> GPUStatus | Verdict:
+    async def _place(self, model: Model, backend: Backend) -> GPUStatus | Verdict:
         """detectGPU and the compatibility check: the GPU status, or the verdict why not.
 
-        A model that cannot be placed is looked at again in 30 s (the seed's requeue):
-        nodes join and get labelled, and a fitting one may appear.
+        A model that cannot be placed is looked at again in 30 s (the seed's requeue), and
+        at once when a replica frees its GPUs: nodes join, GPUs free, a fitting one appears.
         """
-        fleet = self.inventory.nodes()
-        placed = place(model.spec.gpu_or_default, fleet, backend, self.placer)
+        holds = self.holds()
+        generation = model.metadata.generation or 1
+        own = [h for h in holds or () if (h.model, h.generation) == (model.key, generation)]
+        if own:  # placed already: where its replicas run
+            self.waiting.discard(model.key)
+            return gpu_status(own[0].assignment)
+        placed = await self._decide(model, backend, holds)
         if isinstance(placed, Unplaced):
-            self.queue.add_after(model.key, RECHECK_S)
+            self._wait(model.key)
             schedulable = (False, placed.reason, placed.message)
             return Verdict(schedulable=schedulable, placement_pending=not placed.permanent)
+        self.waiting.discard(model.key)
         node = placed.node
         if node is None:  # the CPU, or a fleet this controller does not see
             return GPUStatus(vendor=None if placed.vendor == "auto" else placed.vendor)
+        assignment = _assignment(model, placed)
+        if assignment is not None:
+            return gpu_status(assignment)
         return GPUStatus(
             node=node.node, vendor=node.vendor, architecture=node.arch, memory_mb=node.vram_mb
         )
+
+    async def assign(self, model: Model) -> GPUAssignment | Unplaced | None:
+        """The GPUs of one more replica of ``model`` now (None: the runtime pins none, or
+        the Model runs on the CPU), or why no GPU can take it."""
+        backend = self.backends.get(model.spec.backend)
+        holds = self.holds()
+        if backend is None or holds is None:
+            return None
+        placed = await self._decide(model, backend, holds)
+        if isinstance(placed, Unplaced):
+            self._wait(model.key)
+            return placed
+        return _assignment(model, placed)
+
+    def forget(self, key: str) -> None:
+        """The Model is gone: it waits for no GPU."""
+        self.waiting.discard(key)
+
+    def _wait(self, key: str) -> None:
+        self.waiting.add(key)
+        self.queue.add_after(key, RECHECK_S)
+
+    async def _decide(
+        self, model: Model, backend: Backend, holds: Sequence[Hold] | None
+    ) -> Placement | Unplaced:
+        """One placement decision; a new spec's replicas may take the GPUs of the old
+        replicas they replace (those stop once the new ones serve) when nothing else fits."""
+        spec = model.spec.gpu_or_default
+        request = GPURequest(
+            namespace=model.metadata.namespace,
+            name=model.metadata.name,
+            backend=backend.name,
+            count=spec.effective_count,
+            vram_estimate_mb=spec.vram_estimate_mb,
+            shared=spec.shared,
+        )
+        fleet = self.inventory.nodes()
+        placed = await place(spec, fleet, backend, self.placer, request, holds)
+        if not isinstance(placed, Unplaced) or not holds:
+            return placed
+        generation = model.metadata.generation or 1
+        others = [h for h in holds if h.model != model.key or h.generation == generation]
+        if len(others) == len(holds):
+            return placed
+        retry = await place(spec, fleet, backend, self.placer, request, others)
+        return placed if isinstance(retry, Unplaced) else retry
+
+
+def _assignment(model: Model, placed: Placement) -> GPUAssignment | None:
+    """The pinned GPUs of a placement (None: not pinned)."""
+    if placed.node is None or placed.devices is None:
+        return None
+    spec = model.spec.gpu_or_default
+    return GPUAssignment(
+        node=placed.node.node,
+        vendor=placed.node.vendor,
+        devices=placed.devices,
+        shared=spec.shared,
+        reserved_mb=spec.vram_estimate_mb,
+        arch=placed.node.arch,
+        vram_mb=placed.node.vram_mb,
+    )
+
+
+def gpu_status(assignment: GPUAssignment) -> GPUStatus:
+    """status.gpu of pinned GPUs."""
+    return GPUStatus(
+        node=assignment.node,
+        device=assignment.device,
+        vendor=assignment.vendor,
+        architecture=assignment.arch,
+        memory_mb=assignment.vram_mb,
+    )
 
 
 def cache_status(cache: CacheState | None) -> ApiCacheStatus | None:

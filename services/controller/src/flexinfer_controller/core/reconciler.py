@@ -42,12 +42,14 @@ from flexinfer_controller.core.finalizer import ensure_finalizer, release_finali
 from flexinfer_controller.core.gpu import (
     RECHECK_S,
     DeclaredInventory,
+    GPUAssignment,
     GPUInventory,
-    MostVRAMPlacer,
     Placer,
+    Unplaced,
 )
 from flexinfer_controller.core.kvcache import KVCacheCheck, NoEngineMetrics
 from flexinfer_controller.core.metrics import ControllerMetrics
+from flexinfer_controller.core.placement import CorePlacer
 from flexinfer_controller.core.planner import Plan, Planner
 from flexinfer_controller.core.prestart import NoPreStart, PreStart, PreStartRefusedError
 from flexinfer_controller.core.progress import ProgressReporter
@@ -101,11 +103,12 @@ class Reconciler:
             sources=sources,
             cache=self._cache,
             inventory=inventory or DeclaredInventory([]),
-            placer=placer or MostVRAMPlacer(),
+            placer=placer or CorePlacer(),
             context=launch_context,
             crashes=crashes,
             queue=queue,
             sharing=shared_gpu or NoSharing(),
+            holds=runtime.gpu_holds,
         )
         self._kv = kv_check or KVCacheCheck(NoEngineMetrics())
         self._prestart: PreStart = prestart or NoPreStart()
@@ -117,6 +120,10 @@ class Reconciler:
         self._metrics = metrics
         self._progress = progress
         self._activity: dict[str, datetime] = {}
+
+    def gpu_waiters(self) -> list[str]:
+        """Models waiting for a GPU to free (queue them when one does)."""
+        return sorted(self._planner.waiting)
 
     def note_activity(self, key: str, at: datetime) -> None:
         """Remember that ``key`` was active at ``at`` (moves forward only)."""
@@ -324,9 +331,12 @@ class Reconciler:
         started: list[Replica] = []
         spec: LaunchSpec | None = None
         for _ in range(count):
+            gpus = await self._planner.assign(model)
+            if isinstance(gpus, Unplaced):  # the GPUs are taken: it starts when one frees
+                return started, replace(verdict, waiting=gpus.message)
             try:
                 spec = spec or await self._prepared(model, plan)
-                replica = await self._runtime.start(model.key, generation, spec)
+                replica = await self._runtime.start(model.key, generation, _pinned(spec, gpus))
             except PreStartRefusedError:
                 raise  # the Model goes Failed: the same step would refuse it again
             except FlexInferError as exc:
@@ -364,6 +374,12 @@ class Reconciler:
         await self._prestart.release(key)
         await self._cache.release(key)
         self._activity.pop(key, None)
+        self._planner.forget(key)
         self._failures.forget(key)
         self._crashes.forget(key)
         self._progress.forget(key)
+
+
+def _pinned(spec: LaunchSpec, gpus: GPUAssignment | None) -> LaunchSpec:
+    """The launch of one replica on ``gpus`` (None: as rendered)."""
+    return spec if gpus is None else replace(spec, gpus=gpus)

@@ -13,7 +13,7 @@ from flexinfer_common.api.status import GPUStatus
 from flexinfer_common.errors import PermanentError
 from flexinfer_controller.backends import LaunchSpec
 from flexinfer_controller.core.cache import ModelCache, Notify
-from flexinfer_controller.core.gpu import GPUInventory
+from flexinfer_controller.core.gpu import GPUAssignment, GPUInventory, Hold
 
 
 class ReplicaState(StrEnum):
@@ -41,6 +41,8 @@ class Replica:
     """Wall-clock start time (seconds since the epoch)."""
     ready_at: float | None = None
     """Wall-clock time it became ready (for adopted replicas: when it was adopted)."""
+    gpus: GPUAssignment | None = None
+    """The GPUs the runtime pinned it to (local mode); None: not pinned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,12 @@ class Runtime(ABC):
     def gpu_inventory(self) -> GPUInventory | None:
         """The fleet this runtime watches for detectGPU; None: the plugin's own (local
         mode's declared GPUs)."""
+        return None
+
+    def gpu_holds(self) -> builtins.list[Hold] | None:
+        """The GPUs this runtime's replicas hold, stopping ones included (their memory is
+        not free before they exit); None: the runtime pins no GPUs (the cluster's scheduler
+        and device plugins do)."""
         return None
 
     def model_cache(self, notify: Notify) -> ModelCache | None:

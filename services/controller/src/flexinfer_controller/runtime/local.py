@@ -21,6 +21,7 @@ import httpx
 
 from flexinfer_common.errors import NotFoundError
 from flexinfer_controller.backends import HttpReadiness, LaunchSpec
+from flexinfer_controller.core.gpu import Hold
 from flexinfer_controller.runtime import procs
 from flexinfer_controller.runtime.adoption import Adopter
 from flexinfer_controller.runtime.base import (
@@ -31,6 +32,7 @@ from flexinfer_controller.runtime.base import (
     ReplicaState,
     Runtime,
 )
+from flexinfer_controller.runtime.devices import visibility_env
 from flexinfer_controller.runtime.engine_env import engine_environment
 from flexinfer_controller.runtime.logfile import open_log, seek_tail, stream_log
 from flexinfer_controller.runtime.statefile import EngineState, StateDir
@@ -129,6 +131,7 @@ class LocalRuntime(Runtime):
                 url=state.url,
                 pid=state.pid,
                 started_at=state.started_at,
+                gpus=state.gpus,
             )
             engine = _Engine(replica=replica, state=state)
             self._engines[state.replica] = engine
@@ -140,6 +143,7 @@ class LocalRuntime(Runtime):
     async def start(self, model: str, generation: int, spec: LaunchSpec) -> Replica:
         """Spawn one engine; readiness arrives on its ready pipe."""
         rid = replica_id(model)
+        gpus = spec.gpus  # a re-render for the port keeps no pinning: taken before
         if spec.for_port is not None:
             spec = spec.for_port(procs.free_port("127.0.0.1"))
         if spec.http_ready is None:
@@ -147,7 +151,8 @@ class LocalRuntime(Runtime):
         else:
             argv = list(spec.argv)  # it reports nothing on the pipe: it is polled instead
         env = engine_environment(
-            os.environ, {**spec.env, RUNTIME_ID_ENV: self.id, REPLICA_ID_ENV: rid}
+            os.environ,
+            {**spec.env, **visibility_env(gpus), RUNTIME_ID_ENV: self.id, REPLICA_ID_ENV: rid},
         )
         pid, ready_fd = procs.spawn(argv, env, self.log_path(rid))
         started = time.time()
@@ -162,6 +167,7 @@ class LocalRuntime(Runtime):
             served_name=spec.served_name,
             health_path=spec.health_path,
             started_at=started,
+            gpus=gpus,
         )
         try:
             self._states.write(state)
@@ -171,7 +177,7 @@ class LocalRuntime(Runtime):
             await procs.wait_exit(pid, self._poll_interval_s)
             raise
         replica = Replica(
-            rid, model, generation, ReplicaState.STARTING, pid=pid, started_at=started
+            rid, model, generation, ReplicaState.STARTING, pid=pid, started_at=started, gpus=gpus
         )
         engine = _Engine(replica=replica, state=state)
         self._engines[rid] = engine
@@ -296,6 +302,14 @@ class LocalRuntime(Runtime):
             e.replica
             for e in self._engines.values()
             if not e.stopping and (model is None or e.replica.model == model)
+        ]
+
+    def gpu_holds(self) -> builtins.list[Hold]:
+        """The GPUs of every engine until it exits (stopping ones too)."""
+        return [
+            Hold(e.replica.model, e.replica.generation, e.replica.gpus)
+            for e in self._engines.values()
+            if e.replica.gpus is not None
         ]
 
     def log_replicas(self, model: str) -> builtins.list[Replica]:

@@ -27,6 +27,7 @@ from flexinfer_controller.core.gpu import (
     GPUInventory,
     NodeGPU,
     UnknownInventory,
+    declared_labels,
     parse_vram_mb,
 )
 from flexinfer_controller.core.prestart import NoPreStart, PreStart, PreStartChain
@@ -113,18 +114,26 @@ def _local_prestart(settings: ControllerSettings) -> PreStart:
 
 def _declared(settings: ControllerSettings) -> GPUInventory:
     host = socket.gethostname().split(".")[0] or "localhost"
-    return DeclaredInventory(
-        [
+    nodes: list[NodeGPU] = []
+    used: dict[tuple[str, str], int] = {}
+    for gpu in settings.gpus:
+        node = gpu.node or host
+        # Entries of one node and vendor number their GPUs on, in the order declared.
+        first = used.get((node, gpu.vendor), 0)
+        used[(node, gpu.vendor)] = first + gpu.count
+        labels = declared_labels(gpu.vendor, gpu.count, gpu.arch, gpu.vram)
+        nodes.append(
             NodeGPU(
-                node=gpu.node or host,
+                node=node,
                 vendor=gpu.vendor,
                 count=gpu.count,
                 arch=gpu.arch,
                 vram_mb=parse_vram_mb(gpu.vram) if gpu.vram else None,
+                indices=tuple(range(first, first + gpu.count)),
+                labels=labels,
             )
-            for gpu in settings.gpus
-        ]
-    )
+        )
+    return DeclaredInventory(nodes)
 
 
 def _unknown_fleet(settings: ControllerSettings) -> GPUInventory:

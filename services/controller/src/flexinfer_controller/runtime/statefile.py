@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from flexinfer_controller.core.gpu import GPUAssignment
+
 log = logging.getLogger(__name__)
 
 
@@ -30,6 +32,8 @@ class EngineState(BaseModel):
     served_name: str = ""
     health_path: str = "/readyz"
     started_at: float = 0.0
+    gpus: GPUAssignment | None = None
+    """The GPUs it is pinned to: a restarted controller counts them as held."""
 
 
 class StateDir:
