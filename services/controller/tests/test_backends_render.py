@@ -130,10 +130,12 @@ def test_backends_declare_their_runtime_adapter_api() -> None:
     backend = backends.get("vllm")
     assert backend is not None
     why = backend.lora_disabled(model("vllm", "HF://o/m"))
-    assert why is not None and "spec.config.enableLora" in why
+    assert why is not None
+    assert "spec.config.enableLora" in why
     assert backend.lora_disabled(model("vllm", "HF://o/m", {"maxLoras": 2})) is None
     llama = backends.get("llamacpp")
-    assert llama is not None and llama.lora_disabled(model("llamacpp", "HF://o/m")) is None
+    assert llama is not None
+    assert llama.lora_disabled(model("llamacpp", "HF://o/m")) is None
 
 
 def test_vllm_on_amd_gets_rocm_env_and_turboquant_its_custom_backend() -> None:
