@@ -236,6 +236,12 @@ async def test_adapters_a_backend_cannot_load_fail_saying_why(h: Harness, tmp_pa
     await apply(h, lora_doc("nobase", str(path), model="absent"))
     waiting = await reaches(h, "nobase", "Pending")
     assert reason(waiting) == "ModelNotFound"
+    external = model_doc("ext", "external://x", backend="vllm")
+    external["spec"]["endpoints"] = ["http://127.0.0.1:9"]
+    await h.put_model(external)
+    await apply(h, lora_doc("outside", str(path), model="ext"))
+    outside = await reaches(h, "outside", "Pending")
+    assert reason(outside) == "ExternalModel"
 
 
 async def test_an_adapter_not_preloaded_loads_on_the_first_request(

@@ -256,3 +256,18 @@ async def test_an_adapter_being_deleted_is_served_no_more(tmp_path: Path) -> Non
         await announce(stack, held, deleted=True)
         await wait_until(lambda: adapter_names(stack) == [])
         assert (await stack.store.get_adapter("default", "sql")).metadata.deletion_timestamp
+
+
+async def test_an_adapter_of_an_external_model_is_forwarded_as_it_is(tmp_path: Path) -> None:
+    async with upstreams(1) as ups:
+        ((fake, url),) = ups
+        external = make_model("ext")
+        external.spec.endpoints = [url]
+        async with proxy_stack(tmp_path, [external], health_interval_s=3600) as stack:
+            # Nothing loads adapters into endpoints the controller does not run: no wait.
+            sql = make_adapter("sql", "ext", adapter_name="sql-v1", phase="Pending")
+            await announce(stack, await stack.store.create_adapter(sql))
+            await wait_until(lambda: "sql-v1" in adapter_names(stack))
+            async with stack.openai() as client:
+                await client.chat.completions.create(model="sql-v1", messages=MESSAGES)
+        assert fake.seen[-1].json()["model"] == "sql-v1"

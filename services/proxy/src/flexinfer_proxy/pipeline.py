@@ -203,8 +203,8 @@ class ProxyRequest:
         strategy = hot.strategy
         ctx = RouteContext(self.ds.headers, incoming.fields)
         headers = request_headers(self.ds, drop_authorization=core.auth.enabled)
-        if resolved.adapter is not None:
-            await self._wait_adapter(resolved.adapter, hot)
+        if resolved.adapter is not None and not resolved.model.spec.is_external:
+            await self._wait_adapter(resolved.adapter, hot)  # external: nothing loads it
         endpoint = core.dispatcher.pick_now(key, strategy, ctx)
         while True:
             if endpoint is None:

@@ -25,6 +25,7 @@ from flexinfer_controller.core.lora.status import (
     AWAITING_REQUEST,
     BACKEND_UNSUPPORTED,
     CACHING,
+    EXTERNAL_MODEL,
     LORA_DISABLED,
     MODEL_NOT_FOUND,
     NAME_CONFLICT,
@@ -55,6 +56,12 @@ def base_of(key: str, model: Model | None, backends: BackendRegistry) -> Base:
     if model is None or model.metadata.deletion_timestamp is not None:
         message = f"Model {key} does not exist; the adapter is loaded once it does"
         return Base(key, None, None, Verdict(PENDING, MODEL_NOT_FOUND, message))
+    if model.spec.is_external:
+        message = (
+            f"Model {key} is served by external endpoints (spec.endpoints): the controller "
+            "loads nothing into them, and requests are forwarded with the adapter name"
+        )
+        return Base(key, model, None, Verdict(PENDING, EXTERNAL_MODEL, message))
     backend = backends.get(model.spec.backend)
     if backend is None or backend.lora is None:
         name = backend.name if backend is not None else model.spec.backend

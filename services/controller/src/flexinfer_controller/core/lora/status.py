@@ -17,6 +17,7 @@ LOADED = "Loaded"
 CACHED = "Cached"
 
 MODEL_NOT_FOUND = "ModelNotFound"
+EXTERNAL_MODEL = "ExternalModel"
 BACKEND_UNSUPPORTED = "BackendUnsupported"
 LORA_DISABLED = "LoRADisabled"
 NAME_CONFLICT = "AdapterNameConflict"
