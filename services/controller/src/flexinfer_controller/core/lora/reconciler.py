@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase, Model
+from flexinfer_common.api.lora import LORA_FINALIZER
 from flexinfer_common.errors import ConflictError, NotFoundError, PermanentError, TemporaryError
 from flexinfer_common.store import ModelStore
 from flexinfer_controller.backends import BackendRegistry
@@ -171,6 +172,8 @@ class AdapterReconciler:
     async def _unloaded(self, plan: AdapterPlan, states: list[EngineState], wanted: Wanted) -> bool:
         """A deleted adapter: its finalizer goes once no engine holds it any more."""
         adapter, name = plan.adapter, plan.name
+        if LORA_FINALIZER not in adapter.metadata.finalizers:
+            return False  # never fetched nor loaded; other finalizers are not ours to wait on
         shared = name in wanted.paths or name in wanted.keep  # another adapter has the name now
         still = [] if shared else [s for s in states if name in s.held]
         unknown = [s for s in states if s.unreachable is not None]
