@@ -109,6 +109,35 @@ def test_vllm_without_a_location_passes_the_hf_id_and_enables_lora_for_adapters(
     assert asked.args[-3:] == ("--enable-lora", "--max-loras", "8")
 
 
+def test_vllm_with_lora_allows_runtime_adapter_loading_and_its_rank() -> None:
+    config = {"enableLora": True, "maxLoraRank": 64}
+    spec = render(model("vllm", "HF://o/m", config))
+    assert spec.args[-5:] == ("--enable-lora", "--max-loras", "1", "--max-lora-rank", "64")
+    # vLLM serves /v1/load_lora_adapter and /v1/unload_lora_adapter only with this set.
+    assert spec.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in render(model("vllm", "HF://o/m")).env
+
+
+def test_backends_declare_their_runtime_adapter_api() -> None:
+    backends = default_backends()
+    apis = {name: getattr(backends.get(name), "lora", None) for name in backends.names()}
+    assert {name for name, api in apis.items() if api is not None} == {"reference", "vllm"}
+    vllm = apis["vllm"]
+    assert vllm is not None
+    assert (vllm.load, vllm.unload, vllm.listing) == (
+        "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/models",
+    )  # fmt: skip
+    backend = backends.get("vllm")
+    assert backend is not None
+    why = backend.lora_disabled(model("vllm", "HF://o/m"))
+    assert why is not None
+    assert "spec.config.enableLora" in why
+    assert backend.lora_disabled(model("vllm", "HF://o/m", {"maxLoras": 2})) is None
+    llama = backends.get("llamacpp")
+    assert llama is not None
+    assert llama.lora_disabled(model("llamacpp", "HF://o/m")) is None
+
+
 def test_vllm_on_amd_gets_rocm_env_and_turboquant_its_custom_backend() -> None:
     m = model("vllm", "HF://o/m", {"kvCacheCodec": "turboquant", "rocmUseAiter": False})
     spec = render(m, vendor="amd", arch="gfx1100")

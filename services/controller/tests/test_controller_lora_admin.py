@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from flexinfer_common.api import LoRAAdapter
 from flexinfer_common.bus import topics
-from flexinfer_controller.testing import Harness, error_of, run_controller
+from flexinfer_controller.testing import Harness, error_of, eventually, run_controller
 
 YAML_DOC = """
 apiVersion: ai.flexinfer/v1alpha2
@@ -49,6 +50,24 @@ def adapter_doc(name: str = "sql", **spec: Any) -> dict[str, Any]:
     }
 
 
+async def wait_loaded_reason(h: Harness, name: str, reason: str) -> LoRAAdapter:
+    """The adapter once its Loaded condition of the current generation has ``reason``."""
+    found: list[LoRAAdapter] = []
+
+    async def reached() -> bool:
+        adapter = await h.store.get_adapter("default", name)
+        found[:] = [adapter]
+        return any(
+            c.type == "Loaded"
+            and c.reason == reason
+            and c.observed_generation == adapter.metadata.generation
+            for c in adapter.status.conditions
+        )
+
+    await eventually(reached, timeout_s=10)
+    return found[0]
+
+
 async def test_crud_json_and_events(h: Harness) -> None:
     probe = h.bus.consumer(topics.ADAPTERS, "admin-test", "t")
     doc = adapter_doc()
@@ -57,12 +76,15 @@ async def test_crud_json_and_events(h: Harness) -> None:
     body = created.json()
     assert (body["kind"], body["metadata"]["namespace"]) == ("LoRAAdapter", "default")
     assert body["metadata"]["generation"] == 1
-    # Nothing loads adapters yet: Pending, and the condition says who must load it.
+    # Not loaded yet: Pending, and the condition says into which Model's engines.
     assert body["status"]["phase"] == "Pending"
     (condition,) = body["status"]["conditions"]
     assert (condition["type"], condition["status"]) == ("Loaded", "False")
     assert "default/llama" in condition["message"]
-    assert "backend" in body["status"]["message"]
+    # The adapter loop's pass: the base Model does not exist, so it waits for one.
+    seen = await wait_loaded_reason(h, "sql", "ModelNotFound")
+    assert seen.status.phase == "Pending"
+    assert seen.metadata.finalizers == []  # nothing was fetched or loaded: nothing to clean
     assert "null" not in created.text
     again = await h.client.post("/v1/admin/loraadapters", json=doc)
     assert again.status_code == 409

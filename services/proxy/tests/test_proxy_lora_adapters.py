@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from flexinfer_common.api import LoRAAdapter, Model
+from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase, Model
 from flexinfer_common.bus import topics
 from flexinfer_proxy.core.catalog import build_target_index, dangling_adapters
 from flexinfer_proxy.testing import make_model
@@ -18,9 +19,15 @@ MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
 def make_adapter(
-    name: str, model_ref: str, *, adapter_name: str | None = None, namespace: str = "default"
+    name: str,
+    model_ref: str,
+    *,
+    adapter_name: str | None = None,
+    namespace: str = "default",
+    phase: str = "Loaded",
 ) -> LoRAAdapter:
-    """A LoRAAdapter on ``model_ref``, served as ``adapter_name`` (default: ``name``)."""
+    """A LoRAAdapter on ``model_ref``, served as ``adapter_name`` (default: ``name``), with
+    the status the controller writes once it is in ``phase`` (default: loaded everywhere)."""
     return LoRAAdapter.model_validate(
         {
             "metadata": {"name": name, "namespace": namespace},
@@ -29,6 +36,7 @@ def make_adapter(
                 "adapterName": adapter_name or name,
                 "source": {"type": "HuggingFace", "uri": f"org/{name}"},
             },
+            "status": {"phase": phase, "message": f"{phase} (test)"},
         }
     )
 
@@ -189,3 +197,77 @@ async def test_models_list_shows_adapters_with_their_parent(tmp_path: Path) -> N
         async with stack.openai() as client:
             one = await client.models.retrieve("sql-v1")
         assert (one.id, one.model_extra) == ("sql-v1", {"parent": "llama"})
+
+
+async def test_a_request_for_an_adapter_not_loaded_waits_and_asks_for_it(tmp_path: Path) -> None:
+    base = make_model("llama")
+    async with upstreams(1) as ups, proxy_stack(tmp_path, [base]) as stack:
+        ((fake, url),) = ups
+        await stack.set_endpoints("default/llama", [url])
+        demands = stack.bus.consumer(topics.DEMAND, "test", "t")
+        sql = make_adapter("sql", "llama", adapter_name="sql-v1", phase="Pending")
+        sql = await stack.store.create_adapter(sql)
+        await announce(stack, sql)
+        await wait_until(lambda: "sql-v1" in adapter_names(stack))
+        async with stack.openai() as client:
+            asked = asyncio.create_task(
+                client.chat.completions.create(model="sql-v1", messages=MESSAGES)
+            )
+            # In the cold-start queue, though the base Model has an endpoint: the adapter is
+            # not in its engines yet. The demand names the Model and the adapter.
+            await wait_until(lambda: stack.core.queue.depth("default/llama:sql-v1") == 1)
+            (message, *_) = await demands.fetch(timeout_s=5)
+            assert message.payload["model"] == "default/llama"
+            assert message.payload["adapter"] == "sql-v1"
+            assert not asked.done()
+            loaded = sql.status.model_copy(update={"phase": LoRAAdapterPhase.LOADED})
+            sql = await stack.store.update_adapter_status("default", "sql", loaded)
+            await announce(stack, sql)
+            reply = await asked
+        assert reply.choices[0].message.content == "hello from u0"
+        assert fake.seen[-1].json()["model"] == "sql-v1"
+
+
+async def test_an_adapter_that_failed_is_answered_at_once(tmp_path: Path) -> None:
+    async with proxy_stack(tmp_path, [make_model("llama")]) as stack:
+        bad = make_adapter("bad", "llama", phase="Failed")
+        bad.status.message = "replica r0 refused it: LoRA rank 64 is greater than 16"
+        await announce(stack, await stack.store.create_adapter(bad))
+        await wait_until(lambda: "bad" in adapter_names(stack))
+        async with stack.openai() as client:
+            with pytest.raises(openai.InternalServerError) as caught:
+                await client.chat.completions.create(model="bad", messages=MESSAGES)
+        assert caught.value.status_code == 503
+        error = caught.value.body
+        assert isinstance(error, dict)
+        assert error["code"] == "model_unavailable"
+        assert "LoRA rank 64" in error["message"]
+
+
+async def test_an_adapter_being_deleted_is_served_no_more(tmp_path: Path) -> None:
+    async with proxy_stack(tmp_path, [make_model("llama")]) as stack:
+        held = make_adapter("sql", "llama")
+        held.metadata.finalizers = ["flexinfer.ai/lora-cleanup"]
+        held = await stack.store.create_adapter(held)
+        await announce(stack, held)
+        await wait_until(lambda: adapter_names(stack) == ["sql"])
+        # The finalizer holds it while the controller unloads it: stamped, still stored.
+        await stack.store.delete_adapter("default", "sql")
+        await announce(stack, held, deleted=True)
+        await wait_until(lambda: adapter_names(stack) == [])
+        assert (await stack.store.get_adapter("default", "sql")).metadata.deletion_timestamp
+
+
+async def test_an_adapter_of_an_external_model_is_forwarded_as_it_is(tmp_path: Path) -> None:
+    async with upstreams(1) as ups:
+        ((fake, url),) = ups
+        external = make_model("ext")
+        external.spec.endpoints = [url]
+        async with proxy_stack(tmp_path, [external], health_interval_s=3600) as stack:
+            # Nothing loads adapters into endpoints the controller does not run: no wait.
+            sql = make_adapter("sql", "ext", adapter_name="sql-v1", phase="Pending")
+            await announce(stack, await stack.store.create_adapter(sql))
+            await wait_until(lambda: "sql-v1" in adapter_names(stack))
+            async with stack.openai() as client:
+                await client.chat.completions.create(model="sql-v1", messages=MESSAGES)
+        assert fake.seen[-1].json()["model"] == "sql-v1"

@@ -17,6 +17,7 @@ from flexinfer_common.placement import PlacementWeights, PluginDeps
 from flexinfer_common.store import ModelStore
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
+from flexinfer_controller.adapters.lora import HttpAdapterEngine
 from flexinfer_controller.adapters.metrics import HttpEngineMetrics
 from flexinfer_controller.adapters.registry.factory import create_model_cache
 from flexinfer_controller.api.admin import install_admin
@@ -26,11 +27,12 @@ from flexinfer_controller.backends import LaunchContext, default_backends
 from flexinfer_controller.catalog.client import ClientOptions
 from flexinfer_controller.catalog.service import CatalogService
 from flexinfer_controller.catalog.wiring import CatalogSources, catalog_controller
-from flexinfer_controller.core.adapters import AdapterService
+from flexinfer_controller.core.adapters import AdapterEvents, AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
 from flexinfer_controller.core.feed import ModelFeed, NoFeed
 from flexinfer_controller.core.gpu import Placer
 from flexinfer_controller.core.kvcache import KVCacheCheck
+from flexinfer_controller.core.lora.controller import AdapterController
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.models import ModelService
 from flexinfer_controller.core.placement import CorePlacer, LogMalformed, StoreBenchmarks
@@ -100,6 +102,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await controller_.start()
+        await adapter_loop.start()
         watching = asyncio.create_task(model_feed.run(controller_.enqueue), name="model-feed")
         await catalogs.start()
         adapting = asyncio.create_task(adapter_feed.run(adapters.observed), name="adapter-feed")
@@ -114,20 +117,23 @@ def create_app(
                     await task
             await legacy.stop()
             await catalogs.stop()
+            await adapter_loop.stop()
             await controller_.stop(stop_engines=settings.stop_engines_on_shutdown)
             await engine_metrics.aclose()
+            await adapter_engine.aclose()
 
     app = FastAPI(title="FlexInfer controller", lifespan=lifespan)
     install_admin_auth(app, settings, host=settings.host, telemetry=settings.telemetry)
     telemetry = setup_telemetry(app, "controller", settings.telemetry)
     metrics = ControllerMetrics(telemetry.registry)
     engine_metrics = HttpEngineMetrics()
+    backends = default_backends()
     controller = Controller(
         controller_config(settings),
         store=store,
         bus=bus,
         runtime_factory=partial(create_runtime, settings),
-        backends=default_backends(),
+        backends=backends,
         metrics=metrics,
         prestart=create_prestart(settings),
         inventory=create_inventory(settings),
@@ -143,7 +149,20 @@ def create_app(
     app.state.store = store
     app.state.controller = controller
     app.state.model_service = service
-    adapters = AdapterService(store, bus)
+    adapter_events = AdapterEvents(bus)
+    adapter_engine = HttpAdapterEngine()
+    adapter_loop = AdapterController(
+        store=store,
+        runtime=controller.runtime,
+        backends=backends,
+        engine=adapter_engine,
+        cache=partial(plugin.adapter_cache, settings),
+        publish=adapter_events.publish,
+        resync_interval_s=settings.lora_resync_interval_s,
+    )
+    controller.watcher = adapter_loop
+    app.state.adapter_loop = adapter_loop
+    adapters = AdapterService(store, adapter_events, adapter_loop.enqueue)
     app.state.adapter_service = adapters
     adapter_feed = plugin.adapters(settings, store)
     legacy = plugin.legacy(settings, store)  # v1alpha1 ModelDeployments and ModelCaches

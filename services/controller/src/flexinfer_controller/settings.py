@@ -84,6 +84,10 @@ class ControllerSettings(AdminAuthSettings):
     """Seconds between level-triggered reconciles of every Model: a safety net for missed
     events, cheap because a no-op reconcile writes nothing."""
 
+    lora_resync_interval_s: float = Field(default=30.0, gt=0)
+    """Seconds between passes over every Model with LoRAAdapters: each asks the engines
+    what they hold, so one that restarted in place and lost its adapters gets them back."""
+
     engine_startup_timeout_s: float = Field(default=300.0, gt=0)
     """Seconds an engine may take to report ready before it is killed (vLLM's 300 s)."""
 

@@ -21,10 +21,11 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase
 from flexinfer_common.bus.topics import EndpointInfo
 from flexinfer_common.errors import FlexInferError
 from flexinfer_proxy.body_stream import BodyStream, ClientGoneError
-from flexinfer_proxy.core.catalog import Target
+from flexinfer_proxy.core.catalog import Target, adapter_queue
 from flexinfer_proxy.core.errors import (
     MethodNotAllowedError,
     ModelNotFoundError,
@@ -202,6 +203,8 @@ class ProxyRequest:
         strategy = hot.strategy
         ctx = RouteContext(self.ds.headers, incoming.fields)
         headers = request_headers(self.ds, drop_authorization=core.auth.enabled)
+        if resolved.adapter is not None and not resolved.model.spec.is_external:
+            await self._wait_adapter(resolved.adapter, hot)  # external: nothing loads it
         endpoint = core.dispatcher.pick_now(key, strategy, ctx)
         while True:
             if endpoint is None:
@@ -258,6 +261,24 @@ class ProxyRequest:
                     sse_comment(f"flexinfer cold-start phase=ready waited={waited:.0f}s")
                 )
                 return endpoint
+
+    async def _wait_adapter(self, adapter: LoRAAdapter, hot: HotModel) -> None:
+        """Until the controller loaded the LoRA adapter into the engines (its status says
+        Loaded), in the cold-start queue; a demand naming it starts the Model and loads it."""
+        core, name = self.core, adapter.spec.adapter_name
+        # As the catalog has it now: no await between this look and joining the queue, so
+        # a status that arrived since the request resolved its target is not missed.
+        current = core.catalog.lookup_target(name)
+        adapter = current.adapter if current is not None and current.adapter else adapter
+        phase = adapter.status.phase
+        if phase is LoRAAdapterPhase.LOADED:
+            return
+        if phase is LoRAAdapterPhase.FAILED:
+            why = adapter.status.message or "the controller could not load it"
+            raise ModelUnavailableError(name, why, delay=core.settings.retry_after_s)
+        deadline = self.started + hot.wait_budget_s
+        demand = (adapter.model_key, name)
+        await core.queue.wait(adapter_queue(adapter), name, deadline, self.started, demand)
 
     def _wants_progress(self, incoming: IncomingRequest) -> bool:
         if self.ds.started:

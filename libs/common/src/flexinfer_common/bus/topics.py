@@ -49,6 +49,14 @@ class DemandEvent(Event):
     queue_depth: int = Field(ge=0)
     since: datetime
     proxy: str = Field(description="the proxy replica that queued them")
+    adapter: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="the LoRA adapter name (spec.adapterName) the requests are for, when it "
+        "is not loaded yet: the controller loads it into the Model's engines. Left out of "
+        "the payload when None, so that consumers that predate it read the event",
+    )
 
 
 class ActivityEvent(Event):

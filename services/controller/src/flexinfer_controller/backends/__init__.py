@@ -1,6 +1,7 @@
 """Backends: each renders its engine for a Model; a name->factory registry with aliases."""
 
 from flexinfer_controller.backends.base import (
+    AdapterEndpoints,
     Backend,
     BackendRegistry,
     EngineSpec,
@@ -23,6 +24,7 @@ from flexinfer_controller.backends.local.base import BackendNotInstalledError
 from flexinfer_controller.backends.registry import backend_factories, default_backends
 
 __all__ = [
+    "AdapterEndpoints",
     "Backend",
     "BackendNotInstalledError",
     "BackendRegistry",

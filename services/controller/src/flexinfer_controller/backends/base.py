@@ -62,6 +62,21 @@ class SleepEndpoints:
 
 
 @dataclass(frozen=True, slots=True)
+class AdapterEndpoints:
+    """A server's runtime LoRA API (vLLM's): POST routes that load and unload an adapter.
+
+    ``load`` takes ``{"lora_name", "lora_path"}`` and ``unload`` ``{"lora_name"}``; both
+    answer 200 when done and 4xx (OpenAI's error shape) when the engine refuses. The
+    adapters an engine holds are listed by ``listing`` (GET), one card per adapter whose
+    ``parent`` is the base model and whose ``root`` is the path it was loaded from.
+    """
+
+    load: str
+    unload: str
+    listing: str = "/v1/models"
+
+
+@dataclass(frozen=True, slots=True)
 class RenderRequest:
     """What a runtime tells a backend to render an engine for one Model."""
 
@@ -114,6 +129,8 @@ class Backend(ABC):
     model_passing: ClassVar[ModelPassing] = ModelPassing.FLAG
     needs_volume: ClassVar[bool] = True
     sleep: ClassVar[SleepEndpoints | None] = None
+    lora: ClassVar[AdapterEndpoints | None] = None
+    """Where LoRAAdapters are loaded into a running server; None: no hot-swap."""
     metrics_path: ClassVar[str | None] = None
     default_idle_timeout_s: ClassVar[float] = 300.0
     """The operator's DefaultIdleTimeout: 5m for LLMs, 10m for image backends."""
@@ -143,6 +160,11 @@ class Backend(ABC):
     def routes(self) -> frozenset[str]:
         """Inference routes the proxy forwards to it."""
         return self.facts.routes
+
+    def lora_disabled(self, model: Model) -> str | None:
+        """Why ``model``'s server, as rendered, cannot take adapters now (a flag it must be
+        started with); None when it can, or when the backend has no adapter API."""
+        return None
 
     @abstractmethod
     def render(self, request: RenderRequest) -> EngineSpec:

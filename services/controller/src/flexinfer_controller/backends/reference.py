@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from flexinfer_common.backends import backend_facts
 from flexinfer_controller.backends.base import (
+    AdapterEndpoints,
     Backend,
     EngineSpec,
     RenderRequest,
@@ -40,6 +41,9 @@ class ReferenceBackend(Backend):
     facts = backend_facts("reference")
     vendors: ClassVar[frozenset[str]] = frozenset({"nvidia", "amd", "cpu"})
     sleep: ClassVar[SleepEndpoints | None] = SleepEndpoints("/sleep", "/wake_up")
+    lora: ClassVar[AdapterEndpoints | None] = AdapterEndpoints(
+        "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
+    )
     metrics_path: ClassVar[str | None] = "/metrics"
     startup_timeout_s: ClassVar[float] = 300.0
 

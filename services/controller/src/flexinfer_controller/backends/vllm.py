@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
+from flexinfer_common.api import Model
 from flexinfer_common.backends import backend_facts
 from flexinfer_controller.backends.base import (
+    AdapterEndpoints,
     Backend,
     EngineSpec,
     RenderRequest,
@@ -104,6 +106,26 @@ def common_env(config: Config) -> dict[str, str]:
 
 
 _VLLM_ROCM_ARCHS = frozenset({"gfx90a", "gfx942", "gfx950"})
+RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+"""Without it vLLM serves no /v1/load_lora_adapter or /v1/unload_lora_adapter route."""
+LORA_API = AdapterEndpoints("/v1/load_lora_adapter", "/v1/unload_lora_adapter")
+
+
+def lora_enabled(request: RenderRequest) -> bool:
+    """LoRA is on for bound adapters, ``enableLora`` or ``maxLoras`` (``--enable-lora``)."""
+    config = Config(request.model.spec.config)
+    return request.lora_adapters > 0 or config.boolean("enableLora") or config.has("maxLoras")
+
+
+def lora_hint(model: Model) -> str | None:
+    """Why adapters cannot be loaded into ``model``'s vLLM (None: they can)."""
+    if lora_enabled(RenderRequest(model=model, model_location=None)):
+        return None
+    return (
+        f"the vLLM engine of Model {model.key} runs without --enable-lora: set "
+        "spec.config.enableLora: true (and maxLoras, the adapters one batch may mix) so "
+        "that its engines are restarted with LoRA"
+    )
 
 
 class VllmBackend(Backend):
@@ -111,6 +133,7 @@ class VllmBackend(Backend):
 
     facts = backend_facts("vllm")
     sleep: ClassVar[SleepEndpoints | None] = SleepEndpoints("/sleep", "/wake_up")
+    lora: ClassVar[AdapterEndpoints | None] = LORA_API
     metrics_path: ClassVar[str | None] = "/metrics"
     startup_timeout_s: ClassVar[float] = 300.0
 
@@ -124,6 +147,10 @@ class VllmBackend(Backend):
         if vendor == "amd":
             return arch in _VLLM_ROCM_ARCHS or arch.startswith(("gfx110", "gfx120"))
         return True
+
+    def lora_disabled(self, model: Model) -> str | None:
+        """Adapters need ``--enable-lora``, which only a restart with it turns on."""
+        return lora_hint(model)
 
     def render(self, request: RenderRequest) -> EngineSpec:
         """The vLLM container: readiness GET /health (10/10/5), startup timeout 300 s."""
@@ -185,9 +212,10 @@ class VllmBackend(Backend):
         if kv is not None and kv.max_block_size is not None:
             args += ["--block-size", str(kv.max_block_size)]
         # spec.kvCache.swapSpace is not passed: vLLM V1 removed --swap-space.
-        if request.lora_adapters > 0 or config.boolean("enableLora") or config.has("maxLoras"):
+        if lora_enabled(request):
             count = config.integer("maxLoras") or max(request.lora_adapters, 1)
             args += ["--enable-lora", "--max-loras", str(count)]
+            args += flag_args(config, (("maxLoraRank", "--max-lora-rank", "int"),))
         return args
 
     def env(self, request: RenderRequest) -> dict[str, str]:
@@ -203,6 +231,8 @@ class VllmBackend(Backend):
                 paged = config.boolean("rocmCustomPagedAttn")
                 env["VLLM_ROCM_USE_AITER_PAGED_ATTN"] = "1" if paged else "0"
         env |= common_env(config)
+        if lora_enabled(request):
+            env[RUNTIME_LORA_ENV] = "True"  # the controller loads LoRAAdapters at runtime
         if is_turboquant(config):
             env["FLEXINFER_EXPERIMENTAL_KV_CACHE_CODEC"] = "turboquant"
             env["FLEXINFER_EXPERIMENTAL_KV_CACHE_CODEC_STATUS"] = "plugin"

@@ -50,6 +50,8 @@ class VllmOmniBackend(Backend):
     """vLLM-Omni: readiness GET /health (0/5/3) after a /health startup probe; 300 s."""
 
     facts = backend_facts("vllm-omni")
+    # No ``lora``: vLLM-Omni's diffusion stages take an adapter per request (lora_path),
+    # and its documented server has no runtime load/unload route to declare.
     metrics_path: ClassVar[str | None] = "/metrics"
     default_idle_timeout_s: ClassVar[float] = 600.0
     startup_timeout_s: ClassVar[float] = 300.0

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -34,6 +35,32 @@ from flexinfer_controller.core.workers import Backoff, run_worker
 from flexinfer_controller.runtime import ReplicaEvent, ReplicaListener, Runtime
 
 log = logging.getLogger(__name__)
+
+
+class ModelWatcher(Protocol):
+    """Another loop that follows Models: the adapter loop loads adapters into their engines."""
+
+    def model_changed(self, model: str) -> None:
+        """Model ``model`` was written (through the admin API or the apiserver)."""
+
+    def replica_changed(self, event: ReplicaEvent) -> None:
+        """A replica became ready or exited."""
+
+    def demanded(self, model: str, adapter: str) -> None:
+        """A proxy holds requests for LoRA adapter ``adapter`` of ``model``."""
+
+
+class NoWatcher:
+    """Nothing follows the Models."""
+
+    def model_changed(self, model: str) -> None:
+        """Nothing to tell."""
+
+    def replica_changed(self, event: ReplicaEvent) -> None:
+        """Nothing to tell."""
+
+    def demanded(self, model: str, adapter: str) -> None:
+        """Nothing to tell."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +151,8 @@ class Controller:
         self._tasks: list[asyncio.Task[None]] = []
         self._loops: list[EventLoop] = []
         self.ready = False
+        self.watcher: ModelWatcher = NoWatcher()
+        """Told of Model changes, replica events and adapter demand (set by create_app)."""
 
     async def start(self) -> None:
         """Adopt engines, start workers and consumers, and queue every model."""
@@ -186,6 +215,7 @@ class Controller:
 
     def enqueue(self, key: str) -> int:
         """Queue a reconcile of ``key``; the ticket can be awaited with ``wait``."""
+        self.watcher.model_changed(key)
         return self.queue.add(key)
 
     async def sync(self, key: str, timeout_s: float = 30.0) -> bool:
@@ -207,6 +237,8 @@ class Controller:
         for event in events:
             if isinstance(event, topics.DemandEvent):
                 key, at = self._model_key(event.model), now
+                if event.adapter is not None:
+                    self.watcher.demanded(key, event.adapter)
             elif isinstance(event, topics.ActivityEvent):
                 at = event.at if event.at.tzinfo else event.at.replace(tzinfo=UTC)
                 key, at = self._model_key(event.model), min(at, now)
@@ -237,6 +269,7 @@ class Controller:
             if self._metrics is not None:
                 self._metrics.engine_crashes.inc()
         self.queue.add(replica.model)
+        self.watcher.replica_changed(event)
         if event.kind == "exited" and replica.gpus is not None:
             self.gpus_changed()  # its GPUs are free: a waiting Model may take them
 

@@ -21,6 +21,7 @@ from flexinfer_common.store import ModelStore, create_store
 from flexinfer_controller.catalog.secrets import DirectorySecrets
 from flexinfer_controller.catalog.wiring import CatalogSources
 from flexinfer_controller.core.adapters import AdapterFeed, NoAdapterFeed
+from flexinfer_controller.core.cache import Notify
 from flexinfer_controller.core.feed import ModelFeed, NoFeed
 from flexinfer_controller.core.gpu import (
     DeclaredInventory,
@@ -30,6 +31,7 @@ from flexinfer_controller.core.gpu import (
     declared_labels,
     parse_vram_mb,
 )
+from flexinfer_controller.core.lora.sources import AdapterCache
 from flexinfer_controller.core.prestart import NoPreStart, PreStart, PreStartChain
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.runtime.base import ReplicaListener, Runtime
@@ -46,6 +48,8 @@ CatalogSourcesFactory = Callable[[ControllerSettings, ModelStore], CatalogSource
 """Where catalogs read Secrets and learn of changes, given the opened store."""
 AdapterFeedFactory = Callable[[ControllerSettings, ModelStore], AdapterFeed]
 """Where the controller learns of LoRAAdapter changes not made through its admin API."""
+AdapterCacheFactory = Callable[[ControllerSettings, Notify], AdapterCache]
+"""Where remote LoRAAdapter sources are fetched, re-queueing the base Model via ``Notify``."""
 
 
 class BackgroundLoop(Protocol):
@@ -95,6 +99,8 @@ class RuntimePlugin:
     """Where LoRAAdapter changes applied behind the admin API's back come from."""
     legacy: LegacyLoopFactory
     """What serves v1alpha1 ModelDeployments and ModelCaches (only the apiserver holds them)."""
+    adapter_cache: AdapterCacheFactory
+    """Where HuggingFace and OCI LoRAAdapters are fetched for the engines."""
 
 
 def _local(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
@@ -180,6 +186,18 @@ def _kube_adapters(settings: ControllerSettings, store: ModelStore) -> AdapterFe
     return AdapterInformerFeed(store, settings.kubernetes.watched())
 
 
+def _registry_adapters(settings: ControllerSettings, notify: Notify) -> AdapterCache:
+    from flexinfer_controller.adapters.registry.factory import create_adapter_cache
+
+    return create_adapter_cache(settings, notify)
+
+
+def _engine_paths(settings: ControllerSettings, notify: Notify) -> AdapterCache:
+    from flexinfer_controller.runtime.kubernetes.lora import PathOnlyAdapterCache
+
+    return PathOnlyAdapterCache()
+
+
 def _no_legacy(settings: ControllerSettings, store: ModelStore) -> BackgroundLoop:
     return Loops()  # the legacy kinds are custom resources: there are none without a cluster
 
@@ -232,6 +250,7 @@ def _plugins() -> dict[str, RuntimePlugin]:
             _local_catalogs,
             _no_adapter_feed,
             _no_legacy,
+            _registry_adapters,
         ),
         "kubernetes": RuntimePlugin(
             _kubernetes,
@@ -242,6 +261,7 @@ def _plugins() -> dict[str, RuntimePlugin]:
             _kube_catalogs,
             _kube_adapters,
             _kube_legacy,
+            _engine_paths,
         ),
     }
 

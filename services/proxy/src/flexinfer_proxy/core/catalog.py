@@ -38,6 +38,9 @@ class Target:
     upstream_name: str
     """The served name for names and aliases; the adapter name for a LoRA adapter (vLLM
     selects the adapter by the request's ``model`` field)."""
+    adapter: LoRAAdapter | None = None
+    """The LoRAAdapter object the name is, as last read: a request waits until its status
+    says Loaded (the controller loads it into the engines on demand)."""
     key: str = field(init=False)
     """``model.key``, computed once: the hot path uses it several times per request."""
     renamed: bool = field(init=False)
@@ -83,6 +86,12 @@ def lora_adapters(model: Model) -> list[str]:
     return _csv(model.metadata.annotations.get(LORA_ANNOTATION))
 
 
+def adapter_queue(adapter: LoRAAdapter) -> str:
+    """The cold-start queue of requests waiting for ``adapter`` to be loaded:
+    ``<namespace>/<model>:<adapterName>`` (no Model key has a colon)."""
+    return f"{adapter.model_key}:{adapter.spec.adapter_name}"
+
+
 def build_target_index(
     models: list[Model], adapters: Iterable[LoRAAdapter] = ()
 ) -> tuple[dict[str, Target], dict[str, list[Model]]]:
@@ -96,7 +105,8 @@ def build_target_index(
     for adapter in sorted(adapters, key=lambda a: a.key):
         base = by_key.get(adapter.model_key)
         if base is not None:
-            index.setdefault(adapter.spec.adapter_name, Target(base, adapter.spec.adapter_name))
+            name = adapter.spec.adapter_name
+            index.setdefault(name, Target(base, name, adapter))
     for model in ordered:
         for name in lora_adapters(model):
             index.setdefault(name, Target(model, name))
@@ -246,8 +256,14 @@ class ModelCatalog:
             if m.metadata.namespace == self._namespace and m.metadata.deletion_timestamp is None
         ]
         if adapters is not None:
+            # An adapter being deleted is being unloaded: its name serves no one any more.
             self._adapters = sorted(
-                (a for a in adapters if a.metadata.namespace == self._namespace),
+                (
+                    a
+                    for a in adapters
+                    if a.metadata.namespace == self._namespace
+                    and a.metadata.deletion_timestamp is None
+                ),
                 key=lambda a: a.key,
             )
         self._index = build_name_index(ours)

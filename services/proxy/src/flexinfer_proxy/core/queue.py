@@ -39,6 +39,9 @@ class _ModelQueue:
     """Set when the depth changed: the demand loop re-publishes the new depth promptly."""
     emptied_at: float | None = None
     """When the queue last became empty (monotonic); stale empty queues are cleaned."""
+    adapter: tuple[str, str] | None = None
+    """(base Model key, adapter name) when it holds requests for a LoRA adapter to be
+    loaded: the demand names both (the Model starts, and the adapter is loaded into it)."""
 
 
 class ColdStartQueue:
@@ -91,12 +94,13 @@ class ColdStartQueue:
         queue = self._queues.get(model)
         return len(queue.waiters) if queue else 0
 
-    def join(self, model: str, label: str) -> Ticket:
+    def join(self, model: str, label: str, adapter: tuple[str, str] | None = None) -> Ticket:
         """A place in ``model``'s queue; QueueFullError when it is full (``label`` names
-        the model in messages). The caller must ``leave`` it."""
+        the model in messages). The caller must ``leave`` it. ``adapter``: the queue is
+        one of requests for a LoRA adapter, (base Model key, adapter name)."""
         queue = self._queues.get(model)
         if queue is None:
-            queue = self._queues[model] = _ModelQueue()
+            queue = self._queues[model] = _ModelQueue(adapter=adapter)
         if len(queue.waiters) >= self._max_size:
             raise QueueFullError(label, len(queue.waiters), delay=self._retry_after_s)
         queue.emptied_at = None
@@ -114,14 +118,21 @@ class ColdStartQueue:
             ticket.future.exception()  # retrieved: a failure nobody awaited is not logged
         self._discard(ticket.model, ticket.future)
 
-    async def wait(self, model: str, label: str, deadline: float, waited_from: float) -> None:
+    async def wait(
+        self,
+        model: str,
+        label: str,
+        deadline: float,
+        waited_from: float,
+        adapter: tuple[str, str] | None = None,
+    ) -> None:
         """Wait until ``release(model)`` or raise at ``deadline`` (monotonic seconds).
 
         ``label`` names the model in messages; ``waited_from`` is when the request began
         waiting, for the timeout message. Raises QueueFullError when the queue is full,
-        and what ``fail`` was given when the model cannot start.
+        and what ``fail`` was given when the model cannot start. ``adapter`` as ``join``.
         """
-        ticket = self.join(model, label)
+        ticket = self.join(model, label, adapter)
         try:
             async with asyncio.timeout_at(_loop_time(deadline)):
                 await ticket.future
@@ -214,11 +225,13 @@ class ColdStartQueue:
         delays = self._backoff.delays() if self._backoff is not None else None
         while queue.waiters:
             queue.changed.clear()
+            base, adapter = queue.adapter or (model, None)
             event = DemandEvent(
-                model=model,
+                model=base,
                 queue_depth=len(queue.waiters),
                 since=queue.since,
                 proxy=self._proxy_id,
+                adapter=adapter,
             )
             try:
                 await self._publish_demand(event)

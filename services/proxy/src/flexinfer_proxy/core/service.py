@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from flexinfer_common.api import Model
+from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase, Model
 from flexinfer_common.api.status import blocked_reason
 from flexinfer_common.bus import EventBus, topics
 from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
@@ -16,7 +16,7 @@ from flexinfer_common.store import ModelStore
 from flexinfer_proxy.core.activity import ActivityTracker, activity_interval
 from flexinfer_proxy.core.auth import Authenticator, TokenGrant, load_token_file
 from flexinfer_proxy.core.backoff import Backoff
-from flexinfer_proxy.core.catalog import ModelCatalog, Target
+from flexinfer_proxy.core.catalog import ModelCatalog, Target, adapter_queue
 from flexinfer_proxy.core.dispatch import Dispatcher, wait_budget
 from flexinfer_proxy.core.endpoints import EndpointTable
 from flexinfer_proxy.core.errors import ModelUnavailableError
@@ -103,7 +103,7 @@ class ProxyCore:
             resend_interval_s=settings.demand_resend_interval_s,
             retry_after_s=settings.retry_after_s,
             publish_demand=self._publish_demand,
-            refresh_endpoints=self.refresh_endpoints,
+            refresh_endpoints=self._refresh_waiting,
             on_depth=lambda m, n: self.metrics.queue_depth.labels(m).set(n),
             on_cold_start=self._cold_start,
             backoff=backoff,
@@ -151,6 +151,13 @@ class ProxyCore:
         records = await self.store.list_endpoints(model)
         self.table.apply_records(records, started, [model])
 
+    async def _refresh_waiting(self, key: str) -> None:
+        """Re-read what a queue waits for: an adapter's status, or a model's endpoints."""
+        if ":" in key:  # an adapter's queue (see catalog.adapter_queue)
+            await self.catalog.refresh()
+        else:
+            await self.refresh_endpoints(key)
+
     async def aclose(self) -> None:
         """Stop demand loops and flush activity events."""
         await self.queue.aclose()
@@ -166,6 +173,20 @@ class ProxyCore:
         keep = set(models)
         self.limiter.forget(keep)
         self.progress.forget(keep)
+        self._adapters_changed(self.catalog.adapters)
+
+    def _adapters_changed(self, adapters: list[LoRAAdapter]) -> None:
+        """Requests waiting for an adapter go once it is Loaded, or fail if it cannot be."""
+        for adapter in adapters:
+            phase = adapter.status.phase
+            if phase is LoRAAdapterPhase.LOADED:
+                self.queue.release(adapter_queue(adapter))
+            elif phase is LoRAAdapterPhase.FAILED:
+                why = adapter.status.message or "the controller could not load it"
+                error = ModelUnavailableError(
+                    adapter.spec.adapter_name, why, delay=self.settings.retry_after_s
+                )
+                self.queue.fail(adapter_queue(adapter), error)
 
     def _endpoints_available(self, model: str) -> None:
         self.dispatcher.available(model)
@@ -192,7 +213,8 @@ class ProxyCore:
         level = logging.DEBUG if told == event.queue_depth else logging.INFO
         self._demand_told[event.model] = event.queue_depth
         log.log(level, "demand for %s (%d waiting)", event.model, event.queue_depth)
-        await self.bus.publish(topics.DEMAND, event.model_dump(mode="json"))
+        # No ``adapter: null``: a controller that predates the field reads the event.
+        await self.bus.publish(topics.DEMAND, event.model_dump(mode="json", exclude_none=True))
 
     async def _publish_activity(self, event: ActivityEvent) -> None:
         await self.bus.publish(topics.ACTIVITY, event.model_dump(mode="json"))

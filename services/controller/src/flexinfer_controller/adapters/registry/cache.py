@@ -91,8 +91,12 @@ class RegistryModelCache:
 
     def ensure(self, model: Model) -> CacheState:
         """The state of ``model``'s files; starts the fetch when none runs for its source."""
-        key, source = model.key, model.spec.source
         generation = model.metadata.generation or 1
+        return self.ensure_source(model.key, _dirname(model), model.spec.source, generation)
+
+    def ensure_source(self, key: str, dirname: str, source: str, generation: int) -> CacheState:
+        """The state of ``source`` fetched for ``key`` into ``<root>/<dirname>``; starts the
+        fetch when none runs for that source (``notify`` is called with ``key``)."""
         job = self._jobs.get(key)
         # A failed fetch is retried by a spec change, as a crash loop is.
         if job is not None and job.source == source:
@@ -101,7 +105,6 @@ class RegistryModelCache:
                 return job.state
         if job is not None and job.task is not None:
             job.task.cancel()  # the source changed: that download serves no one now
-        dirname = _dirname(model)
         path = installed(self._root, dirname, source)
         if path is not None:
             state = CacheState.ready(path, f"{source} is in {path}")
@@ -186,13 +189,17 @@ class RegistryModelCache:
 
     async def release(self, key: str) -> None:
         """Stop ``key``'s fetch and remove its directory."""
+        namespace, _, name = key.partition("/")
+        await self.release_source(key, f"{namespace}_{name}")
+
+    async def release_source(self, key: str, dirname: str) -> None:
+        """Stop ``key``'s fetch and remove ``<root>/<dirname>``."""
         job = self._jobs.pop(key, None)
         if job is not None and job.task is not None:
             job.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await job.task
-        namespace, _, name = key.partition("/")
-        await asyncio.to_thread(remove_model, self._root, f"{namespace}_{name}")
+        await asyncio.to_thread(remove_model, self._root, dirname)
 
     async def close(self) -> None:
         """Stop every fetch (completed directories stay) and close the channel."""

@@ -75,6 +75,9 @@ class Kubelet:
         self.crashing: set[str] = set()
         self.node = "node-1"
         """The node new pods are bound to, as the scheduler would (spec.nodeName)."""
+        self.pod_network = "10.1.0."
+        """Prefix of the podIPs it hands out (a loopback one, 127.x.y., lets a test serve a
+        pod's engine at its podIP on this machine)."""
         self._ips = itertools.count(2)
         self._names = itertools.count(1)
 
@@ -127,7 +130,7 @@ class Kubelet:
             self.api.set_status("pods", namespace, name, crash_status(container, restarts=1))
         else:
             status = {
-                "phase": "Running", "podIP": f"10.1.0.{next(self._ips)}",
+                "phase": "Running", "podIP": f"{self.pod_network}{next(self._ips)}",
                 "conditions": [{"type": "Ready", "status": "True"}],
                 "containerStatuses": [
                     {"name": container, "ready": True, "restartCount": 0, "image": "engine",

@@ -1,0 +1,1 @@
+"""LoRAAdapters loaded into the engines of their base Model (the adapter reconcile loop)."""

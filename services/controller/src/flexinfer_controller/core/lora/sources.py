@@ -1,0 +1,102 @@
+"""Where an adapter's weights are for its engines: spec.source resolved to a path.
+
+* ``LocalPath``: the URI is the path, as the engine sees it (on Kubernetes: inside the
+  engine's container); it must be absolute, without ``..`` or control characters. Its
+  existence is the engine's to check: a missing directory is its 404, told in status.
+* ``HuggingFace`` (``org/adapter``) and ``OCI`` (``registry/repo:tag``): fetched by the
+  runtime's ``AdapterCache`` (locally: the registry, into the controller's cache dir);
+  phase Caching until the files are in place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+from flexinfer_common.api import LoRAAdapter, LoRASourceType
+from flexinfer_controller.core.cache import REGISTRY_NOT_CONFIGURED, CacheState, CacheStatus
+
+INVALID_SOURCE = "InvalidSource"
+LOCAL_PATH = "LocalPath"
+_SCHEMES = {LoRASourceType.HUGGING_FACE: "hf", LoRASourceType.OCI: "oci"}
+
+
+class AdapterCache(Protocol):
+    """Fetches adapters' remote sources in the background; answers at once."""
+
+    def ensure(self, adapter: LoRAAdapter, source: str) -> CacheState:
+        """The state of ``source`` (a registry URI: ``hf://…``, ``oci://…``) for
+        ``adapter``; starts (or keeps) its fetch. READY carries the engine's path."""
+
+    async def release(self, adapter: LoRAAdapter) -> None:
+        """The adapter is gone: stop its fetch and remove its files."""
+
+    async def close(self) -> None:
+        """Stop every fetch."""
+
+
+class NoAdapterCache:
+    """No registry to fetch through: remote adapters wait, naming the setting."""
+
+    def ensure(self, adapter: LoRAAdapter, source: str) -> CacheState:
+        """Pending, saying what would fetch it."""
+        return CacheState.pending(
+            REGISTRY_NOT_CONFIGURED,
+            f"{adapter.spec.source.type.value} adapters are fetched through the registry, and "
+            "none is configured: set FLEXINFER_CONTROLLER_REGISTRY_ADDRESS (flexinfer up "
+            "does), or use a LocalPath source",
+        )
+
+    async def release(self, adapter: LoRAAdapter) -> None:
+        """Nothing was fetched."""
+
+    async def close(self) -> None:
+        """Nothing runs."""
+
+
+def _bad(text: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
+def local_path(uri: str) -> CacheState:
+    """A LocalPath source as the engine's path, or why it cannot be one."""
+    if _bad(uri):
+        return CacheState.failed(INVALID_SOURCE, "spec.source.uri has control characters")
+    if not uri.startswith("/"):
+        return CacheState.failed(
+            INVALID_SOURCE, f"a LocalPath source must be an absolute path, not {uri!r}"
+        )
+    if ".." in PurePosixPath(uri).parts:
+        return CacheState.failed(
+            INVALID_SOURCE, f"a LocalPath source must not contain '..': {uri!r}"
+        )
+    path = Path(PurePosixPath(uri))
+    return CacheState(CacheStatus.READY, LOCAL_PATH, f"{path}, as the engine sees it", path=path)
+
+
+def resolve(adapter: LoRAAdapter, cache: AdapterCache) -> CacheState:
+    """Where ``adapter``'s weights are for its engines: ready, caching, or failed."""
+    source = adapter.spec.source
+    if source.type is LoRASourceType.LOCAL_PATH:
+        return local_path(source.uri)
+    uri = registry_source(source.type, source.uri)
+    if uri is None:
+        form = "org/adapter" if source.type is LoRASourceType.HUGGING_FACE else "registry/repo:tag"
+        return CacheState.failed(
+            INVALID_SOURCE,
+            f"a {source.type.value} source.uri must look like {form}, not {source.uri!r}",
+        )
+    return cache.ensure(adapter, uri)
+
+
+def registry_source(source_type: LoRASourceType, uri: str) -> str | None:
+    """``org/adapter`` -> ``hf://org/adapter``, ``reg/repo:tag`` -> ``oci://reg/repo:tag``
+    (a URI already carrying that scheme is kept); None for a form no registry takes."""
+    scheme = _SCHEMES[source_type]
+    given, sep, rest = uri.partition("://")
+    if sep and given.lower() != scheme:
+        return None
+    body = rest if sep else uri
+    if not body or _bad(body) or body.startswith("/") or ".." in body.split("/"):
+        return None
+    return f"{scheme}://{body}"
