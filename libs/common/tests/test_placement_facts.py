@@ -140,3 +140,15 @@ def test_backend_aliases_resolve() -> None:
 
 def test_device_class_of_an_unlabelled_node() -> None:
     assert device_class({}) == "vendor=,arch=,vram=,count=,int4="
+
+
+def test_the_agents_device_class_label_names_the_class() -> None:
+    labels = {
+        "flexinfer.ai/gpu.vendor": "NVIDIA",
+        "flexinfer.ai/gpu.vram": "24Gi",
+        "flexinfer.ai/gpu.device-class": "nvidia-l4",
+    }
+    assert device_class(labels) == "nvidia-l4"
+    # A blank label is no name: the GPU labels key it instead.
+    labels["flexinfer.ai/gpu.device-class"] = " "
+    assert device_class(labels) == "vendor=NVIDIA,arch=,vram=24Gi,count=,int4="

@@ -131,7 +131,14 @@ def _vram(labels: Mapping[str, str], sink: Malformed) -> float | None:
 
 
 def device_class(labels: Mapping[str, str]) -> str:
-    """The device class a benchmark result is keyed by: the agent's labels, verbatim."""
+    """The device class a benchmark result is keyed by: the agent's device-class label.
+
+    Nodes without one (labelled by hand, or GPUs declared to the local runtime) are keyed
+    by their GPU labels verbatim instead, so equal hardware still shares one result.
+    """
+    named = labels.get(keys.GPU_DEVICE_CLASS, "").strip()
+    if named:
+        return named
     return (
         f"vendor={labels.get(keys.GPU_VENDOR, '')},arch={labels.get(keys.GPU_ARCH, '')},"
         f"vram={labels.get(keys.GPU_VRAM, '')},count={labels.get(keys.GPU_COUNT, '')},"

@@ -11,6 +11,8 @@ GPU_VRAM = PREFIX + "gpu.vram"
 """Memory of one GPU, a quantity (``24Gi``)."""
 GPU_COUNT = PREFIX + "gpu.count"
 GPU_INT4 = PREFIX + "gpu.int4"
+GPU_DEVICE_CLASS = PREFIX + "gpu.device-class"
+"""The agent's name for the node's GPU model (``nvidia-l4``): the benchmark key's deviceClass."""
 
 # Node annotations the agent writes for scoring.
 GPU_FREE_MEMORY = PREFIX + "gpu-free-memory"
