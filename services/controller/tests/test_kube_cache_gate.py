@@ -226,6 +226,32 @@ async def test_a_failed_job_is_run_again_after_its_backoff(apiserver: KubeApiSer
         assert (cluster.model() or {})["metadata"]["generation"] == generation  # no spec change
 
 
+async def test_a_job_its_pod_failure_policy_failed_is_not_run_again() -> None:
+    """The quantizer refused the request: Failed with the Job's reason, no retry time, and
+    never due, however long the gate waits; only a new spec (new Jobs) changes that."""
+    now = [1000.0]
+    gate = JobGate(60, lambda key: False, RetryPolicy(10, 1000), clock=lambda: now[0])
+    refused = {
+        "failed": 1,
+        "conditions": [
+            {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+             "message": "Container quantize for pod default/m-quantize-x failed with exit "
+                        "code 2 matching FailJob rule at index 1"},
+        ],
+    }  # fmt: skip
+    job = _obj("quantize", refused)
+    model = _model()
+    gate.record(model, [_obj("prefetch", JOB_COMPLETE), job])
+    state = gate.ensure(model)
+    assert state.status is CacheStatus.FAILED
+    assert state.reason == "QuantizeFailed"
+    assert "PodFailurePolicy" in state.message
+    assert "fix the spec to retry with a new Job" in state.message
+    now[0] = 10**9
+    assert gate.retry_due(model, job) is None
+    await gate.close()
+
+
 def test_the_backoff_doubles_up_to_its_cap() -> None:
     policy = RetryPolicy(initial_s=30, max_s=100)
     assert [policy.delay(n) for n in (1, 2, 3, 4)] == [30, 60, 100, 100]

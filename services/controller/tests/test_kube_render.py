@@ -320,6 +320,23 @@ def test_quantization_jobs() -> None:
     assert diffusers_env["MODEL_ID"] == "/models/gcs/weights/sdxl-turbo-fp8-bd432da3"
 
 
+def test_a_refusal_of_the_built_in_quantizer_fails_its_job_at_once() -> None:
+    """Exit 2 (a refused request) fails the Job without retries; another image's Job keeps
+    Kubernetes' retries, since its exit codes mean what that image says."""
+    built_in = one(SAMPLE["diffusers-nvidia-quantize-cpu"], "Job", "quantize")["spec"]
+    assert built_in["template"]["spec"]["restartPolicy"] == "Never"
+    assert built_in["podFailurePolicy"]["rules"] == [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": "quantize", "operator": "In", "values": [2]},
+        },
+    ]
+    own_image = one(SAMPLE["vllm-quantize-gpu"], "Job", "quantize")["spec"]
+    assert "podFailurePolicy" not in own_image
+    assert own_image["template"]["spec"]["restartPolicy"] == "OnFailure"
+
+
 def test_the_comfyui_config_map_points_at_the_cache() -> None:
     sample = SAMPLE["comfyui-nvidia-configmap"]
     config = one(sample, "ConfigMap")

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from flexinfer_controller.quantize.errors import QuantizeError, UnsupportedError
+from flexinfer_controller.quantize.errors import EXIT_REFUSED, QuantizeError, UnsupportedError
 from flexinfer_controller.quantize.request import FORMATS, build_request, options_from_environ
 from flexinfer_controller.quantize.run import run
 
@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         key, sep, value = item.partition("=")
         if not sep:
             print(f"{PROG}: --option {item!r} is not KEY=VALUE", file=sys.stderr)
-            return 2
+            return EXIT_REFUSED
         options[key.strip().lower()] = value
     try:
         request = build_request(
@@ -58,12 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except QuantizeError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
     try:
         run(request)
     except UnsupportedError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
     except QuantizeError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1

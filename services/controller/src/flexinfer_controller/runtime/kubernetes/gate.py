@@ -14,7 +14,9 @@ A failed Job is final as Kubernetes leaves it (no retries past its backoffLimit)
 Model is Failed with the Job's reason (requests get the error at once). With a
 ``RetryPolicy`` the gate names when it is run again (``retry``): once that time has come,
 ``retry_due`` tells the runtime to delete the Job and create it afresh, and the gate waits
-for that one. A new spec renders Jobs with new names and the gate waits for those.
+for that one. A new spec renders Jobs with new names and the gate waits for those. A Job
+its pod failure policy failed (the program refused the request) is not run again: only a
+new spec can change its answer.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from flexinfer_controller.runtime.kubernetes.retry import Retry, RetryPolicy, at
 SPEC_HINT = "fix the spec to retry with a new Job"
 """What ends a failed Job's message where nothing runs it again (ModelCaches, no policy)."""
 
+POD_FAILURE_POLICY = "PodFailurePolicy"
+"""The Failed condition's reason when a FailJob rule of the Job's pod failure policy matched."""
 GATED = ("prefetch", "quantize")
 """The Job components the engine waits for, in the order they run."""
 
@@ -86,6 +90,16 @@ def jobs_state(jobs: list[Obj]) -> CacheState:
     names = ", ".join(j["metadata"]["name"] for j in ordered)
     # path None: the engine mounts the cache volume, no local directory is prepared.
     return CacheState(CacheStatus.READY, "Cached", f"the cache Jobs succeeded: {names}")
+
+
+def refused(jobs: list[Obj]) -> bool:
+    """Whether the first failed Job was failed by its pod failure policy: its program
+    refused the request, and running it again would only refuse again."""
+    for job in _ordered(jobs):
+        failed = _condition(job, "Failed")
+        if failed is not None:
+            return failed.get("reason") == POD_FAILURE_POLICY
+    return False
 
 
 def _component(job: Obj) -> str:
@@ -141,7 +155,7 @@ class JobGate:
         """The live gated Jobs of ``model``'s current spec, as the reconcile just read them."""
         ours = [j for j in jobs if gated(j)]
         state, retry = jobs_state(ours), None
-        if state.status is CacheStatus.FAILED and self._policy is not None:
+        if state.status is CacheStatus.FAILED and self._policy is not None and not refused(ours):
             retry, state = self._retry(model.key, ours)
         else:
             self._seen_failed.pop(model.key, None)

@@ -13,6 +13,7 @@ import hashlib
 import json
 
 from flexinfer_controller.flashload.render import CACHE_VOLUME, cleanup_job
+from flexinfer_controller.quantize.errors import EXIT_REFUSED
 from flexinfer_controller.runtime.kubernetes import scheduling
 from flexinfer_controller.runtime.kubernetes.cache import Fetch
 from flexinfer_controller.runtime.kubernetes.context import RenderContext
@@ -64,15 +65,43 @@ def job_spec(job_labels: dict[str, str], container: Obj, pod: Obj, *volumes: Obj
     }
 
 
-def _job(ctx: RenderContext, component: str, container: Obj, pod: Obj, notes: Obj) -> Obj:
+def fail_on_exit_codes(spec: Obj, container: str, codes: list[int]) -> Obj:
+    """``spec`` failing at once when ``container`` exits with one of ``codes`` (a refusal
+    that a retry would only repeat), instead of after its backoffLimit.
+
+    A pod failure policy needs pods that are not restarted in place; a node's eviction of
+    the pod (DisruptionTarget) is not counted against the Job, as Kubernetes recommends.
+    """
+    spec["template"]["spec"]["restartPolicy"] = "Never"
+    spec["podFailurePolicy"] = {
+        "rules": [
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": container, "operator": "In", "values": codes},
+            },
+        ]
+    }
+    return spec
+
+
+def _job(
+    ctx: RenderContext, component: str, container: Obj, pod: Obj, notes: Obj, refusals: list[int]
+) -> Obj:
     job_labels = labels(ctx.model, ctx.backend_name, component)
     name = job_name(ctx.model.metadata.name, component, container, pod)
     volume = cache_volume(ctx.cache.claim, ctx.cache.host_path)
+    spec = job_spec(job_labels, container, pod, volume)
+    if refusals:
+        spec = fail_on_exit_codes(spec, container["name"], refusals)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": metadata(ctx.model, name, job_labels, notes),
-        "spec": job_spec(job_labels, container, pod, volume),
+        "spec": spec,
     }
 
 
@@ -124,7 +153,7 @@ def prefetch_job(ctx: RenderContext) -> Obj | None:
         CACHE_KIND_ANNOTATION: ctx.cache.strategy,
         CACHE_PATH_ANNOTATION: fetch.subpath,
     }
-    return _job(ctx, "prefetch", container, pod, notes)
+    return _job(ctx, "prefetch", container, pod, notes, [])
 
 
 def quantize_job(ctx: RenderContext) -> Obj | None:
@@ -156,7 +185,10 @@ def quantize_job(ctx: RenderContext) -> Obj | None:
         pod["tolerations"] = scheduling.tolerations(ctx.model, gpus)
         pod["affinity"] = scheduling.affinity(ctx.vendor, gpus, ctx.options.gpu)
     notes = {CACHE_PATH_ANNOTATION: quant.input, CACHE_DEST_ANNOTATION: quant.output}
-    return _job(ctx, "quantize", container, pod, notes)
+    # The built-in quantizer exits 2 on a request it refuses (a format it cannot convert):
+    # running it again would refuse again. Another image's exit codes are its own.
+    refusals = [EXIT_REFUSED] if quant.image is None else []
+    return _job(ctx, "quantize", container, pod, notes, refusals)
 
 
 def flash_cleanup_job(ctx: RenderContext, node: str, keep: list[str]) -> Obj | None:
