@@ -1,0 +1,227 @@
+"""The SharedArbiter (core/sharing/arbiter.py) under scripted demand traces on a simulated
+clock: the number and order of swaps, none inside a cooldown, each Model's longest wait,
+and that nothing starves. No sleeps: the clock is a ManualClock."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from flexinfer_common.api import Model
+from flexinfer_common.api.status import GPUStatus
+from flexinfer_controller.core.sharing import Hold
+from flexinfer_controller.core.sharing.arbiter import SharedArbiter
+from flexinfer_controller.core.sharing.clock import ManualClock
+from flexinfer_controller.core.sharing.demand import DemandBook
+from flexinfer_controller.core.sharing.policy import SwapPolicy, gpugroup_policy, shared_policy
+from flexinfer_testing.sharing_trace import Trace, TraceModel, every
+
+HOUR = 3600.0
+
+
+def no_swap_inside_a_cooldown(trace: Trace, policy: SwapPolicy) -> None:
+    """Every loser had held the GPU, without a break, at least its swap cooldown."""
+    for swap in (s.swap for s in trace.swaps):
+        for loser in (k.split("/")[1] for k in swap.losers):
+            held = [at for at, running in trace.timeline if at < swap.at]
+            start = swap.at
+            for at in reversed(held):
+                if loser not in dict(trace.timeline)[at]:
+                    break
+                start = at
+            assert swap.at - start >= policy.swap_cooldown_s, (swap, start)
+
+
+async def test_alternating_demand_every_30s_swaps_only_at_the_aging_period() -> None:
+    policy = shared_policy()
+    trace = Trace([TraceModel("a"), TraceModel("b")], policy)
+    a, b = every(60.0), every(60.0, 30.0)
+    await trace.run(HOUR, lambda t: [n for n, due in (("a", a), ("b", b)) if due(t)])
+    assert trace.order() == [
+        (630.0, "b", ("a",), "aging"),
+        (1230.0, "a", ("b",), "aging"),
+        (1830.0, "b", ("a",), "aging"),
+        (2430.0, "a", ("b",), "aging"),
+        (3030.0, "b", ("a",), "aging"),
+    ]
+    no_swap_inside_a_cooldown(trace, policy)
+    assert max(trace.max_wait("a"), trace.max_wait("b")) <= policy.starvation_s
+
+
+async def test_alternating_demand_of_models_that_fit_together_never_swaps() -> None:
+    policy = shared_policy()
+    members = [TraceModel("a", vram_mb=9000), TraceModel("b", vram_mb=9000)]
+    trace = Trace(members, policy, budget_mb=24576)
+    a, b = every(60.0), every(60.0, 30.0)
+    await trace.run(HOUR, lambda t: [n for n, due in (("a", a), ("b", b)) if due(t)])
+    assert trace.swaps == []
+    assert trace.max_wait("a") == 0.0
+    assert trace.max_wait("b") == 0.0
+
+
+async def test_a_burst_against_a_pinned_model_evicts_the_others_lru_never_it() -> None:
+    policy = shared_policy()
+    members = [
+        TraceModel("pinned", priority=1, vram_mb=8000, pinned=True),
+        TraceModel("a", vram_mb=8000),
+        TraceModel("b", vram_mb=8000),
+        TraceModel("burst", priority=900, vram_mb=8000),
+    ]
+    trace = Trace(members, policy, budget_mb=24000)
+    hot = every(60.0)
+
+    def demand(t: float) -> Sequence[str]:
+        names = ["pinned"] * hot(t) + ["a"] * (t in (0, 200, 380)) + ["b"] * (t in (0, 210, 390))
+        return names + ["burst"] * 5 * (400.0 <= t < 460.0)
+
+    await trace.run(1200.0, demand)
+    # Three fit; the burst needs room: a is the least recently used but the pinned Model.
+    assert trace.order() == [(400.0, "burst", ("a",), "priority")]
+    assert all("pinned" in running for _, running in trace.timeline)
+    assert trace.max_wait("burst") == 0.0
+
+
+async def test_three_models_priorities_10_5_5_round_robin_within_the_bound() -> None:
+    policy = shared_policy()
+    members = [TraceModel("h", 10), TraceModel("l1", 5), TraceModel("l2", 5)]
+    trace = Trace(members, policy)
+    await trace.run(HOUR, lambda t: ["h", "l1", "l2"] if t % 10 == 0 else [])
+    assert trace.order()[:4] == [
+        (600.0, "l1", ("h",), "aging"),
+        (900.0, "l2", ("l1",), "aging"),
+        (1200.0, "h", ("l2",), "priority"),
+        (1500.0, "l1", ("h",), "aging"),
+    ]
+    assert len(trace.swaps) == 10
+    no_swap_inside_a_cooldown(trace, policy)
+    bound = policy.starvation_s + policy.swap_cooldown_s
+    assert trace.max_wait("h") == 600.0
+    assert all(trace.max_wait(n) <= bound for n in ("h", "l1", "l2"))
+    assert all(trace.waits.get(n) for n in ("h", "l1", "l2"))  # each was served
+
+
+async def test_a_lower_priority_under_constant_higher_demand_gets_the_gpu_by_aging() -> None:
+    policy = shared_policy()
+    trace = Trace([TraceModel("h", 100), TraceModel("l", 10)], policy)
+    await trace.run(HOUR, lambda t: ["h", "l"] if t % 10 == 0 else [])
+    assert [(at, w, r) for at, w, _, r in trace.order()] == [
+        (600.0, "l", "aging"),
+        (900.0, "h", "priority"),
+        (1500.0, "l", "aging"),
+        (1800.0, "h", "priority"),
+        (2400.0, "l", "aging"),
+        (2700.0, "h", "priority"),
+        (3300.0, "l", "aging"),
+    ]
+    no_swap_inside_a_cooldown(trace, policy)
+    assert trace.max_wait("l") == policy.starvation_s
+    assert trace.max_wait("h") == policy.swap_cooldown_s
+
+
+async def test_without_aging_the_lower_priority_starves_as_in_the_seed() -> None:
+    policy = shared_policy(starvation_s=0.0)
+    trace = Trace([TraceModel("h", 100), TraceModel("l", 10)], policy)
+    await trace.run(HOUR, lambda t: ["h", "l"] if t % 10 == 0 else [])
+    assert trace.swaps == []
+    assert "l" not in trace.waits
+
+
+async def test_gpugroup_policy_threshold_hysteresis_and_preemption_cooldown() -> None:
+    policy = gpugroup_policy(demand_window_s=20.0)
+    trace = Trace([TraceModel("a", 100), TraceModel("b", 200)], policy, step_s=1.0)
+
+    def demand(t: float) -> Sequence[str]:
+        names = ["a"] if t == 0 else []
+        names += ["b"] * (t in (40.0, 41.0))  # two queued: under the threshold of 3
+        names += ["b"] * (t == 45.0)  # the third: b's queue (since 40) persisted 10 s at 50
+        return names + ["a"] * 3 * (t == 61.0)
+
+    await trace.run(200.0, demand)
+    # b wins at 50 (a ran its 30 s and is idle); a's queue could preempt the idle b from
+    # 71 (hysteresis) and b ran its 30 s at 80, but a's preemption cooldown ends at 110.
+    assert trace.order() == [(50.0, "b", ("a",), "idle"), (110.0, "a", ("b",), "idle")]
+
+
+def model(name: str, priority: int, group: str | None = "g") -> Model:
+    """A Model of shared group ``group``."""
+    gpu: dict[str, object] = {"vendor": "nvidia", "priority": priority}
+    if group is not None:
+        gpu["shared"] = group
+    return Model.model_validate(
+        {
+            "apiVersion": "ai.flexinfer/v1alpha2",
+            "kind": "Model",
+            "metadata": {"name": name, "namespace": "d"},
+            "spec": {"backend": "reference", "source": "file:///m", "gpu": gpu},
+        }
+    )
+
+
+GPU = GPUStatus(node="n1", device="0", vendor="nvidia", memory_mb=24576)
+
+
+@pytest.fixture
+def parts() -> tuple[ManualClock, list[str]]:
+    """A clock at 0 and the list of requeued Model keys."""
+    return ManualClock(), []
+
+
+async def test_verdicts_say_who_holds_the_gpu_and_losers_are_requeued(
+    parts: tuple[ManualClock, list[str]],
+) -> None:
+    clock, requeued = parts
+    lo, hi = model("lo", 1), model("hi", 9)
+
+    async def members(group: str) -> list[Model]:
+        return [lo, hi] if group == "g" else []
+
+    book = DemandBook(clock)
+    arbiter = SharedArbiter(
+        clock=clock, demand=book, policy=shared_policy(), members=members, requeue=requeued.append
+    )
+    assert (await arbiter.arbitrate(lo, GPU, 1)).replicas == 1
+    clock.advance(10)
+    book.queued("d/hi", 1, "p")  # hi cannot even be placed yet: it is known from the store
+    waiting = await arbiter.arbitrate(lo, GPU, 1)
+    # lo holds (its cooldown ends at 300) and looks again then, for hi's sake.
+    assert waiting.replicas == 1
+    assert waiting.recheck_s is not None
+    assert 290.0 < waiting.recheck_s < 290.1  # granted at 0, + the 300 s cooldown
+    clock.advance(300)
+    book.queued("d/hi", 2, "p")  # the proxy repeats its queue
+    lost = await arbiter.arbitrate(lo, GPU, 1)
+    assert lost.replicas == 0
+    assert lost.verdict is not None
+    assert lost.verdict.hold is Hold.PREEMPTED
+    assert "preempted by d/hi" in lost.verdict.message
+    assert requeued == ["d/hi"]
+    assert arbiter.holders("g") == ["d/hi"]
+    assert (await arbiter.arbitrate(hi, GPU, 1)).replicas == 1
+
+
+async def test_a_model_without_a_group_runs_what_it_wants(
+    parts: tuple[ManualClock, list[str]],
+) -> None:
+    clock, _ = parts
+    arbiter = SharedArbiter(clock=clock, demand=DemandBook(clock))
+    assert (await arbiter.arbitrate(model("solo", 5, None), GPU, 3)).replicas == 3
+
+
+async def test_a_queued_member_is_told_so_and_when_to_look_again(
+    parts: tuple[ManualClock, list[str]],
+) -> None:
+    clock, _ = parts
+    arbiter = SharedArbiter(clock=clock, demand=DemandBook(clock))
+    a, b = model("a", 5), model("b", 5)
+    await arbiter.arbitrate(a, GPU, 1)
+    queued = await arbiter.arbitrate(b, GPU, 1)
+    assert queued.replicas == 0
+    assert queued.verdict is not None
+    assert queued.verdict.hold is Hold.QUEUED
+    assert queued.verdict.reason == "WaitingForGPU"
+    assert queued.recheck_s is not None
+    assert queued.recheck_s > 0
+    arbiter.forget("d/a")
+    clock.advance(1)
+    assert (await arbiter.arbitrate(b, GPU, 1)).replicas == 1  # a deleted holder frees it
