@@ -10,7 +10,6 @@ stops it when the pod goes. The model path inside the container does not exist h
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import random
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from flexinfer_common.testing.kube_apiserver import KubeApiServer
+from flexinfer_common.testing.kube_apiserver.syncing import sync_after_changes
 from flexinfer_testing.backend_servers import StandIns
 
 Obj = dict[str, Any]
@@ -99,23 +99,8 @@ async def running_pod_engines(
 ) -> AsyncIterator[PodEngines]:
     """PodEngines syncing after every change on the apiserver, until the block ends."""
     engines = PodEngines(api, standins, model_dir)
-    stop = asyncio.Event()
-
-    async def loop() -> None:
-        while not stop.is_set():
-            seen = api.resource_version
-            engines.sync()
-
-            def changed(server: KubeApiServer, seen: int = seen) -> bool:
-                return server.resource_version != seen
-
-            with contextlib.suppress(TimeoutError):
-                await api.until(changed, within_s=0.5)
-
-    task = asyncio.create_task(loop())
     try:
-        yield engines
+        async with sync_after_changes(api, engines.sync):
+            yield engines
     finally:
-        stop.set()
-        await task
         engines.close()

@@ -10,7 +10,6 @@ phase Failed: it makes a replacement and leaves the failed pod for someone to de
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import itertools
@@ -18,6 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from flexinfer_common.testing.kube_apiserver import KubeApiServer
+from flexinfer_common.testing.kube_apiserver.syncing import sync_after_changes
 from flexinfer_controller.runtime.kubernetes.names import MODEL_KEY_ANNOTATION
 from flexinfer_controller.runtime.kubernetes.pods import (
     DELETION_COST_ANNOTATION,
@@ -160,23 +160,5 @@ def crash_status(container: str, restarts: int) -> Obj:
 async def running_kubelet(api: KubeApiServer) -> AsyncIterator[Kubelet]:
     """A Kubelet making a pass after every change on the apiserver, until the block ends."""
     kubelet = Kubelet(api)
-    stop = asyncio.Event()
-
-    async def loop() -> None:
-        while not stop.is_set():
-            seen = api.resource_version
-            kubelet.sync()
-
-            def changed(server: KubeApiServer, seen: int = seen) -> bool:
-                return server.resource_version != seen
-
-            with contextlib.suppress(TimeoutError):
-                # Woken by the next change; the bound only lets a stop be noticed.
-                await api.until(changed, within_s=0.5)
-
-    task = asyncio.create_task(loop())
-    try:
+    async with sync_after_changes(api, kubelet.sync):
         yield kubelet
-    finally:
-        stop.set()
-        await task
