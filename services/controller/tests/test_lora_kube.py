@@ -90,7 +90,9 @@ async def cluster(apiserver: KubeApiServer, tmp_path: Path) -> AsyncIterator[Clu
             kubelet.pod_network = loopback_network()
             async with (
                 running_pod_engines(apiserver, standins, fake_model_dir(tmp_path / "m")) as engines,
-                controller(apiserver, bus, lora_resync_interval_s=0.5),
+                controller(
+                    apiserver, bus, lora_resync_interval_s=0.5, lora_roots=[tmp_path / "adapters"]
+                ),
             ):
                 yield Cluster(apiserver, engines, tmp_path / "adapters")
     finally:

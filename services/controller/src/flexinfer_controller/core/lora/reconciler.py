@@ -37,6 +37,7 @@ from flexinfer_controller.core.lora.plan import (
     owners,
     refusal,
 )
+from flexinfer_controller.core.lora.roots import AdapterRoots
 from flexinfer_controller.core.lora.sources import AdapterCache
 from flexinfer_controller.core.lora.status import (
     ENGINE_UNAVAILABLE,
@@ -69,6 +70,7 @@ class AdapterReconciler:
         cache: AdapterCache,
         demand: DemandNotes,
         publish: Publish,
+        roots: AdapterRoots,
     ) -> None:
         self._store = store
         self._runtime = runtime
@@ -78,7 +80,7 @@ class AdapterReconciler:
         self._demand = demand
         self._publish = publish
         self._refused: dict[str, Refusal] = {}
-        self._planner = Planner(store, cache, demand, self._refused)
+        self._planner = Planner(store, cache, demand, self._refused, roots)
 
     async def reconcile(self, key: str) -> bool:
         """Converge the adapters of Model ``key``; False when it has none."""

@@ -1,8 +1,9 @@
 """Where an adapter's weights are for its engines: spec.source resolved to a path.
 
 * ``LocalPath``: the URI is the path, as the engine sees it (on Kubernetes: inside the
-  engine's container); it must be absolute, without ``..`` or control characters. Its
-  existence is the engine's to check: a missing directory is its 404, told in status.
+  engine's container); it must be absolute, without ``..`` or control characters, and
+  inside an adapter root (``AdapterRoots``). Its existence is the engine's to check: a
+  missing directory is its 404, told in status.
 * ``HuggingFace`` (``org/adapter``) and ``OCI`` (``registry/repo:tag``): fetched by the
   runtime's ``AdapterCache`` (locally: the registry, into the controller's cache dir);
   phase Caching until the files are in place.
@@ -15,8 +16,10 @@ from typing import Protocol
 
 from flexinfer_common.api import LoRAAdapter, LoRASourceType
 from flexinfer_controller.core.cache import REGISTRY_NOT_CONFIGURED, CacheState, CacheStatus
+from flexinfer_controller.core.lora.roots import AdapterRoots
 
 INVALID_SOURCE = "InvalidSource"
+PATH_NOT_ALLOWED = "PathNotAllowed"
 LOCAL_PATH = "LocalPath"
 _SCHEMES = {LoRASourceType.HUGGING_FACE: "hf", LoRASourceType.OCI: "oci"}
 
@@ -58,8 +61,9 @@ def _bad(text: str) -> bool:
     return any(ord(c) < 32 or ord(c) == 127 for c in text)
 
 
-def local_path(uri: str) -> CacheState:
-    """A LocalPath source as the engine's path, or why it cannot be one."""
+def local_path(uri: str, roots: AdapterRoots) -> CacheState:
+    """A LocalPath source as the engine's path, or why it cannot be one (checked before
+    any engine is asked: outside ``roots`` the path is never handed to one)."""
     if _bad(uri):
         return CacheState.failed(INVALID_SOURCE, "spec.source.uri has control characters")
     if not uri.startswith("/"):
@@ -70,15 +74,18 @@ def local_path(uri: str) -> CacheState:
         return CacheState.failed(
             INVALID_SOURCE, f"a LocalPath source must not contain '..': {uri!r}"
         )
-    path = Path(PurePosixPath(uri))
+    normal = PurePosixPath(uri)
+    if (why := roots.refusal(normal)) is not None:
+        return CacheState.failed(PATH_NOT_ALLOWED, why)
+    path = Path(normal)
     return CacheState(CacheStatus.READY, LOCAL_PATH, f"{path}, as the engine sees it", path=path)
 
 
-def resolve(adapter: LoRAAdapter, cache: AdapterCache) -> CacheState:
+def resolve(adapter: LoRAAdapter, cache: AdapterCache, roots: AdapterRoots) -> CacheState:
     """Where ``adapter``'s weights are for its engines: ready, caching, or failed."""
     source = adapter.spec.source
     if source.type is LoRASourceType.LOCAL_PATH:
-        return local_path(source.uri)
+        return local_path(source.uri, roots)
     uri = registry_source(source.type, source.uri)
     if uri is None:
         form = "org/adapter" if source.type is LoRASourceType.HUGGING_FACE else "registry/repo:tag"

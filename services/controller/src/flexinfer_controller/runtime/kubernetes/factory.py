@@ -15,6 +15,7 @@ from flexinfer_controller.backends import default_backends
 from flexinfer_controller.core.feed import ModelFeed
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.runtime.base import ReplicaListener
+from flexinfer_controller.runtime.kubernetes.lora import adapter_roots
 from flexinfer_controller.runtime.kubernetes.options import RenderOptions
 from flexinfer_controller.runtime.kubernetes.retry import RetryPolicy
 from flexinfer_controller.runtime.kubernetes.runtime import KubernetesRuntime
@@ -36,6 +37,7 @@ def render_options(settings: ControllerSettings) -> RenderOptions:
         registry_image=kube.registry_image,
         registry_address=kube.registry_address,
         flash=settings.flash_loader,
+        lora_roots=adapter_roots(settings).texts,
     )
 
 

@@ -10,8 +10,18 @@ from __future__ import annotations
 
 from flexinfer_common.api import LoRAAdapter
 from flexinfer_controller.core.cache import CacheState
+from flexinfer_controller.core.lora.roots import AdapterRoots
+from flexinfer_controller.runtime.kubernetes.options import MODEL_MOUNT
+from flexinfer_controller.settings import ControllerSettings
 
 UNSUPPORTED = "SourceUnsupported"
+
+
+def adapter_roots(settings: ControllerSettings) -> AdapterRoots:
+    """The operator's roots (paths in the engine container) and the base Model's volume,
+    which its own Model's spec put there; paths are compared as written (the controller
+    does not see the container's filesystem)."""
+    return AdapterRoots.of(settings.lora_roots, [MODEL_MOUNT])
 
 
 class PathOnlyAdapterCache:
