@@ -161,6 +161,35 @@ async def test_preloaded_adapter_is_loaded_served_and_unloaded_on_delete(
     assert await chat(url, "sql-lora") == 404
 
 
+async def test_endpoints_say_a_replica_holds_an_adapter_only_once_it_does(
+    tmp_path: Path, standins: StandIns
+) -> None:
+    two = {**GPU, "count": 2}
+    roots = [tmp_path / "adapters"]
+    async with run_controller(
+        tmp_path, gpus=[two], lora_resync_interval_s=0.5, lora_roots=roots
+    ) as h:
+        # The adapter first: each replica is announced as it becomes ready, and the
+        # adapter loop loads the adapter into it (a spec change would replace replicas).
+        await apply(h, lora_doc("sql", str(adapter_dir(tmp_path / "adapters", "sql"))))
+        doc = model_doc("base", fake_model_dir(tmp_path / "m").as_uri(), backend="vllm")
+        doc["spec"].update(config={"enableLora": True}, gpu={"vendor": "auto"})
+        doc["spec"]["serverless"].update(minReplicas=2, maxReplicas=2)
+        await h.put_model(doc)
+        # Every event the proxies get: an endpoint that says it holds the adapter does
+        # (asked as the event arrives; nothing unloads it here). The second replica is
+        # announced before or once it holds it, never as holding it before it does.
+        while True:
+            event = await h.endpoints_event("default/base", timeout_s=30)
+            for endpoint in event.endpoints:
+                assert endpoint.adapters is not None, "a vLLM Model's endpoints say"
+                if "sql-lora" in endpoint.adapters:
+                    assert "sql-lora" in await held(endpoint.url), event
+            holding = [e for e in event.endpoints if e.adapters == ["sql-lora"]]
+            if len(holding) == 2:
+                break
+
+
 async def test_an_engine_that_restarts_gets_its_adapters_back(h: Harness, tmp_path: Path) -> None:
     url = await serve_base(h, tmp_path)
     path = adapter_dir(tmp_path / "adapters", "sql")

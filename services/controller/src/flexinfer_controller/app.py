@@ -162,6 +162,7 @@ def create_app(
         engine=adapter_engine,
         cache=partial(plugin.adapter_cache, settings),
         publish=adapter_events.publish,
+        announce=controller.endpoints.held,
         roots=plugin.adapter_roots(settings),
         resync_interval_s=settings.lora_resync_interval_s,
     )

@@ -16,7 +16,7 @@ retries with backoff.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
 from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase, Model
@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 
 Publish = Callable[[LoRAAdapter, bool], Awaitable[None]]
 """Tells the proxies an adapter changed (``True``: it is gone)."""
+Announce = Callable[[str, Mapping[str, frozenset[str] | None]], Awaitable[object]]
+"""Tells the proxies which adapters each ready replica of a Model holds (replica id ->
+names; None: it could not be asked), so that they route an adapter's requests there."""
 
 _MAX_CONFLICT_RETRIES = 5
 
@@ -70,6 +73,7 @@ class AdapterReconciler:
         cache: AdapterCache,
         demand: DemandNotes,
         publish: Publish,
+        announce: Announce,
         roots: AdapterRoots,
     ) -> None:
         self._store = store
@@ -79,6 +83,7 @@ class AdapterReconciler:
         self._cache = cache
         self._demand = demand
         self._publish = publish
+        self._announce = announce
         self._refused: dict[str, Refusal] = {}
         self._planner = Planner(store, cache, demand, self._refused, roots)
 
@@ -104,12 +109,15 @@ class AdapterReconciler:
             self._demand.forget(key)
             if base.api is not None and states:
                 await converge(self._engine, base.api, states, Wanted({}))
+            await self._announce(key, _holdings(states))
             return False
         taken = owners(adapters)
         plans = [await self._planner.plan(a, base, states, taken) for a in adapters]
         wanted = _wanted(plans)
         if base.api is not None and states:
             await converge(self._engine, base.api, states, wanted)
+        # Before the statuses: a proxy told "Loaded" already knows where it is loaded.
+        await self._announce(key, _holdings(states))
         retry = [await self._finish(p, base, states, wanted) for p in plans]
         unreachable = [f"{s.replica.id}: {s.unreachable}" for s in states if s.unreachable]
         if any(retry) or unreachable:
@@ -210,6 +218,11 @@ class AdapterReconciler:
                 verdict.message,
             )
             await self._publish(stored, False)
+
+
+def _holdings(states: list[EngineState]) -> dict[str, frozenset[str] | None]:
+    """Replica id -> the adapters its engine holds now (None: it could not be asked)."""
+    return {s.replica.id: None if s.unreachable is not None else frozenset(s.held) for s in states}
 
 
 def _wanted(plans: list[AdapterPlan]) -> Wanted:
