@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from flexinfer_common.api import LoRAAdapter, LoRASourceType
+from flexinfer_common.api import LoRAAdapter, LoRASourceType, Model
 from flexinfer_common.serving import serve_in_background
 from flexinfer_controller.adapters.registry.settings import RegistryClientSettings
 from flexinfer_controller.core.cache import CacheStatus
@@ -131,10 +131,14 @@ def test_registry_uris(source_type: LoRASourceType, uri: str, expected: str | No
 
 
 def test_a_remote_source_without_a_registry_waits_naming_the_setting() -> None:
-    state = resolve(adapter("HuggingFace", "org/sql-lora"), NoAdapterCache(), MODELS)
+    base = Model.model_validate(
+        {"metadata": {"name": "m", "namespace": "default"},
+         "spec": {"backend": "vllm", "source": "hf://org/m"}}
+    )  # fmt: skip
+    state = resolve(adapter("HuggingFace", "org/sql-lora"), NoAdapterCache(), MODELS, base)
     assert (state.status, state.reason) == (CacheStatus.PENDING, "RegistryNotConfigured")
     assert "FLEXINFER_CONTROLLER_REGISTRY_ADDRESS" in state.message
-    bad = resolve(adapter("OCI", "s3://x/y"), NoAdapterCache(), MODELS)
+    bad = resolve(adapter("OCI", "s3://x/y"), NoAdapterCache(), MODELS, base)
     assert (bad.status, bad.reason) == (CacheStatus.FAILED, "InvalidSource")
 
 

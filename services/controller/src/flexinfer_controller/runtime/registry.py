@@ -212,10 +212,10 @@ def _pod_roots(settings: ControllerSettings) -> AdapterRoots:
     return adapter_roots(settings)
 
 
-def _engine_paths(settings: ControllerSettings, notify: Notify) -> AdapterCache:
-    from flexinfer_controller.runtime.kubernetes.lora import PathOnlyAdapterCache
+def _job_adapters(settings: ControllerSettings, notify: Notify) -> AdapterCache:
+    from flexinfer_controller.runtime.kubernetes.factory import kubernetes_adapter_cache
 
-    return PathOnlyAdapterCache()
+    return kubernetes_adapter_cache(settings, notify)
 
 
 def _no_legacy(settings: ControllerSettings, store: ModelStore) -> BackgroundLoop:
@@ -282,7 +282,7 @@ def _plugins() -> dict[str, RuntimePlugin]:
             _kube_catalogs,
             _kube_adapters,
             _kube_legacy,
-            _engine_paths,
+            _job_adapters,
             _pod_roots,
         ),
     }

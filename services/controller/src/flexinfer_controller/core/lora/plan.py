@@ -148,7 +148,8 @@ class Planner:
         if self.refused.get(adapter.key) == refusal(adapter, base, states):
             return AdapterPlan(adapter, held=True)
         adapter = await finalizer.hold(self.store, adapter)  # before the first fetch or load
-        cache = resolve(adapter, self.cache, self.roots)
+        assert base.model is not None  # no problem: the Model exists
+        cache = resolve(adapter, self.cache, self.roots, base.model)
         return self._placed(adapter, base, states, cache)
 
     def _placed(

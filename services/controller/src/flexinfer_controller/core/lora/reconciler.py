@@ -146,7 +146,7 @@ class AdapterReconciler:
         if plan.held:
             return False
         if plan.deleting:
-            return await self._unloaded(plan, states, wanted)
+            return await self._unloaded(plan, base, states, wanted)
         verdict = plan.verdict or self._outcome(plan, base, states)
         await self._write(plan.adapter, verdict)
         return verdict.reason == ENGINE_UNAVAILABLE
@@ -179,7 +179,9 @@ class AdapterReconciler:
             LoRAAdapterPhase.PENDING, ENGINE_UNAVAILABLE, message, holding, total, plan.cache
         )
 
-    async def _unloaded(self, plan: AdapterPlan, states: list[EngineState], wanted: Wanted) -> bool:
+    async def _unloaded(
+        self, plan: AdapterPlan, base: Base, states: list[EngineState], wanted: Wanted
+    ) -> bool:
         """A deleted adapter: its finalizer goes once no engine holds it any more."""
         adapter, name = plan.adapter, plan.name
         if LORA_FINALIZER not in adapter.metadata.finalizers:
@@ -194,7 +196,7 @@ class AdapterReconciler:
                 Verdict(LoRAAdapterPhase.UNLOADING, UNLOADING, message, len(still), len(states)),
             )
             return True
-        await self._cache.release(adapter)
+        await self._cache.release(adapter, base.model)
         self._refused.pop(adapter.key, None)
         await finalizer.release(self._store, adapter)
         await self._publish(adapter, True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from flexinfer_common.api import LoRAAdapter, LoRASourceType
+from flexinfer_common.api import LoRAAdapter, LoRASourceType, Model
 from flexinfer_controller.core.cache import REGISTRY_NOT_CONFIGURED, CacheState, CacheStatus
 from flexinfer_controller.core.lora.roots import AdapterRoots
 
@@ -27,12 +27,14 @@ _SCHEMES = {LoRASourceType.HUGGING_FACE: "hf", LoRASourceType.OCI: "oci"}
 class AdapterCache(Protocol):
     """Fetches adapters' remote sources in the background; answers at once."""
 
-    def ensure(self, adapter: LoRAAdapter, source: str) -> CacheState:
+    def ensure(self, adapter: LoRAAdapter, source: str, model: Model) -> CacheState:
         """The state of ``source`` (a registry URI: ``hf://…``, ``oci://…``) for
-        ``adapter``; starts (or keeps) its fetch. READY carries the engine's path."""
+        ``adapter`` of base Model ``model``; starts (or keeps) its fetch. READY carries
+        the engine's path."""
 
-    async def release(self, adapter: LoRAAdapter) -> None:
-        """The adapter is gone: stop its fetch and remove its files."""
+    async def release(self, adapter: LoRAAdapter, model: Model | None) -> None:
+        """The adapter is gone: stop its fetch and remove its files (``model``: its base
+        Model, None when that is gone too)."""
 
     async def close(self) -> None:
         """Stop every fetch."""
@@ -41,7 +43,7 @@ class AdapterCache(Protocol):
 class NoAdapterCache:
     """No registry to fetch through: remote adapters wait, naming the setting."""
 
-    def ensure(self, adapter: LoRAAdapter, source: str) -> CacheState:
+    def ensure(self, adapter: LoRAAdapter, source: str, model: Model) -> CacheState:
         """Pending, saying what would fetch it."""
         return CacheState.pending(
             REGISTRY_NOT_CONFIGURED,
@@ -50,7 +52,7 @@ class NoAdapterCache:
             "does), or use a LocalPath source",
         )
 
-    async def release(self, adapter: LoRAAdapter) -> None:
+    async def release(self, adapter: LoRAAdapter, model: Model | None) -> None:
         """Nothing was fetched."""
 
     async def close(self) -> None:
@@ -81,8 +83,11 @@ def local_path(uri: str, roots: AdapterRoots) -> CacheState:
     return CacheState(CacheStatus.READY, LOCAL_PATH, f"{path}, as the engine sees it", path=path)
 
 
-def resolve(adapter: LoRAAdapter, cache: AdapterCache, roots: AdapterRoots) -> CacheState:
-    """Where ``adapter``'s weights are for its engines: ready, caching, or failed."""
+def resolve(
+    adapter: LoRAAdapter, cache: AdapterCache, roots: AdapterRoots, model: Model
+) -> CacheState:
+    """Where ``adapter``'s weights are for the engines of ``model``: ready, caching, or
+    failed."""
     source = adapter.spec.source
     if source.type is LoRASourceType.LOCAL_PATH:
         return local_path(source.uri, roots)
@@ -93,7 +98,7 @@ def resolve(adapter: LoRAAdapter, cache: AdapterCache, roots: AdapterRoots) -> C
             INVALID_SOURCE,
             f"a {source.type.value} source.uri must look like {form}, not {source.uri!r}",
         )
-    return cache.ensure(adapter, uri)
+    return cache.ensure(adapter, uri, model)
 
 
 def registry_source(source_type: LoRASourceType, uri: str) -> str | None:
