@@ -90,9 +90,14 @@ class JobAdapterCache:
 
     def ensure(self, adapter: LoRAAdapter, source: str, model: Model) -> CacheState:
         """The fetch Job's state (READY with the engines' path); starts following it."""
-        ctx, why = self._context(model)
-        if ctx is None:
-            return CacheState.failed(NO_VOLUME, why)
+        try:
+            ctx = build_context(model, self._backends, self._options)
+        except (InvalidSpecError, UnsupportedBackendError) as exc:
+            # The Model's own status says so; the adapter is fetched once it can run.
+            why = f"Model {model.key} cannot run as written ({exc}); fetched once it can"
+            return CacheState.pending(REASONS[CacheStatus.PENDING], why)
+        if (problem := lora_jobs.volume_problem(ctx)) is not None:
+            return CacheState.failed(NO_VOLUME, problem)
         job, path = lora_jobs.fetch_job(ctx, adapter, source)
         name = job["metadata"]["name"]
         current = self._fetches.get(adapter.key)
@@ -109,13 +114,13 @@ class JobAdapterCache:
         )
         return fetch.state
 
-    def _context(self, model: Model) -> tuple[RenderContext | None, str]:
+    def _context(self, model: Model) -> RenderContext | None:
+        """The base Model's render, when it has a cache volume adapters go in."""
         try:
             ctx = build_context(model, self._backends, self._options)
-        except (InvalidSpecError, UnsupportedBackendError) as exc:
-            return None, f"Model {model.key} cannot be rendered: {exc}"
-        why = lora_jobs.volume_problem(ctx)
-        return (None, why) if why is not None else (ctx, "")
+        except (InvalidSpecError, UnsupportedBackendError):
+            return None
+        return ctx if lora_jobs.volume_problem(ctx) is None else None
 
     async def _follow(self, fetch: _Fetch, job: Obj) -> None:
         """Create (or find) the Job, then read it until it succeeded or failed."""
@@ -145,7 +150,7 @@ class JobAdapterCache:
         if model is None or source.type is LoRASourceType.LOCAL_PATH:
             return
         uri = registry_source(source.type, source.uri)
-        ctx, _ = self._context(model)
+        ctx = self._context(model)
         if ctx is None or uri is None:
             return
         job, _ = lora_jobs.fetch_job(ctx, adapter, uri)
