@@ -400,6 +400,18 @@ def test_reference_gets_max_loras_for_bound_adapters() -> None:
     assert "--max-loras" not in plain.args
 
 
+def test_reference_gets_every_adapter_root_and_vllm_none() -> None:
+    roots = ("/srv/adapters", "/var/cache/lora-adapters")
+    spec = render(model("reference", "file:///models/demo"), vendor="cpu", lora_roots=roots)
+    assert spec.args[-4:] == (
+        "--lora-root", "/srv/adapters", "--lora-root", "/var/cache/lora-adapters",
+    )  # fmt: skip
+    assert "--lora-root" not in render(model("reference", "file:///models/demo")).args
+    # vLLM has no such setting: the controller's own check is the only one for it.
+    vllm = render(model("vllm", "HF://o/m", {"enableLora": True}), lora_roots=roots)
+    assert not any("root" in arg for arg in vllm.args)
+
+
 IMAGES = [
     # (backend, vendor, arch, environ, image)
     ("vllm", "amd", "gfx906", {}, "registry.harbor.lan/flexinfer/vllm:rocm-gfx906"),

@@ -86,7 +86,7 @@ PINNED = {
     "reference-cpu-file": (
         "flexinfer/engine:latest", ["python", "-m", "flexinfer_engine", "serve"],
         ["--model-dir", "/models", "--served-model-name", "tiny", "--host", "0.0.0.0",
-         "--port", "8000"], 8000,
+         "--port", "8000", "--lora-root", "/models"], 8000,  # adapters: the Model's volume
     ),
     "vllm-nvidia-pvc-prefetch": (
         "vllm/vllm-openai:latest", None,

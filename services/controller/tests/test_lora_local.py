@@ -46,8 +46,11 @@ def standins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[StandI
 
 @pytest.fixture
 async def h(tmp_path: Path, standins: StandIns) -> AsyncIterator[Harness]:
-    """The local controller with a declared GPU and a fast adapter resync."""
-    async with run_controller(tmp_path, gpus=[GPU], lora_resync_interval_s=0.5) as harness:
+    """The local controller with a declared GPU, a fast adapter resync, and the test's
+    ``adapters`` directory as the one adapter root."""
+    async with run_controller(
+        tmp_path, gpus=[GPU], lora_resync_interval_s=0.5, lora_roots=[tmp_path / "adapters"]
+    ) as harness:
         yield harness
 
 
@@ -158,6 +161,35 @@ async def test_preloaded_adapter_is_loaded_served_and_unloaded_on_delete(
     assert await chat(url, "sql-lora") == 404
 
 
+async def test_endpoints_say_a_replica_holds_an_adapter_only_once_it_does(
+    tmp_path: Path, standins: StandIns
+) -> None:
+    two = {**GPU, "count": 2}
+    roots = [tmp_path / "adapters"]
+    async with run_controller(
+        tmp_path, gpus=[two], lora_resync_interval_s=0.5, lora_roots=roots
+    ) as h:
+        # The adapter first: each replica is announced as it becomes ready, and the
+        # adapter loop loads the adapter into it (a spec change would replace replicas).
+        await apply(h, lora_doc("sql", str(adapter_dir(tmp_path / "adapters", "sql"))))
+        doc = model_doc("base", fake_model_dir(tmp_path / "m").as_uri(), backend="vllm")
+        doc["spec"].update(config={"enableLora": True}, gpu={"vendor": "auto"})
+        doc["spec"]["serverless"].update(minReplicas=2, maxReplicas=2)
+        await h.put_model(doc)
+        # Every event the proxies get: an endpoint that says it holds the adapter does
+        # (asked as the event arrives; nothing unloads it here). The second replica is
+        # announced before or once it holds it, never as holding it before it does.
+        while True:
+            event = await h.endpoints_event("default/base", timeout_s=30)
+            for endpoint in event.endpoints:
+                assert endpoint.adapters is not None, "a vLLM Model's endpoints say"
+                if "sql-lora" in endpoint.adapters:
+                    assert "sql-lora" in await held(endpoint.url), event
+            holding = [e for e in event.endpoints if e.adapters == ["sql-lora"]]
+            if len(holding) == 2:
+                break
+
+
 async def test_an_engine_that_restarts_gets_its_adapters_back(h: Harness, tmp_path: Path) -> None:
     url = await serve_base(h, tmp_path)
     path = adapter_dir(tmp_path / "adapters", "sql")
@@ -197,7 +229,7 @@ async def test_engine_refusals_fail_the_adapter_with_the_engines_message(
     url = await serve_base(h, tmp_path)
     wide = adapter_dir(tmp_path / "adapters", "wide", rank=64)  # the engine allows 16
     await apply(h, lora_doc("wide", str(wide)))
-    await apply(h, lora_doc("missing", str(tmp_path / "nowhere")))
+    await apply(h, lora_doc("missing", str(tmp_path / "adapters" / "nowhere")))
     failed = await reaches(h, "wide", "Failed")
     assert reason(failed) == "LoadFailed"
     assert "400" in (failed.status.message or "")
@@ -209,6 +241,28 @@ async def test_engine_refusals_fail_the_adapter_with_the_engines_message(
     await h.put_model(_with_config(await h.store.get_model("default", "base"), maxLoraRank=64))
     fixed = await reaches(h, "wide", "Loaded", timeout_s=30)
     assert fixed.status.loaded_replicas == 1
+
+
+async def test_a_path_outside_the_roots_fails_before_the_engine_is_asked(
+    h: Harness, tmp_path: Path
+) -> None:
+    url = await serve_base(h, tmp_path)
+    # vLLM checks no path itself (the stand-in would load this one): the controller does.
+    outside = adapter_dir(tmp_path / "elsewhere", "sql")
+    await apply(h, lora_doc("sql", str(outside)))
+    failed = await reaches(h, "sql", "Failed")
+    assert reason(failed) == "PathNotAllowed"
+    message = failed.status.message or ""
+    assert "FLEXINFER_CONTROLLER_LORA_ROOTS" in message
+    assert str(tmp_path / "adapters") in message
+    cached = {c.type: c for c in failed.status.conditions}["Cached"]
+    assert (cached.status, cached.reason) == ("False", "PathNotAllowed")
+    assert await held(url) == {}
+    # Moved into a root, the same adapter loads.
+    inside = adapter_dir(tmp_path / "adapters", "sql")
+    await apply(h, lora_doc("sql", str(inside)))
+    await reaches(h, "sql", "Loaded")
+    assert await held(url) == {"sql-lora": str(inside)}
 
 
 def _with_config(model: Any, **config: Any) -> dict[str, Any]:

@@ -14,10 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from flexinfer_common.api import LoRAAdapter, LoRASourceType
+from flexinfer_common.api import LoRAAdapter, LoRASourceType, Model
 from flexinfer_common.serving import serve_in_background
 from flexinfer_controller.adapters.registry.settings import RegistryClientSettings
 from flexinfer_controller.core.cache import CacheStatus
+from flexinfer_controller.core.lora.roots import AdapterRoots
 from flexinfer_controller.core.lora.sources import (
     NoAdapterCache,
     local_path,
@@ -45,6 +46,7 @@ from flexinfer_testing.backend_servers import install_standins
 
 GPU = {"vendor": "nvidia", "count": 1, "arch": "sm_89", "vram": "24Gi"}
 WEIGHTS = b"w" * 200_000
+MODELS = AdapterRoots.of([], ["/models"])
 
 
 def adapter(source_type: str, uri: str) -> LoRAAdapter:
@@ -69,16 +71,47 @@ def adapter(source_type: str, uri: str) -> LoRAAdapter:
     ],
 )
 def test_local_paths_the_engine_cannot_be_given_fail(uri: str, mentions: str) -> None:
-    state = local_path(uri)
+    state = local_path(uri, MODELS)
     assert (state.status, state.reason) == (CacheStatus.FAILED, "InvalidSource")
     assert mentions in state.message
 
 
 def test_a_local_path_is_the_engines_path_as_given() -> None:
-    state = local_path("/models/adapters//sql/")
+    state = local_path("/models/adapters//sql/", MODELS)
     assert (state.status, state.reason, str(state.path)) == (
         CacheStatus.READY, "LocalPath", "/models/adapters/sql",
     )  # fmt: skip
+
+
+def test_without_roots_every_local_path_is_denied_naming_the_setting() -> None:
+    state = local_path("/home/me/adapters/sql", AdapterRoots())
+    assert (state.status, state.reason) == (CacheStatus.FAILED, "PathNotAllowed")
+    assert "FLEXINFER_CONTROLLER_LORA_ROOTS" in state.message
+    assert "denied by default" in state.message
+
+
+def test_a_local_path_outside_every_root_is_denied_listing_them() -> None:
+    roots = AdapterRoots.of(["/srv/adapters"], ["/var/cache/lora-adapters"])
+    assert local_path("/srv/adapters/sql", roots).status is CacheStatus.READY
+    assert local_path("/var/cache/lora-adapters/default_a", roots).status is CacheStatus.READY
+    for outside in ("/srv/adapters-other/sql", "/srv", "/etc/sql"):
+        state = local_path(outside, roots)
+        assert (state.status, state.reason) == (CacheStatus.FAILED, "PathNotAllowed"), outside
+        assert "/srv/adapters, /var/cache/lora-adapters" in state.message
+        assert "FLEXINFER_CONTROLLER_LORA_ROOTS" in state.message
+
+
+def test_locally_a_link_out_of_a_root_is_outside_it(tmp_path: Path) -> None:
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    (elsewhere / "sql").mkdir(parents=True)
+    root.mkdir()
+    (root / "sql").symlink_to(elsewhere / "sql")
+    (root / "real").mkdir()
+    local = AdapterRoots.of([root], [], follow_links=True)
+    assert local_path(str(root / "real"), local).status is CacheStatus.READY
+    assert local_path(str(root / "sql"), local).reason == "PathNotAllowed"
+    # Where the controller cannot see the engine's filesystem, the path is taken as written.
+    assert local_path(str(root / "sql"), AdapterRoots.of([root], [])).status is CacheStatus.READY
 
 
 @pytest.mark.parametrize(
@@ -98,10 +131,14 @@ def test_registry_uris(source_type: LoRASourceType, uri: str, expected: str | No
 
 
 def test_a_remote_source_without_a_registry_waits_naming_the_setting() -> None:
-    state = resolve(adapter("HuggingFace", "org/sql-lora"), NoAdapterCache())
+    base = Model.model_validate(
+        {"metadata": {"name": "m", "namespace": "default"},
+         "spec": {"backend": "vllm", "source": "hf://org/m"}}
+    )  # fmt: skip
+    state = resolve(adapter("HuggingFace", "org/sql-lora"), NoAdapterCache(), MODELS, base)
     assert (state.status, state.reason) == (CacheStatus.PENDING, "RegistryNotConfigured")
     assert "FLEXINFER_CONTROLLER_REGISTRY_ADDRESS" in state.message
-    bad = resolve(adapter("OCI", "s3://x/y"), NoAdapterCache())
+    bad = resolve(adapter("OCI", "s3://x/y"), NoAdapterCache(), MODELS, base)
     assert (bad.status, bad.reason) == (CacheStatus.FAILED, "InvalidSource")
 
 

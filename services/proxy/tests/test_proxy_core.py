@@ -13,14 +13,15 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from flexinfer_common.api.meta import utcnow
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.bus.topics import DemandEvent, EndpointInfo, EndpointsEvent
 from flexinfer_common.settings import StoreSettings
-from flexinfer_common.store import create_store
+from flexinfer_common.store import EndpointRecord, create_store
 from flexinfer_proxy.core.activity import activity_interval
 from flexinfer_proxy.core.catalog import ModelCatalog, build_name_index
-from flexinfer_proxy.core.endpoints import EndpointTable
+from flexinfer_proxy.core.endpoints import EndpointTable, serving_adapter
 from flexinfer_proxy.core.errors import ActivationTimeoutError, BadRequestError, QueueFullError
 from flexinfer_proxy.core.extract import check_model_name, parse_json_body
 from flexinfer_proxy.core.queue import ColdStartQueue
@@ -95,6 +96,36 @@ def test_store_reads_older_than_an_event_are_ignored() -> None:
     assert table.urls("ns/m") == ["http://a"]
     table.apply_records([], read_started=11.0, models=["ns/m"])
     assert table.urls("ns/m") == []
+
+
+def _record(replica: str, url: str) -> EndpointRecord:
+    return EndpointRecord(
+        model="ns/m", replica=replica, url=url, ready=True, node=None, updated_at=utcnow()
+    )
+
+
+def test_store_reads_keep_which_adapters_each_endpoint_holds() -> None:
+    now = [10.0]
+    table = EndpointTable(clock=lambda: now[0])
+    infos = [
+        EndpointInfo(url="http://a", replica="a", adapters=["sql"]),
+        EndpointInfo(url="http://b", replica="b", adapters=[]),
+    ]
+    table.apply_event(EndpointsEvent(model="ns/m", endpoints=infos, phase="Ready", revision=1))
+    sql = serving_adapter("sql", loaded=True)
+    assert {table.pick("ns/m", serves=sql).url for _ in range(3)} == {"http://a"}  # type: ignore[union-attr]
+    # Records do not say: a replica keeps what the last event said of it, and one only
+    # the store knows (its event was lost) holds nothing yet.
+    records = [_record("a", "http://a"), _record("b", "http://b"), _record("c", "http://c")]
+    table.apply_records(records, read_started=11.0, models=["ns/m"])
+    held = {e.replica: e.adapters for e in table.endpoints("ns/m")}
+    assert held == {"a": ["sql"], "b": [], "c": []}
+    # A controller that does not say (events without adapters): unknown, status decides.
+    table.apply_event(_event(2, "http://a", "http://b"))
+    table.apply_records(records, read_started=12.0, models=["ns/m"])
+    assert {e.adapters for e in table.endpoints("ns/m")} == {None}
+    assert table.serving("ns/m", sql)
+    assert not table.serving("ns/m", serving_adapter("sql", loaded=False))
 
 
 def test_served_names_win_over_other_models_aliases() -> None:

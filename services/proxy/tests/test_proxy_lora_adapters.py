@@ -11,6 +11,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase, Model
 from flexinfer_common.bus import topics
+from flexinfer_proxy.core.adapters import serves
 from flexinfer_proxy.core.catalog import build_target_index, dangling_adapters
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_stack import ProxyStack, proxy_stack, upstreams, wait_until
@@ -271,3 +272,72 @@ async def test_an_adapter_of_an_external_model_is_forwarded_as_it_is(tmp_path: P
             async with stack.openai() as client:
                 await client.chat.completions.create(model="sql-v1", messages=MESSAGES)
         assert fake.seen[-1].json()["model"] == "sql-v1"
+
+
+async def test_an_adapter_goes_only_to_replicas_that_hold_it(tmp_path: Path) -> None:
+    base = make_model("llama")
+    async with upstreams(2) as ups, proxy_stack(tmp_path, [base]) as stack:
+        (holder, u0), (newcomer, u1) = ups
+        sql = await stack.store.create_adapter(make_adapter("sql", "llama", adapter_name="sql-v1"))
+        await announce(stack, sql)
+        await wait_until(lambda: "sql-v1" in adapter_names(stack))
+        # A second replica is announced before the controller loaded the adapter into it.
+        await stack.set_endpoints("default/llama", [u0, u1], adapters={u0: ["sql-v1"], u1: []})
+        async with stack.openai() as client:
+            for _ in range(4):
+                await client.chat.completions.create(model="sql-v1", messages=MESSAGES)
+            assert newcomer.seen == []
+            assert [s.json()["model"] for s in holder.seen] == ["sql-v1"] * 4
+            # The base model is served by both.
+            for _ in range(2):
+                await client.chat.completions.create(model="llama", messages=MESSAGES)
+            assert [s.json()["model"] for s in newcomer.seen] == ["llama"]
+
+
+async def test_an_adapter_no_replica_holds_waits_until_one_does(tmp_path: Path) -> None:
+    base = make_model("llama")
+    async with upstreams(2) as ups, proxy_stack(tmp_path, [base]) as stack:
+        (first, u0), (second, u1) = ups
+        demands = stack.bus.consumer(topics.DEMAND, "test", "t")
+        # Loaded, as the status says, but the replicas now serving have not got it yet
+        # (the one that had it left): the request waits, and its demand names the adapter.
+        sql = await stack.store.create_adapter(make_adapter("sql", "llama", adapter_name="sql-v1"))
+        await announce(stack, sql)
+        await wait_until(lambda: "sql-v1" in adapter_names(stack))
+        await stack.set_endpoints("default/llama", [u0, u1], adapters={u0: [], u1: []})
+        async with stack.openai() as client:
+            asked = asyncio.create_task(
+                client.chat.completions.create(model="sql-v1", messages=MESSAGES)
+            )
+            await wait_until(lambda: stack.core.queue.depth("default/llama:sql-v1") == 1)
+            (message, *_) = await demands.fetch(timeout_s=5)
+            assert (message.payload["model"], message.payload["adapter"]) == (
+                "default/llama",
+                "sql-v1",
+            )
+            # A store resync does not make a replica hold what no event said it holds.
+            await stack.core.resync()
+            assert stack.core.queue.depth("default/llama:sql-v1") == 1  # not released
+            assert not stack.core.table.serving("default/llama", serves(sql))
+            await stack.set_endpoints("default/llama", [u0, u1], adapters={u0: [], u1: ["sql-v1"]})
+            reply = await asked
+        assert reply.choices[0].message.content == "hello from u1"
+        assert first.seen == []
+        assert second.seen[-1].json()["model"] == "sql-v1"
+
+
+async def test_endpoints_that_do_not_say_serve_an_adapter_once_it_is_loaded(
+    tmp_path: Path,
+) -> None:
+    # A controller that predates EndpointInfo.adapters: the status decides, as before.
+    base = make_model("llama")
+    async with upstreams(2) as ups, proxy_stack(tmp_path, [base]) as stack:
+        urls = [url for _, url in ups]
+        await stack.set_endpoints("default/llama", urls)
+        sql = await stack.store.create_adapter(make_adapter("sql", "llama", adapter_name="sql-v1"))
+        await announce(stack, sql)
+        await wait_until(lambda: "sql-v1" in adapter_names(stack))
+        async with stack.openai() as client:
+            for _ in range(2):
+                await client.chat.completions.create(model="sql-v1", messages=MESSAGES)
+        assert [len(fake.seen) for fake, _ in ups] == [1, 1]

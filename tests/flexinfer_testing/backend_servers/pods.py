@@ -6,15 +6,18 @@ pod it starts ``vllm serve`` (the stand-in) with the pod's rendered container ar
 bound to the pod's IP (the kubelet hands out loopback ones, ``Kubelet.pod_network``), and
 stops it when the pod goes. The model path inside the container does not exist here, so
 ``--model`` points at a local directory instead; every other flag is the pod's own.
+``mounts`` plays the pods' volumes: a path inside the container (``/models``) -> the local
+directory the engine reads it from.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +44,14 @@ def container_argv(pod: Obj, vllm: Path, model_dir: Path) -> list[str]:
     return [str(vllm), "serve", str(model_dir), *args]
 
 
-def container_env(pod: Obj) -> dict[str, str]:
-    """The container's literal env on top of this process's."""
+def container_env(pod: Obj, mounts: Mapping[str, Path] | None = None) -> dict[str, str]:
+    """The container's literal env on top of this process's (and its mounts for the
+    stand-in, ``FLEXINFER_STANDIN_MOUNTS``)."""
     env = pod["spec"]["containers"][0].get("env") or []
-    return {**os.environ, **{e["name"]: e["value"] for e in env if "value" in e}}
+    out = {**os.environ, **{e["name"]: e["value"] for e in env if "value" in e}}
+    if mounts:
+        out["FLEXINFER_STANDIN_MOUNTS"] = json.dumps({k: str(v) for k, v in mounts.items()})
+    return out
 
 
 def _serving(pod: Obj) -> bool:
@@ -59,10 +66,17 @@ def _serving(pod: Obj) -> bool:
 class PodEngines:
     """One stand-in process per serving pod, by pod name."""
 
-    def __init__(self, api: KubeApiServer, standins: StandIns, model_dir: Path) -> None:
+    def __init__(
+        self,
+        api: KubeApiServer,
+        standins: StandIns,
+        model_dir: Path,
+        mounts: Mapping[str, Path] | None = None,
+    ) -> None:
         self.api = api
         self._vllm = standins.bin_dir / "vllm"
         self._model_dir = model_dir
+        self._mounts = dict(mounts or {})
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
     def sync(self) -> None:
@@ -78,7 +92,10 @@ class PodEngines:
         """Run the pod's container (again, when it restarts in place)."""
         argv = container_argv(pod, self._vllm, self._model_dir)
         self.processes[pod["metadata"]["name"]] = subprocess.Popen(
-            argv, env=container_env(pod), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            argv,
+            env=container_env(pod, self._mounts),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
 
     def stop(self, name: str) -> None:
@@ -95,10 +112,13 @@ class PodEngines:
 
 @contextlib.asynccontextmanager
 async def running_pod_engines(
-    api: KubeApiServer, standins: StandIns, model_dir: Path
+    api: KubeApiServer,
+    standins: StandIns,
+    model_dir: Path,
+    mounts: Mapping[str, Path] | None = None,
 ) -> AsyncIterator[PodEngines]:
     """PodEngines syncing after every change on the apiserver, until the block ends."""
-    engines = PodEngines(api, standins, model_dir)
+    engines = PodEngines(api, standins, model_dir, mounts)
     try:
         async with sync_after_changes(api, engines.sync):
             yield engines

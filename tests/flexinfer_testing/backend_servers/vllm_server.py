@@ -11,6 +11,9 @@ LoRA adapters load and unload at runtime as vLLM's server does it (its
 set, a load needs ``--enable-lora`` and a directory with ``adapter_config.json`` whose rank
 fits ``--max-lora-rank``, and the answers carry vLLM's status codes and messages. Loaded
 adapters are listed by ``/v1/models`` (``parent``: the base model) and served by chat.
+Run as a pod's container (``pods.running_pod_engines``), the container's volume mounts are
+``FLEXINFER_STANDIN_MOUNTS`` (a JSON object: container path -> host directory), which
+paths given to it are read through.
 """
 
 from __future__ import annotations
@@ -133,6 +136,9 @@ def run(args: argparse.Namespace, model: str) -> int:
     return 0
 
 
+MOUNTS_ENV = "FLEXINFER_STANDIN_MOUNTS"
+
+
 class Loras:
     """The adapters loaded at runtime, by name (vLLM's ``lora_requests``)."""
 
@@ -142,6 +148,7 @@ class Loras:
         self._base = base
         self._paths: dict[str, str] = {}
         self._lock = threading.Lock()  # the server answers each request on its own thread
+        self._mounts: dict[str, str] = json.loads(os.environ.get(MOUNTS_ENV) or "{}")
 
     def has(self, name: object) -> bool:
         """Whether an adapter of that name is loaded."""
@@ -174,7 +181,7 @@ class Loras:
         """What the engine's add_lora would raise, as the server answers it."""
         if not self._enabled:
             return _error(400, "BadRequestError", "LoRA is not enabled. Use --enable-lora.")
-        config = os.path.join(path, "adapter_config.json")
+        config = os.path.join(self._on_host(path), "adapter_config.json")
         try:
             with open(config) as fh:
                 rank = int(json.load(fh).get("r", 8))
@@ -185,6 +192,13 @@ class Loras:
             message = f"LoRA rank {rank} is greater than max_lora_rank {self._max_rank}."
             return _error(400, "BadRequestError", message)
         return None
+
+    def _on_host(self, path: str) -> str:
+        """Where a path in the container is on this machine (through the mounts)."""
+        for inside, host in self._mounts.items():
+            if path == inside or path.startswith(inside.rstrip("/") + "/"):
+                return host + path[len(inside.rstrip("/")) :]
+        return path
 
     def unload(self, body: dict[str, Any]) -> Reply:
         """POST /v1/unload_lora_adapter {"lora_name"}."""

@@ -7,10 +7,37 @@ its default is what it is.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _path_list(value: object) -> object:
+    """Directories from the environment: a JSON list, or paths separated by ``:`` as in PATH."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        return json.loads(text)
+    return [part for part in text.split(os.pathsep) if part]
+
+
+def _absolute(roots: list[Path]) -> list[Path]:
+    for root in roots:
+        if not root.is_absolute():
+            raise ValueError(f"adapter root {str(root)!r} must be an absolute path")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in str(root)):
+            raise ValueError("adapter roots must not contain control characters")
+    return roots
+
+
+RootList = Annotated[list[Path], NoDecode, BeforeValidator(_path_list), AfterValidator(_absolute)]
+"""Absolute directories (LoRA adapter roots): a list, a JSON list, or ``/a:/b``."""
 
 
 class BusSettings(BaseSettings):

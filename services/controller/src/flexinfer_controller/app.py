@@ -57,7 +57,11 @@ def controller_config(settings: ControllerSettings) -> ControllerConfig:
         crash_backoff_max_s=settings.crash_backoff_max_s,
         crash_loop_limit=settings.crash_loop_limit,
         crash_loop_window_s=settings.crash_loop_window_s,
-        launch=LaunchContext(runtime=settings.runtime, engine_python=settings.engine_python),
+        launch=LaunchContext(
+            runtime=settings.runtime,
+            engine_python=settings.engine_python,
+            lora_roots=runtime_plugin(settings).adapter_roots(settings).texts,
+        ),
     )
 
 
@@ -158,6 +162,8 @@ def create_app(
         engine=adapter_engine,
         cache=partial(plugin.adapter_cache, settings),
         publish=adapter_events.publish,
+        announce=controller.endpoints.held,
+        roots=plugin.adapter_roots(settings),
         resync_interval_s=settings.lora_resync_interval_s,
     )
     controller.watcher = adapter_loop

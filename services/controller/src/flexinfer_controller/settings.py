@@ -14,7 +14,13 @@ from pydantic_settings import SettingsConfigDict
 
 from flexinfer_common.auth import AdminAuthSettings
 from flexinfer_common.quantity import QUANTITY_PATTERN
-from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings, TelemetrySettings
+from flexinfer_common.settings import (
+    BusSettings,
+    LogSettings,
+    RootList,
+    StoreSettings,
+    TelemetrySettings,
+)
 from flexinfer_controller.adapters.registry.settings import RegistryClientSettings
 from flexinfer_controller.catalog.settings import CatalogSettings
 from flexinfer_controller.flashload.settings import FlashLoadSettings
@@ -87,6 +93,15 @@ class ControllerSettings(AdminAuthSettings):
     lora_resync_interval_s: float = Field(default=30.0, gt=0)
     """Seconds between passes over every Model with LoRAAdapters: each asks the engines
     what they hold, so one that restarted in place and lost its adapters gets them back."""
+
+    lora_roots: RootList = Field(default_factory=list)
+    """Directories LocalPath LoRAAdapters may be loaded from (``/a:/b`` or a JSON list), as
+    the engines see them. None by default: a LocalPath makes an engine read files at a
+    path the adapter's author chose, and an engine run locally can read whatever the
+    controller's user can, so no path is trusted until the operator names one. Adapters
+    elsewhere fail (``PathNotAllowed``) before any engine is asked. The controller's
+    adapter cache (local mode) and the base Model's volume (Kubernetes) are roots too;
+    the reference engine is given every root (``--lora-root``), vLLM checks none itself."""
 
     engine_startup_timeout_s: float = Field(default=300.0, gt=0)
     """Seconds an engine may take to report ready before it is killed (vLLM's 300 s)."""

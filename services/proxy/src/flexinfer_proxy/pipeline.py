@@ -203,11 +203,13 @@ class ProxyRequest:
         strategy = hot.strategy
         ctx = RouteContext(self.ds.headers, incoming.fields)
         headers = request_headers(self.ds, drop_authorization=core.auth.enabled)
-        if resolved.adapter is not None and not resolved.model.spec.is_external:
-            await self._wait_adapter(resolved.adapter, hot)  # external: nothing loads it
-        endpoint = core.dispatcher.pick_now(key, strategy, ctx)
+        # External endpoints: nothing loads adapters into them, any of them may serve one.
+        adapter = None if resolved.model.spec.is_external else resolved.adapter
+        endpoint = None if adapter is not None else core.dispatcher.pick_now(key, strategy, ctx)
         while True:
-            if endpoint is None:
+            if adapter is not None and endpoint is None:
+                endpoint = await self._adapter_endpoint(adapter, hot, ctx)
+            elif endpoint is None:
                 endpoint = await self._wait_endpoint(resolved, hot, ctx, incoming)
             incoming.rewrite(core.served_name(resolved, endpoint.url))
             request = UpstreamRequest(
@@ -225,7 +227,9 @@ class ProxyRequest:
                 log.warning("%s: %s; trying another endpoint", key, exc)
                 core.metrics.upstream_errors.labels(key, "connect").inc()
                 core.dispatcher.endpoint_failed(key, url)
-                endpoint = core.dispatcher.pick_now(key, strategy, ctx)
+                endpoint = (
+                    None if adapter is not None else core.dispatcher.pick_now(key, strategy, ctx)
+                )
             except RequestFailedError as exc:
                 core.metrics.upstream_errors.labels(key, "request").inc()
                 raise UpstreamError(str(exc)) from exc
@@ -262,23 +266,31 @@ class ProxyRequest:
                 )
                 return endpoint
 
-    async def _wait_adapter(self, adapter: LoRAAdapter, hot: HotModel) -> None:
-        """Until the controller loaded the LoRA adapter into the engines (its status says
-        Loaded), in the cold-start queue; a demand naming it starts the Model and loads it."""
+    async def _adapter_endpoint(
+        self, adapter: LoRAAdapter, hot: HotModel, ctx: RouteContext
+    ) -> EndpointInfo:
+        """An endpoint whose engine holds the LoRA adapter, waiting in the adapter's
+        cold-start queue until one does; its demand names the adapter, so the controller
+        starts the Model and loads the adapter."""
         core, name = self.core, adapter.spec.adapter_name
-        # As the catalog has it now: no await between this look and joining the queue, so
-        # a status that arrived since the request resolved its target is not missed.
-        current = core.catalog.lookup_target(name)
-        adapter = current.adapter if current is not None and current.adapter else adapter
-        phase = adapter.status.phase
-        if phase is LoRAAdapterPhase.LOADED:
-            return
-        if phase is LoRAAdapterPhase.FAILED:
-            why = adapter.status.message or "the controller could not load it"
-            raise ModelUnavailableError(name, why, delay=core.settings.retry_after_s)
+        key = adapter.model_key
         deadline = self.started + hot.wait_budget_s
-        demand = (adapter.model_key, name)
-        await core.queue.wait(adapter_queue(adapter), name, deadline, self.started, demand)
+        while True:
+            # As the catalog has it now: no await between this look and joining the queue,
+            # so a status that arrived since the last look is not missed.
+            current = core.catalog.lookup_target(name)
+            adapter = current.adapter if current is not None and current.adapter else adapter
+            if adapter.status.phase is LoRAAdapterPhase.FAILED:
+                why = adapter.status.message or "the controller could not load it"
+                raise ModelUnavailableError(name, why, delay=core.settings.retry_after_s)
+            endpoint = core.adapters.pick(adapter, hot.strategy, ctx)
+            if endpoint is not None:
+                return endpoint
+            blocked = core.table.blocked(key)
+            if blocked is not None:
+                raise ModelUnavailableError(name, blocked, delay=core.settings.retry_after_s)
+            demand = (key, name)
+            await core.queue.wait(adapter_queue(adapter), name, deadline, self.started, demand)
 
     def _wants_progress(self, incoming: IncomingRequest) -> bool:
         if self.ds.started:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,13 +47,20 @@ class ProxyStack:
     revision: int = 0
 
     async def set_endpoints(
-        self, model: str, urls: list[str], *, terminating: frozenset[str] = frozenset()
+        self,
+        model: str,
+        urls: list[str],
+        *,
+        terminating: frozenset[str] = frozenset(),
+        adapters: Mapping[str, list[str]] | None = None,
     ) -> None:
         """Write and publish the model's endpoint set, as the controller does, and wait
-        until the proxy applied it (its periodic store resync then agrees with it)."""
+        until the proxy applied it (its periodic store resync then agrees with it).
+        ``adapters``: url -> the LoRA adapters its engine holds (None: not said)."""
         self.revision += 1
+        held = adapters or {}
         infos = [
-            EndpointInfo(url=u, replica=f"r{i}", terminating=u in terminating)
+            EndpointInfo(url=u, replica=f"r{i}", terminating=u in terminating, adapters=held.get(u))
             for i, u in enumerate(urls)
         ]
         for record in await self.store.list_endpoints(model):
@@ -69,7 +76,8 @@ class ProxyStack:
             )
             await self.store.put_endpoint(record)
         event = EndpointsEvent(model=model, endpoints=infos, phase="Ready", revision=self.revision)
-        await self.bus.publish(topics.ENDPOINTS, event.model_dump(mode="json"))
+        payload = event.model_dump(mode="json", exclude_none=True)
+        await self.bus.publish(topics.ENDPOINTS, payload)
         await wait_until(lambda: self.core.table.revision(model) == self.revision)
 
     def openai(self, api_key: str = "test", **kwargs: Any) -> openai.AsyncOpenAI:

@@ -7,7 +7,7 @@ producer and a consumer of different versions fail loudly instead of misreading 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -76,6 +76,15 @@ class EndpointInfo(Event):
     node: str | None = None
     terminating: bool = False
     """The replica's node is being reclaimed (spot termination): proxies stop routing to it."""
+    adapters: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
+        default=None,
+        max_length=4096,
+        description="the LoRA adapters (spec.adapterName) the replica's engine holds now, "
+        "for a Model whose engines take adapters: a proxy routes a request for an adapter "
+        "only to a replica that holds it. None: the controller does not say (the Model takes "
+        "no adapters, or the controller predates the field), and any replica may serve it. "
+        "Left out of the payload when None, so that consumers that predate it read the event",
+    )
 
 
 class EndpointsEvent(Event):

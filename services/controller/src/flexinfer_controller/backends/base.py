@@ -96,6 +96,9 @@ class RenderRequest:
     """Where image overrides (``DEFAULT_VLLM_IMAGE``...) are read: injected, never os.environ."""
     lora_adapters: int = 0
     """LoRAAdapters bound to the model (vLLM enables LoRA when there are any)."""
+    lora_roots: tuple[str, ...] = ()
+    """Directories, as the engine sees them, that LoRA adapters may be loaded from; an
+    engine that checks adapter paths itself is given them (the reference engine)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,8 @@ class LaunchContext:
     """The GPU vendor detectGPU placed the Model on (for ``auto``); None: not detected."""
     arch: str | None = None
     """The detected GPU architecture (``sm_89``, ``gfx1100``); None: unknown."""
+    lora_roots: tuple[str, ...] = ()
+    """Directories engines may load LoRA adapters from (the runtime's ``AdapterRoots``)."""
 
 
 @dataclass(frozen=True, slots=True)

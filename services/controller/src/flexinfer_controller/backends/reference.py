@@ -4,8 +4,9 @@ It has no config keys (spec.config is ignored): everything it needs is the model
 directory and the served name. Locally it reports readiness on a file descriptor.
 It serves LoRA adapters through vLLM's routes (POST /v1/load_lora_adapter and
 /v1/unload_lora_adapter); with bound LoRAAdapters it gets ``--max-loras N`` as vLLM does.
-The directories adapters may be loaded from are the engine's own setting
-(FLEXINFER_ENGINE_LORA_ROOTS, inherited from the controller's environment locally).
+It refuses adapter paths outside its roots: it gets one ``--lora-root`` per directory the
+controller loads adapters from (its adapter cache, the operator's roots), always, so an
+adapter created later loads without a restart.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class ReferenceBackend(Backend):
         if request.lora_adapters > 0:
             # The engine's default is vLLM's (one adapter); no flag without adapters.
             args += ("--max-loras", str(request.lora_adapters))
+        for root in request.lora_roots:
+            args += ("--lora-root", root)  # absolute, no control characters (settings)
         return EngineSpec(
             backend=self.name,
             image=resolve_image(IMAGES, request),

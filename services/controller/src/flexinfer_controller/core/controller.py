@@ -129,11 +129,14 @@ class Controller:
         self.cache = cache
         self._backoff = Backoff(max_s=30.0)
         """A failed reconcile is retried after 0.1 s, doubling up to 30 s."""
+        self.endpoints = EndpointPublisher(bus, store)
+        """What the proxies are told of each Model's endpoints (the adapter loop adds
+        which adapters each holds)."""
         self.reconciler = Reconciler(
             store=store,
             runtime=self.runtime,
             backends=backends,
-            publisher=EndpointPublisher(bus, store),
+            publisher=self.endpoints,
             crashes=self._crashes,
             queue=self.queue,
             launch_context=config.launch,

@@ -233,7 +233,9 @@ class Reconciler:
         )
         ready = [r for r in running if r.state is ReplicaState.READY]
         status = await self._with_kv_cache(model, status, ready)
-        await self._publisher.sync(key, ready, status.phase.value, blocked_reason(status))
+        await self._publisher.sync(
+            key, ready, status.phase.value, blocked_reason(status), adapters=self._takes(model)
+        )
         held = plan.verdict.shared is not None
         self._report_progress(model, status, ready, active_at, plan.download, held)
         for replica in to_stop:
@@ -243,6 +245,11 @@ class Reconciler:
         await self._runtime.ensure(model, verdict.gpu)
         await self._write_status(model, status)
         await self._prune(key)
+
+    def _takes(self, model: Model) -> bool:
+        """Whether ``model``'s engines take LoRA adapters (its endpoints say which)."""
+        backend = self._backends.get(model.spec.backend)
+        return backend is not None and backend.lora is not None
 
     async def _with_kv_cache(
         self, model: Model, status: ModelStatus, ready: list[Replica]

@@ -31,6 +31,7 @@ from flexinfer_controller.core.gpu import (
     declared_labels,
     parse_vram_mb,
 )
+from flexinfer_controller.core.lora.roots import AdapterRoots
 from flexinfer_controller.core.lora.sources import AdapterCache
 from flexinfer_controller.core.prestart import NoPreStart, PreStart, PreStartChain
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
@@ -50,6 +51,8 @@ AdapterFeedFactory = Callable[[ControllerSettings, ModelStore], AdapterFeed]
 """Where the controller learns of LoRAAdapter changes not made through its admin API."""
 AdapterCacheFactory = Callable[[ControllerSettings, Notify], AdapterCache]
 """Where remote LoRAAdapter sources are fetched, re-queueing the base Model via ``Notify``."""
+AdapterRootsFactory = Callable[[ControllerSettings], AdapterRoots]
+"""Where engines may load LoRAAdapters from: the operator's roots and the runtime's own."""
 
 
 class BackgroundLoop(Protocol):
@@ -101,6 +104,8 @@ class RuntimePlugin:
     """What serves v1alpha1 ModelDeployments and ModelCaches (only the apiserver holds them)."""
     adapter_cache: AdapterCacheFactory
     """Where HuggingFace and OCI LoRAAdapters are fetched for the engines."""
+    adapter_roots: AdapterRootsFactory
+    """The directories engines may load LoRAAdapters from (the checks and ``--lora-root``)."""
 
 
 def _local(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
@@ -192,10 +197,25 @@ def _registry_adapters(settings: ControllerSettings, notify: Notify) -> AdapterC
     return create_adapter_cache(settings, notify)
 
 
-def _engine_paths(settings: ControllerSettings, notify: Notify) -> AdapterCache:
-    from flexinfer_controller.runtime.kubernetes.lora import PathOnlyAdapterCache
+def _local_roots(settings: ControllerSettings) -> AdapterRoots:
+    """The operator's roots and the adapter cache; engines share this filesystem."""
+    from flexinfer_controller.adapters.registry.factory import adapter_cache_dir
 
-    return PathOnlyAdapterCache()
+    cache = adapter_cache_dir(settings)
+    own = [cache] if cache is not None else []
+    return AdapterRoots.of(settings.lora_roots, own, follow_links=True)
+
+
+def _pod_roots(settings: ControllerSettings) -> AdapterRoots:
+    from flexinfer_controller.runtime.kubernetes.lora import adapter_roots
+
+    return adapter_roots(settings)
+
+
+def _job_adapters(settings: ControllerSettings, notify: Notify) -> AdapterCache:
+    from flexinfer_controller.runtime.kubernetes.factory import kubernetes_adapter_cache
+
+    return kubernetes_adapter_cache(settings, notify)
 
 
 def _no_legacy(settings: ControllerSettings, store: ModelStore) -> BackgroundLoop:
@@ -251,6 +271,7 @@ def _plugins() -> dict[str, RuntimePlugin]:
             _no_adapter_feed,
             _no_legacy,
             _registry_adapters,
+            _local_roots,
         ),
         "kubernetes": RuntimePlugin(
             _kubernetes,
@@ -261,7 +282,8 @@ def _plugins() -> dict[str, RuntimePlugin]:
             _kube_catalogs,
             _kube_adapters,
             _kube_legacy,
-            _engine_paths,
+            _job_adapters,
+            _pod_roots,
         ),
     }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from flexinfer_common.api import Model
 from flexinfer_common.bus.topics import EndpointInfo
@@ -23,9 +24,16 @@ def wait_budget(model: Model, queue_timeout_s: float, cold_start_timeout_s: floa
 class Dispatcher:
     """Round-robin over ready endpoints; queue (and demand) when there are none."""
 
-    def __init__(self, table: EndpointTable, queue: ColdStartQueue) -> None:
+    def __init__(
+        self,
+        table: EndpointTable,
+        queue: ColdStartQueue,
+        on_available: Callable[[str], None] | None = None,
+    ) -> None:
         self.table = table
         self.queue = queue
+        self._on_available = on_available
+        """Also told when a model's endpoints may be usable (its adapters' waiters)."""
 
     def pick_now(
         self,
@@ -65,3 +73,5 @@ class Dispatcher:
         """Endpoints of ``model`` may be usable now: wake its waiters in order."""
         if self.table.usable(model):
             self.queue.release(model)
+        if self._on_available is not None:
+            self._on_available(model)

@@ -29,11 +29,29 @@ class _EndpointSet:
     """Why the controller says the model cannot get an endpoint now (None: it can)."""
     served: dict[str, str] = field(default_factory=dict)
     """url -> the one model an external endpoint lists in its /v1/models."""
+    says_adapters: bool = False
+    """The controller's events say which adapters each endpoint holds (EndpointInfo.adapters):
+    an endpoint known only from the store holds none until an event says otherwise."""
 
 
 def routable(info: EndpointInfo) -> bool:
     """Ready, and not on a node being reclaimed (spot termination)."""
     return info.ready and not info.terminating
+
+
+Serves = Callable[[EndpointInfo], bool]
+"""Which endpoints may take a request (one for a LoRA adapter: those that hold it)."""
+
+
+def serving_adapter(name: str, loaded: bool) -> Serves:
+    """Endpoints that serve LoRA adapter ``name``: those that say they hold it; one that
+    does not say (a controller that predates EndpointInfo.adapters) once the adapter's
+    status says ``loaded`` (on every ready replica)."""
+
+    def serves(info: EndpointInfo) -> bool:
+        return loaded if info.adapters is None else name in info.adapters
+
+    return serves
 
 
 class EndpointTable:
@@ -83,6 +101,8 @@ class EndpointTable:
         # A new revision is fresh news about every endpoint: forget the cooldowns.
         entry.out_until.clear()
         entry.leaving = {(e.replica, e.url) for e in event.endpoints if e.terminating}
+        if event.endpoints:  # an empty set says nothing about adapters
+            entry.says_adapters = any(e.adapters is not None for e in event.endpoints)
         self._replace(event.model, entry, [e for e in event.endpoints if routable(e)])
         self._set_blocked(event.model, entry, event.blocked)
         return True
@@ -131,15 +151,15 @@ class EndpointTable:
         do. A replica the last event marked terminating stays out, or every resync would
         put it back into rotation until the next event.
         """
-        grouped: dict[str, list[EndpointInfo]] = {m: [] for m in models}
+        grouped: dict[str, list[EndpointRecord]] = {m: [] for m in models}
         for rec in records:
             if rec.ready and rec.model in grouped:
-                info = EndpointInfo(url=rec.url, replica=rec.replica, ready=True, node=rec.node)
-                grouped[rec.model].append(info)
-        for model, infos in grouped.items():
+                grouped[rec.model].append(rec)
+        for model, recs in grouped.items():
             entry = self._sets.setdefault(model, _EndpointSet())
             if entry.external or entry.updated_at > read_started:
                 continue  # external URLs come from the spec; a newer event wins
+            infos = [_stored(rec, entry) for rec in recs]
             infos = [i for i in infos if (i.replica, i.url) not in entry.leaving]
             self._replace(model, entry, sorted(infos, key=lambda e: e.replica))
 
@@ -181,13 +201,28 @@ class EndpointTable:
         model: str,
         strategy: RoutingStrategy | None = None,
         ctx: RouteContext | None = None,
+        serves: Serves | None = None,
     ) -> EndpointInfo | None:
-        """A usable endpoint of ``model`` chosen by ``strategy`` (round-robin by default)."""
+        """A usable endpoint of ``model`` chosen by ``strategy`` (round-robin by default);
+        only among those that ``serves`` when given (a LoRA adapter's holders)."""
         entry = self._sets.get(model)
         if entry is None or not entry.endpoints:
             return None
+        endpoints = entry.endpoints
+        if serves is not None:
+            endpoints = [e for e in endpoints if serves(e)]
+            if not endpoints:
+                return None
         chooser = strategy or self._round_robin
-        return chooser.pick(model, entry.endpoints, self.usable_check(model), ctx or _NO_CONTEXT)
+        return chooser.pick(model, endpoints, self.usable_check(model), ctx or _NO_CONTEXT)
+
+    def serving(self, model: str, serves: Serves) -> bool:
+        """Whether ``model`` has a usable endpoint that ``serves`` (an adapter's holders)."""
+        entry = self._sets.get(model)
+        if entry is None:
+            return False
+        check = self.usable_check(model)
+        return any(serves(e) and check(e) for e in entry.endpoints)
 
     def usable(self, model: str) -> bool:
         """Whether ``model`` has an endpoint that is not cooling down or unhealthy."""
@@ -227,3 +262,15 @@ class EndpointTable:
             # Notify on every non-empty update, not only empty -> non-empty: waiters may
             # exist while endpoints are cooling down and a new set can serve them.
             self._on_available(model)
+
+
+def _stored(rec: EndpointRecord, entry: _EndpointSet) -> EndpointInfo:
+    """An endpoint from a store record, which does not say which adapters it holds: what
+    the last event said of the same replica, else none when events say, else unknown."""
+    adapters: list[str] | None = [] if entry.says_adapters else None
+    for known in entry.endpoints:
+        if (known.replica, known.url) == (rec.replica, rec.url):
+            adapters = known.adapters
+    return EndpointInfo(
+        url=rec.url, replica=rec.replica, ready=True, node=rec.node, adapters=adapters
+    )

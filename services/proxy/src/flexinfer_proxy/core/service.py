@@ -14,6 +14,7 @@ from flexinfer_common.bus import EventBus, topics
 from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
 from flexinfer_common.store import ModelStore
 from flexinfer_proxy.core.activity import ActivityTracker, activity_interval
+from flexinfer_proxy.core.adapters import AdapterRouting
 from flexinfer_proxy.core.auth import Authenticator, TokenGrant, load_token_file
 from flexinfer_proxy.core.backoff import Backoff
 from flexinfer_proxy.core.catalog import ModelCatalog, Target, adapter_queue
@@ -108,7 +109,8 @@ class ProxyCore:
             on_cold_start=self._cold_start,
             backoff=backoff,
         )
-        self.dispatcher = Dispatcher(self.table, self.queue)
+        self.adapters = AdapterRouting(self.table, self.queue, self.catalog)
+        self.dispatcher = Dispatcher(self.table, self.queue, on_available=self.adapters.wake)
         self._hot: dict[str, HotModel] = {}
         self._demand_told: dict[str, int] = {}
         """The waiting count last logged per model (one entry per model that waited)."""
@@ -155,6 +157,8 @@ class ProxyCore:
         """Re-read what a queue waits for: an adapter's status, or a model's endpoints."""
         if ":" in key:  # an adapter's queue (see catalog.adapter_queue)
             await self.catalog.refresh()
+            # Endpoint events can be lost too: which endpoint holds it may have changed.
+            await self.refresh_endpoints(key.partition(":")[0])
         else:
             await self.refresh_endpoints(key)
 
@@ -176,12 +180,12 @@ class ProxyCore:
         self._adapters_changed(self.catalog.adapters)
 
     def _adapters_changed(self, adapters: list[LoRAAdapter]) -> None:
-        """Requests waiting for an adapter go once it is Loaded, or fail if it cannot be."""
+        """Requests waiting for an adapter go once an endpoint holds it, or fail if it
+        cannot be loaded."""
         for adapter in adapters:
-            phase = adapter.status.phase
-            if phase is LoRAAdapterPhase.LOADED:
-                self.queue.release(adapter_queue(adapter))
-            elif phase is LoRAAdapterPhase.FAILED:
+            if adapter.status.phase is not LoRAAdapterPhase.FAILED:
+                self.adapters.wake_one(adapter)
+            else:
                 why = adapter.status.message or "the controller could not load it"
                 error = ModelUnavailableError(
                     adapter.spec.adapter_name, why, delay=self.settings.retry_after_s

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from flexinfer_controller.core.cache import ModelCache, NoRegistryCache, Notify
 from flexinfer_controller.core.lora.sources import AdapterCache, NoAdapterCache
 from flexinfer_controller.settings import ControllerSettings
@@ -26,11 +28,22 @@ def create_model_cache(settings: ControllerSettings, notify: Notify) -> ModelCac
     return RegistryModelCache(client, registry, root.expanduser(), notify)
 
 
+def adapter_cache_dir(settings: ControllerSettings) -> Path | None:
+    """Where fetched LoRAAdapters are written (``<cache dir>/lora-adapters``), absolute as the
+    engines are given adapter paths and roots; None without a registry (nothing is fetched)."""
+    registry = settings.registry
+    if not registry.address:
+        return None
+    root = (registry.cache_dir or settings.data_dir / "models-cache").expanduser().absolute()
+    return root / "lora-adapters"
+
+
 def create_adapter_cache(settings: ControllerSettings, notify: Notify) -> AdapterCache:
     """Remote LoRAAdapter sources fetched through the registry (the one Models use) into
     ``<cache dir>/lora-adapters``; without a registry they wait, naming the setting."""
     registry = settings.registry
-    if not registry.address:
+    directory = adapter_cache_dir(settings)
+    if directory is None or not registry.address:
         return NoAdapterCache()
     from flexinfer_controller.adapters.registry.cache import RegistryModelCache
     from flexinfer_controller.adapters.registry.client import RegistryClient
@@ -43,7 +56,6 @@ def create_adapter_cache(settings: ControllerSettings, notify: Notify) -> Adapte
         call_timeout_s=registry.call_timeout_s,
         stream_timeout_s=registry.download_timeout_s,
     )
-    root = (registry.cache_dir or settings.data_dir / "models-cache").expanduser()
     return RegistryAdapterCache(
-        lambda tell: RegistryModelCache(client, registry, root / "lora-adapters", tell), notify
+        lambda tell: RegistryModelCache(client, registry, directory, tell), notify
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flexinfer_common.api import LoRAAdapter
+from flexinfer_common.api import LoRAAdapter, Model
 from flexinfer_controller.adapters.registry.cache import RegistryModelCache
 from flexinfer_controller.core.cache import CacheState, Notify
 
@@ -29,13 +29,13 @@ class RegistryAdapterCache:
         if model is not None:
             self._notify(model)
 
-    def ensure(self, adapter: LoRAAdapter, source: str) -> CacheState:
+    def ensure(self, adapter: LoRAAdapter, source: str, model: Model) -> CacheState:
         """The state of ``source`` for ``adapter``; starts (or keeps) its fetch."""
         self._models[adapter.key] = adapter.model_key
         generation = adapter.metadata.generation or 1
         return self._cache.ensure_source(adapter.key, _dirname(adapter), source, generation)
 
-    async def release(self, adapter: LoRAAdapter) -> None:
+    async def release(self, adapter: LoRAAdapter, model: Model | None) -> None:
         """Stop the adapter's fetch and remove its files."""
         self._models.pop(adapter.key, None)
         await self._cache.release_source(adapter.key, _dirname(adapter))

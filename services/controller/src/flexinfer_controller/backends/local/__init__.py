@@ -44,6 +44,7 @@ def launch_locally(
         vendor=local_vendor(model) or ctx.vendor,
         arch=ctx.arch,
         environ=ctx.environ,
+        lora_roots=ctx.lora_roots,
     )
     if server is None:
         image = backend.render(request).image

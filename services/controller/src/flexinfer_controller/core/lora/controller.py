@@ -19,7 +19,8 @@ from flexinfer_controller.backends import BackendRegistry
 from flexinfer_controller.core.cache import Notify
 from flexinfer_controller.core.lora.demand import DemandNotes
 from flexinfer_controller.core.lora.engine import AdapterEngine
-from flexinfer_controller.core.lora.reconciler import AdapterReconciler, Publish
+from flexinfer_controller.core.lora.reconciler import AdapterReconciler, Announce, Publish
+from flexinfer_controller.core.lora.roots import AdapterRoots
 from flexinfer_controller.core.lora.sources import AdapterCache
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.workers import Backoff, Tasks
@@ -40,6 +41,8 @@ class AdapterController:
         engine: AdapterEngine,
         cache: Callable[[Notify], AdapterCache],
         publish: Publish,
+        announce: Announce,
+        roots: AdapterRoots,
         workers: int = 2,
         resync_interval_s: float = 30.0,
     ) -> None:
@@ -49,7 +52,8 @@ class AdapterController:
         self.cache = cache(self._fetch_moved)
         self.reconciler = AdapterReconciler(
             store=store, runtime=runtime, backends=backends, engine=engine,
-            cache=self.cache, demand=self.demand, publish=publish,
+            cache=self.cache, demand=self.demand, publish=publish, announce=announce,
+            roots=roots,
         )  # fmt: skip
         self._workers = workers
         self._resync_interval_s = resync_interval_s

@@ -19,6 +19,7 @@ from flexinfer_controller.core.cache import CacheState, CacheStatus
 from flexinfer_controller.core.lora import finalizer
 from flexinfer_controller.core.lora.demand import DemandNotes
 from flexinfer_controller.core.lora.engines import EngineState
+from flexinfer_controller.core.lora.roots import AdapterRoots
 from flexinfer_controller.core.lora.sources import AdapterCache, resolve
 from flexinfer_controller.core.lora.status import (
     AWAITING_REPLICAS,
@@ -128,6 +129,8 @@ class Planner:
     demand: DemandNotes
     refused: dict[str, Refusal]
     """Adapter key -> where an engine refused to load it (not tried again there)."""
+    roots: AdapterRoots
+    """Where LocalPath adapters may be loaded from."""
 
     async def plan(
         self, adapter: LoRAAdapter, base: Base, states: list[EngineState], taken: dict[str, str]
@@ -145,7 +148,8 @@ class Planner:
         if self.refused.get(adapter.key) == refusal(adapter, base, states):
             return AdapterPlan(adapter, held=True)
         adapter = await finalizer.hold(self.store, adapter)  # before the first fetch or load
-        cache = resolve(adapter, self.cache)
+        assert base.model is not None  # no problem: the Model exists
+        cache = resolve(adapter, self.cache, self.roots, base.model)
         return self._placed(adapter, base, states, cache)
 
     def _placed(

@@ -16,7 +16,7 @@ retries with backoff.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
 from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase, Model
@@ -37,6 +37,7 @@ from flexinfer_controller.core.lora.plan import (
     owners,
     refusal,
 )
+from flexinfer_controller.core.lora.roots import AdapterRoots
 from flexinfer_controller.core.lora.sources import AdapterCache
 from flexinfer_controller.core.lora.status import (
     ENGINE_UNAVAILABLE,
@@ -52,6 +53,9 @@ log = logging.getLogger(__name__)
 
 Publish = Callable[[LoRAAdapter, bool], Awaitable[None]]
 """Tells the proxies an adapter changed (``True``: it is gone)."""
+Announce = Callable[[str, Mapping[str, frozenset[str] | None]], Awaitable[object]]
+"""Tells the proxies which adapters each ready replica of a Model holds (replica id ->
+names; None: it could not be asked), so that they route an adapter's requests there."""
 
 _MAX_CONFLICT_RETRIES = 5
 
@@ -69,6 +73,8 @@ class AdapterReconciler:
         cache: AdapterCache,
         demand: DemandNotes,
         publish: Publish,
+        announce: Announce,
+        roots: AdapterRoots,
     ) -> None:
         self._store = store
         self._runtime = runtime
@@ -77,8 +83,9 @@ class AdapterReconciler:
         self._cache = cache
         self._demand = demand
         self._publish = publish
+        self._announce = announce
         self._refused: dict[str, Refusal] = {}
-        self._planner = Planner(store, cache, demand, self._refused)
+        self._planner = Planner(store, cache, demand, self._refused, roots)
 
     async def reconcile(self, key: str) -> bool:
         """Converge the adapters of Model ``key``; False when it has none."""
@@ -102,12 +109,15 @@ class AdapterReconciler:
             self._demand.forget(key)
             if base.api is not None and states:
                 await converge(self._engine, base.api, states, Wanted({}))
+            await self._announce(key, _holdings(states))
             return False
         taken = owners(adapters)
         plans = [await self._planner.plan(a, base, states, taken) for a in adapters]
         wanted = _wanted(plans)
         if base.api is not None and states:
             await converge(self._engine, base.api, states, wanted)
+        # Before the statuses: a proxy told "Loaded" already knows where it is loaded.
+        await self._announce(key, _holdings(states))
         retry = [await self._finish(p, base, states, wanted) for p in plans]
         unreachable = [f"{s.replica.id}: {s.unreachable}" for s in states if s.unreachable]
         if any(retry) or unreachable:
@@ -136,7 +146,7 @@ class AdapterReconciler:
         if plan.held:
             return False
         if plan.deleting:
-            return await self._unloaded(plan, states, wanted)
+            return await self._unloaded(plan, base, states, wanted)
         verdict = plan.verdict or self._outcome(plan, base, states)
         await self._write(plan.adapter, verdict)
         return verdict.reason == ENGINE_UNAVAILABLE
@@ -169,7 +179,9 @@ class AdapterReconciler:
             LoRAAdapterPhase.PENDING, ENGINE_UNAVAILABLE, message, holding, total, plan.cache
         )
 
-    async def _unloaded(self, plan: AdapterPlan, states: list[EngineState], wanted: Wanted) -> bool:
+    async def _unloaded(
+        self, plan: AdapterPlan, base: Base, states: list[EngineState], wanted: Wanted
+    ) -> bool:
         """A deleted adapter: its finalizer goes once no engine holds it any more."""
         adapter, name = plan.adapter, plan.name
         if LORA_FINALIZER not in adapter.metadata.finalizers:
@@ -184,7 +196,7 @@ class AdapterReconciler:
                 Verdict(LoRAAdapterPhase.UNLOADING, UNLOADING, message, len(still), len(states)),
             )
             return True
-        await self._cache.release(adapter)
+        await self._cache.release(adapter, base.model)
         self._refused.pop(adapter.key, None)
         await finalizer.release(self._store, adapter)
         await self._publish(adapter, True)
@@ -208,6 +220,11 @@ class AdapterReconciler:
                 verdict.message,
             )
             await self._publish(stored, False)
+
+
+def _holdings(states: list[EngineState]) -> dict[str, frozenset[str] | None]:
+    """Replica id -> the adapters its engine holds now (None: it could not be asked)."""
+    return {s.replica.id: None if s.unreachable is not None else frozenset(s.held) for s in states}
 
 
 def _wanted(plans: list[AdapterPlan]) -> Wanted:

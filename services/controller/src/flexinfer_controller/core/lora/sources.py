@@ -1,8 +1,9 @@
 """Where an adapter's weights are for its engines: spec.source resolved to a path.
 
 * ``LocalPath``: the URI is the path, as the engine sees it (on Kubernetes: inside the
-  engine's container); it must be absolute, without ``..`` or control characters. Its
-  existence is the engine's to check: a missing directory is its 404, told in status.
+  engine's container); it must be absolute, without ``..`` or control characters, and
+  inside an adapter root (``AdapterRoots``). Its existence is the engine's to check: a
+  missing directory is its 404, told in status.
 * ``HuggingFace`` (``org/adapter``) and ``OCI`` (``registry/repo:tag``): fetched by the
   runtime's ``AdapterCache`` (locally: the registry, into the controller's cache dir);
   phase Caching until the files are in place.
@@ -13,10 +14,12 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from flexinfer_common.api import LoRAAdapter, LoRASourceType
+from flexinfer_common.api import LoRAAdapter, LoRASourceType, Model
 from flexinfer_controller.core.cache import REGISTRY_NOT_CONFIGURED, CacheState, CacheStatus
+from flexinfer_controller.core.lora.roots import AdapterRoots
 
 INVALID_SOURCE = "InvalidSource"
+PATH_NOT_ALLOWED = "PathNotAllowed"
 LOCAL_PATH = "LocalPath"
 _SCHEMES = {LoRASourceType.HUGGING_FACE: "hf", LoRASourceType.OCI: "oci"}
 
@@ -24,12 +27,14 @@ _SCHEMES = {LoRASourceType.HUGGING_FACE: "hf", LoRASourceType.OCI: "oci"}
 class AdapterCache(Protocol):
     """Fetches adapters' remote sources in the background; answers at once."""
 
-    def ensure(self, adapter: LoRAAdapter, source: str) -> CacheState:
+    def ensure(self, adapter: LoRAAdapter, source: str, model: Model) -> CacheState:
         """The state of ``source`` (a registry URI: ``hf://…``, ``oci://…``) for
-        ``adapter``; starts (or keeps) its fetch. READY carries the engine's path."""
+        ``adapter`` of base Model ``model``; starts (or keeps) its fetch. READY carries
+        the engine's path."""
 
-    async def release(self, adapter: LoRAAdapter) -> None:
-        """The adapter is gone: stop its fetch and remove its files."""
+    async def release(self, adapter: LoRAAdapter, model: Model | None) -> None:
+        """The adapter is gone: stop its fetch and remove its files (``model``: its base
+        Model, None when that is gone too)."""
 
     async def close(self) -> None:
         """Stop every fetch."""
@@ -38,7 +43,7 @@ class AdapterCache(Protocol):
 class NoAdapterCache:
     """No registry to fetch through: remote adapters wait, naming the setting."""
 
-    def ensure(self, adapter: LoRAAdapter, source: str) -> CacheState:
+    def ensure(self, adapter: LoRAAdapter, source: str, model: Model) -> CacheState:
         """Pending, saying what would fetch it."""
         return CacheState.pending(
             REGISTRY_NOT_CONFIGURED,
@@ -47,7 +52,7 @@ class NoAdapterCache:
             "does), or use a LocalPath source",
         )
 
-    async def release(self, adapter: LoRAAdapter) -> None:
+    async def release(self, adapter: LoRAAdapter, model: Model | None) -> None:
         """Nothing was fetched."""
 
     async def close(self) -> None:
@@ -58,8 +63,9 @@ def _bad(text: str) -> bool:
     return any(ord(c) < 32 or ord(c) == 127 for c in text)
 
 
-def local_path(uri: str) -> CacheState:
-    """A LocalPath source as the engine's path, or why it cannot be one."""
+def local_path(uri: str, roots: AdapterRoots) -> CacheState:
+    """A LocalPath source as the engine's path, or why it cannot be one (checked before
+    any engine is asked: outside ``roots`` the path is never handed to one)."""
     if _bad(uri):
         return CacheState.failed(INVALID_SOURCE, "spec.source.uri has control characters")
     if not uri.startswith("/"):
@@ -70,15 +76,21 @@ def local_path(uri: str) -> CacheState:
         return CacheState.failed(
             INVALID_SOURCE, f"a LocalPath source must not contain '..': {uri!r}"
         )
-    path = Path(PurePosixPath(uri))
+    normal = PurePosixPath(uri)
+    if (why := roots.refusal(normal)) is not None:
+        return CacheState.failed(PATH_NOT_ALLOWED, why)
+    path = Path(normal)
     return CacheState(CacheStatus.READY, LOCAL_PATH, f"{path}, as the engine sees it", path=path)
 
 
-def resolve(adapter: LoRAAdapter, cache: AdapterCache) -> CacheState:
-    """Where ``adapter``'s weights are for its engines: ready, caching, or failed."""
+def resolve(
+    adapter: LoRAAdapter, cache: AdapterCache, roots: AdapterRoots, model: Model
+) -> CacheState:
+    """Where ``adapter``'s weights are for the engines of ``model``: ready, caching, or
+    failed."""
     source = adapter.spec.source
     if source.type is LoRASourceType.LOCAL_PATH:
-        return local_path(source.uri)
+        return local_path(source.uri, roots)
     uri = registry_source(source.type, source.uri)
     if uri is None:
         form = "org/adapter" if source.type is LoRASourceType.HUGGING_FACE else "registry/repo:tag"
@@ -86,7 +98,7 @@ def resolve(adapter: LoRAAdapter, cache: AdapterCache) -> CacheState:
             INVALID_SOURCE,
             f"a {source.type.value} source.uri must look like {form}, not {source.uri!r}",
         )
-    return cache.ensure(adapter, uri)
+    return cache.ensure(adapter, uri, model)
 
 
 def registry_source(source_type: LoRASourceType, uri: str) -> str | None:

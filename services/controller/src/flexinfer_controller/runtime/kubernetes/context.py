@@ -107,7 +107,7 @@ def build_context(model: Model, backends: BackendRegistry, options: RenderOption
         location = f"{location}/{GGUF_FILE}"  # the one file the quantizer wrote there
     request = RenderRequest(
         model=model, model_location=location, vendor=vendor, arch=options.gpu.arch,
-        environ=options.environ,
+        environ=options.environ, lora_roots=options.lora_roots,
     )  # fmt: skip
     return RenderContext(
         model=model, backend=backend, options=options, vendor=vendor,

@@ -11,10 +11,14 @@ from flexinfer_controller.adapters.kube.client import KubeClient
 from flexinfer_controller.adapters.kube.feed import InformerFeed
 from flexinfer_controller.adapters.kube.shared import SharedInformers
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
+from flexinfer_controller.adapters.kube.workloads import Workloads
 from flexinfer_controller.backends import default_backends
+from flexinfer_controller.core.cache import Notify
 from flexinfer_controller.core.feed import ModelFeed
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.runtime.base import ReplicaListener
+from flexinfer_controller.runtime.kubernetes.apply import Applier
+from flexinfer_controller.runtime.kubernetes.lora import JobAdapterCache, adapter_roots
 from flexinfer_controller.runtime.kubernetes.options import RenderOptions
 from flexinfer_controller.runtime.kubernetes.retry import RetryPolicy
 from flexinfer_controller.runtime.kubernetes.runtime import KubernetesRuntime
@@ -36,6 +40,7 @@ def render_options(settings: ControllerSettings) -> RenderOptions:
         registry_image=kube.registry_image,
         registry_address=kube.registry_address,
         flash=settings.flash_loader,
+        lora_roots=adapter_roots(settings).texts,
     )
 
 
@@ -53,6 +58,19 @@ def kubernetes_runtime(
         watch_timeout_s=kube.watch_timeout_s,
         job_poll_s=kube.job_poll_s,
         job_retry=RetryPolicy(kube.job_retry_initial_s, kube.job_retry_max_s),
+    )
+
+
+def kubernetes_adapter_cache(settings: ControllerSettings, notify: Notify) -> JobAdapterCache:
+    """HuggingFace and OCI LoRAAdapters fetched by Jobs, with a connection pool of its own."""
+    client = connect(settings.kubernetes)
+    return JobAdapterCache(
+        Applier(Workloads(client)),
+        default_backends(),
+        render_options(settings),
+        notify,
+        poll_s=settings.kubernetes.job_poll_s,
+        on_close=client.close,
     )
 
 

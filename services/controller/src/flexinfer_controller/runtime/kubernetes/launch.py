@@ -25,7 +25,9 @@ def launch_on_kubernetes(
 ) -> LaunchSpec:
     """The engine container of ``model`` as a LaunchSpec (``model_dir`` is the cluster's)."""
     backends = BackendRegistry({backend.name: lambda: backend})
-    options = RenderOptions(environ=ctx.environ, gpu=GPUPlacement(ctx.vendor, ctx.arch))
+    options = RenderOptions(
+        environ=ctx.environ, gpu=GPUPlacement(ctx.vendor, ctx.arch), lora_roots=ctx.lora_roots
+    )
     engine = build_context(model, backends, options).engine
     return LaunchSpec(
         argv=(*engine.command, *engine.args),

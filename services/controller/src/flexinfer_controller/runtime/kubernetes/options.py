@@ -43,3 +43,6 @@ class RenderOptions:
     shm_size_limit: str = "8Gi"
     """The operator's DEFAULT_SHM_SIZE_LIMIT: the tmpfs size when nothing else says."""
     model_mount: str = MODEL_MOUNT
+    lora_roots: tuple[str, ...] = (MODEL_MOUNT,)
+    """Directories in the engine container that LoRA adapters may be loaded from: the
+    model volume, and the operator's (the controller's ``adapter_roots``)."""
