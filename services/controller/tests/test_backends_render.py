@@ -400,6 +400,12 @@ def test_reference_gets_max_loras_for_bound_adapters() -> None:
     assert "--max-loras" not in plain.args
 
 
+def test_reference_takes_vllms_lora_limits_from_the_config() -> None:
+    config = {"maxLoras": 4, "maxLoraRank": 64}
+    spec = render(model("reference", "file:///models/demo", config), vendor="cpu")
+    assert spec.args[-4:] == ("--max-loras", "4", "--max-lora-rank", "64")
+
+
 def test_reference_gets_every_adapter_root_and_vllm_none() -> None:
     roots = ("/srv/adapters", "/var/cache/lora-adapters")
     spec = render(model("reference", "file:///models/demo"), vendor="cpu", lora_roots=roots)

@@ -22,6 +22,7 @@ from flexinfer_controller.backends.base import (
     SleepEndpoints,
 )
 from flexinfer_controller.backends.render import (
+    Config,
     ImageRule,
     bind,
     http_probe,
@@ -59,9 +60,7 @@ class ReferenceBackend(Backend):
             "--host", host,
             "--port", str(port),
         )  # fmt: skip
-        if request.lora_adapters > 0:
-            # The engine's default is vLLM's (one adapter); no flag without adapters.
-            args += ("--max-loras", str(request.lora_adapters))
+        args += _lora_limits(request)
         for root in request.lora_roots:
             args += ("--lora-root", root)  # absolute, no control characters (settings)
         return EngineSpec(
@@ -78,3 +77,17 @@ class ReferenceBackend(Backend):
             startup_timeout_s=self.startup_timeout_s,
             model_mount=request.model_location,
         )
+
+
+def _lora_limits(request: RenderRequest) -> tuple[str, ...]:
+    """``--max-loras``/``--max-lora-rank`` from ``spec.config.maxLoras``/``maxLoraRank``, the
+    keys vLLM's Models use; without them the engine keeps vLLM's defaults (1 and 16)."""
+    config = Config(request.model.spec.config)
+    limits: tuple[str, ...] = ()
+    count = config.integer("maxLoras") or request.lora_adapters
+    if count > 0:
+        limits += ("--max-loras", str(count))
+    rank = config.integer("maxLoraRank")
+    if rank > 0:
+        limits += ("--max-lora-rank", str(rank))
+    return limits
