@@ -46,6 +46,9 @@ p.add_argument("--served-model-name", required=True)
 p.add_argument("--host", default="127.0.0.1")
 p.add_argument("--port", type=int, default=0)
 p.add_argument("--ready-fd", type=int)
+p.add_argument("--lora-root", action="append")  # the engine's LoRA flags, accepted as it does
+p.add_argument("--max-loras", type=int)
+p.add_argument("--max-lora-rank", type=int)
 args = p.parse_args()
 try:
     with open(os.path.join(args.model_dir, "fake.json")) as fh:
