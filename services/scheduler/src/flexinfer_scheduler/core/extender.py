@@ -18,7 +18,7 @@ from flexinfer_common.placement import (
     normalise,
     tenant_share,
 )
-from flexinfer_scheduler.core.nodes import NodeCache
+from flexinfer_scheduler.core.nodes import NodeLookup
 from flexinfer_scheduler.core.protocol import ExtenderRequest
 
 UNKNOWN_NODE = "Unknown node: not in the extender's node cache"
@@ -30,7 +30,7 @@ class Extender:
     def __init__(
         self,
         placement: Placement,
-        nodes: NodeCache,
+        nodes: NodeLookup,
         benchmarks: BenchmarkSource,
         tenants: TenantPods,
         weights: PlacementWeights,
@@ -45,10 +45,15 @@ class Extender:
         self._sink = sink
         self._on_tenant = on_tenant
 
-    def use_sources(self, benchmarks: BenchmarkSource, tenants: TenantPods) -> None:
-        """Read benchmarks and tenant pods from these (the apiserver, once it is set up)."""
+    def use_sources(
+        self, nodes: NodeLookup, benchmarks: BenchmarkSource, tenants: TenantPods | None
+    ) -> None:
+        """Read nodes, benchmarks and tenant pods (unless None) from these (the apiserver's
+        informers, once they are set up)."""
+        self._nodes = nodes
         self._benchmarks = benchmarks
-        self._tenants = tenants
+        if tenants is not None:
+            self._tenants = tenants
 
     def _facts(self, request: ExtenderRequest) -> tuple[list[NodeFacts], list[str]]:
         """The known nodes' facts (objects win over names) and the names not in the cache."""

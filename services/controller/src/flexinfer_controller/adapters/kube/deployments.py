@@ -18,11 +18,16 @@ from collections.abc import Callable
 
 from flexinfer_common.api import API_GROUP, DEPLOYMENT_FINALIZER, DEPLOYMENT_KIND
 from flexinfer_common.errors import NotFoundError, TemporaryError
-from flexinfer_controller.adapters.kube.client import KubeClient, Obj, Resource
+from flexinfer_common.kube.client import KubeClient, Obj, Resource
+from flexinfer_common.kube.informer import Change, Informer
 from flexinfer_controller.adapters.kube.finalizers import add_finalizer, remove_finalizer
-from flexinfer_controller.adapters.kube.informer import Change, CustomListWatch, Informer
 from flexinfer_controller.adapters.kube.modelcaches import MODEL_CACHES
-from flexinfer_controller.adapters.kube.objects import CustomObjects, JsonPatch, version_guard
+from flexinfer_controller.adapters.kube.objects import (
+    CustomListWatch,
+    CustomObjects,
+    JsonPatch,
+    version_guard,
+)
 from flexinfer_controller.adapters.kube.resources import MODELS
 from flexinfer_controller.core.feed import Enqueue
 from flexinfer_controller.legacy.deployment_bridge import DeploymentBridge
@@ -36,7 +41,7 @@ class CacheInformers:
     the controller only lists and watches ModelCaches)."""
 
     def __init__(self) -> None:
-        self.informers: list[Informer] = []
+        self.informers: list[Informer[Obj]] = []
 
     def get(self, namespace: str, name: str) -> Obj | None:
         """The ModelCache as last seen; TemporaryError before every informer listed once
@@ -131,7 +136,7 @@ class DeploymentInformerFeed:
         self._namespaces = namespaces
         self._watch_timeout_s = watch_timeout_s
         self.caches = caches or CacheInformers()
-        self.informers: list[Informer] = []
+        self.informers: list[Informer[Obj]] = []
 
     async def run(self, enqueue: Enqueue) -> None:
         """List and watch ModelDeployments and Models in every namespace until cancelled."""
@@ -162,13 +167,13 @@ class DeploymentInformerFeed:
 
     def _informer(
         self, resource: Resource, on_change: Callable[[Change], None], namespace: str | None
-    ) -> Informer:
+    ) -> Informer[Obj]:
         source = CustomListWatch(self._client, resource)
         timeout = self._watch_timeout_s
         return Informer(source, on_change, namespace=namespace, watch_timeout_s=timeout)
 
 
-def _referencing(deployments: list[Informer], cache_key: str) -> list[str]:
+def _referencing(deployments: list[Informer[Obj]], cache_key: str) -> list[str]:
     """The ModelDeployments whose spec.modelCacheRef names the ModelCache ``cache_key``."""
     namespace, _, name = cache_key.partition("/")
     return [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from flexinfer_controller.adapters.kube.informer import Change
+from flexinfer_common.kube.informer import Change
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.core.feed import Enqueue
 
