@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from flexinfer_common.placement import keys
@@ -140,3 +142,9 @@ def test_backend_aliases_resolve() -> None:
 
 def test_device_class_of_an_unlabelled_node() -> None:
     assert device_class({}) == "vendor=,arch=,vram=,count=,int4="
+
+
+def test_free_ratio_follows_a_replaced_field() -> None:
+    node = node_facts("n", {keys.GPU_VRAM: "8Gi"}, {keys.GPU_FREE_MEMORY: "4096"}, Sink())
+    assert node.free_ratio == 0.5
+    assert dataclasses.replace(node, free_mb=2048.0).free_ratio == 0.25

@@ -28,7 +28,12 @@ from flexinfer_scheduler import openapi
 from flexinfer_scheduler.adapters import kube
 from flexinfer_scheduler.core.extender import Extender
 from flexinfer_scheduler.core.nodes import NodeCache, NodeLookup
-from flexinfer_scheduler.core.protocol import BadExtenderArgsError, ExtenderRequest, parse_args
+from flexinfer_scheduler.core.protocol import (
+    BadExtenderArgsError,
+    ExtenderRequest,
+    host_priority_list,
+    parse_args,
+)
 from flexinfer_scheduler.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -152,7 +157,8 @@ def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any, gate: Syn
         if not await gate.passes():
             # A HostPriorityList has no error field: a non-200 is kube-scheduler's error.
             return openai_error(503, gate.error(), code="not_synced", headers={"Retry-After": "1"})
-        return _json(await extender().prioritize(args))
+        hosts, scores = await extender().prioritize(args)
+        return Response(host_priority_list(hosts, scores), media_type="application/json")
 
     app.post("/prioritize", **openapi.PRIORITIZE)(prioritize)
     app.post("/score", **openapi.SCORE)(prioritize)

@@ -39,7 +39,7 @@ class InformerNodes:
 
     def split(self, names: list[str]) -> tuple[list[NodeFacts], list[str]]:
         """The facts of the nodes the informer has seen, and the names it has not."""
-        return split_known(self._nodes, ["/" + name for name in names], names)
+        return split_known(self._nodes, list(map("/".__add__, names)), names)
 
 
 class KubeBenchmarks:

@@ -14,11 +14,11 @@ from flexinfer_common.placement import (
     ScoreContext,
     TenantPods,
     TenantShare,
-    node_facts,
     normalise,
     tenant_share,
 )
 from flexinfer_scheduler.core.nodes import NodeLookup
+from flexinfer_scheduler.core.parsed import ParsedNodes
 from flexinfer_scheduler.core.protocol import ExtenderRequest
 
 UNKNOWN_NODE = "Unknown node: not in the extender's node cache"
@@ -43,6 +43,7 @@ class Extender:
         self._tenants = tenants
         self._weights = weights
         self._sink = sink
+        self._parsed = ParsedNodes(sink)
         self._on_tenant = on_tenant
 
     def use_sources(
@@ -58,8 +59,7 @@ class Extender:
     def _facts(self, request: ExtenderRequest) -> tuple[list[NodeFacts], list[str]]:
         """The known nodes' facts (objects win over names) and the names not in the cache."""
         if request.node_meta is not None:
-            sink = self._sink
-            return [node_facts(*meta, sink) for meta in request.node_meta], []
+            return self._parsed.facts(request.node_meta), []
         return self._nodes.split(request.node_names or [])
 
     def filter(self, request: ExtenderRequest) -> dict[str, Any]:
@@ -85,8 +85,8 @@ class Extender:
             }
         return result
 
-    async def prioritize(self, request: ExtenderRequest) -> list[dict[str, Any]]:
-        """A HostPriorityList: every node's score on 0..10 (unknown nodes 0)."""
+    async def prioritize(self, request: ExtenderRequest) -> tuple[list[str], list[int]]:
+        """A HostPriorityList as (hosts, scores): every node's score on 0..10 (unknown 0)."""
         facts, unknown = self._facts(request)
         ctx = ScoreContext(await self._benchmarks.results(request.pod, self._sink))
         if self._weights.tenant_fairshare_enabled:
@@ -95,6 +95,4 @@ class Extender:
             if ctx.tenant is not None:
                 self._on_tenant(request.pod.namespace, ctx.tenant)
         scores = normalise(self._placement.score(request.pod, facts, ctx))
-        answer = [{"host": n.name, "score": s} for n, s in zip(facts, scores, strict=True)]
-        answer.extend({"host": name, "score": 0} for name in unknown)
-        return answer
+        return [n.name for n in facts] + unknown, scores + [0] * len(unknown)

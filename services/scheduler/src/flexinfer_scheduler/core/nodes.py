@@ -25,8 +25,8 @@ def split_known(
     nodes: Mapping[str, NodeFacts], keys: list[str], names: list[str]
 ) -> tuple[list[NodeFacts], list[str]]:
     """The facts under ``keys`` (one per name) that ``nodes`` has, and the names it lacks."""
-    found = [nodes.get(key) for key in keys]
-    known = [node for node in found if node is not None]
+    found = list(map(nodes.get, keys))
+    known: list[NodeFacts] = list(filter(None, found))  # facts are never falsy
     if len(known) == len(found):
         return known, []
     return known, [name for name, node in zip(names, found, strict=True) if node is None]
