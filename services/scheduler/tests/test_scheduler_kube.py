@@ -87,11 +87,11 @@ async def test_node_names_resolve_through_the_informer(
     assert body["failedNodes"] == {"cpu": "No vendor label"}
     # A watch event (the agent relabels b) reaches the cache without a relist.
     kube_apiserver.patch("nodes", None, "b", {"metadata": {"labels": {keys.GPU_ARCH: "gfx906"}}})
-    await sources.nodes.wait_until(lambda i: getattr(i.get("/b"), "arch", None) == "gfx906")
+    await sources.nodes.wait_until(lambda i: getattr(i.get("b"), "arch", None) == "gfx906")
     body = (await http.post("/filter", json={"pod": POD, "nodenames": ["a", "b"]})).json()
     assert body["failedNodes"] == {"b": "Unsupported arch: backend vllm does not run on amd gfx906"}
     kube_apiserver.delete("nodes", None, "a")
-    await sources.nodes.wait_until(lambda i: i.get("/a") is None)
+    await sources.nodes.wait_until(lambda i: i.get("a") is None)
     body = (await http.post("/filter", json={"pod": POD, "nodenames": ["a"]})).json()
     assert body["failedNodes"] == {"a": "Unknown node: not in the extender's node cache"}
     assert sources.nodes.lists == 1
@@ -115,7 +115,7 @@ async def test_tps_comes_from_the_configmaps_in_order(
     table = {benchmark_key("vllm", "m", DEVICE): "100"}
     kube_apiserver.create("configmaps", configmap("flexinfer-benchmark-results", table), "ns")
     kube_apiserver.patch("nodes", None, "b", {"metadata": {"labels": {keys.GPU_VRAM: "16Gi"}}})
-    await sources.nodes.wait_until(lambda i: "16Gi" in getattr(i.get("/b"), "device_class", ""))
+    await sources.nodes.wait_until(lambda i: "16Gi" in getattr(i.get("b"), "device_class", ""))
     await sources.configmaps.wait_until(lambda i: len(i.keys()) == 2)
     scores = (await http.post("/prioritize", json=args)).json()
     assert scores == [{"host": "a", "score": 10}, {"host": "b", "score": 0}]

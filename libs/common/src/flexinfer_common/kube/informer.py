@@ -37,7 +37,8 @@ class Change:
     type: str
     """ADDED, MODIFIED or DELETED."""
     key: str
-    """namespace/name (``/name`` for cluster-scoped objects)."""
+    """The informer's key: namespace/name (``/name`` for cluster-scoped objects) unless
+    it was given another."""
     resource_version: str
 
 
@@ -70,6 +71,11 @@ def object_key(obj: Obj) -> str:
     return f"{meta.get('namespace', '')}/{meta['name']}"
 
 
+def object_name(obj: Obj) -> str:
+    """An object's name alone (a key for cluster-scoped kinds)."""
+    return str(obj["metadata"]["name"])
+
+
 def _version(obj: Obj) -> str:
     return str(obj["metadata"]["resourceVersion"])
 
@@ -87,6 +93,8 @@ class Informer(Generic[T]):
 
     ``decode`` turns each new or changed object into what is cached (the object itself by
     default); it is called once per resourceVersion, in the event loop, and must not raise.
+    ``key`` names an object in the cache and in changes (``namespace/name`` by default;
+    ``object_name`` suits a cluster-scoped kind looked up by name).
     """
 
     @overload
@@ -95,6 +103,7 @@ class Informer(Generic[T]):
         source: ListWatch,
         on_change: Callable[[Change], None] = ...,
         *,
+        key: Callable[[Obj], str] = ...,
         namespace: str | None = None,
         watch_timeout_s: int = 300,
         backoff_s: tuple[float, float] = (0.1, 5.0),
@@ -107,6 +116,7 @@ class Informer(Generic[T]):
         on_change: Callable[[Change], None] = ...,
         *,
         decode: Callable[[Obj], T],
+        key: Callable[[Obj], str] = ...,
         namespace: str | None = None,
         watch_timeout_s: int = 300,
         backoff_s: tuple[float, float] = (0.1, 5.0),
@@ -118,6 +128,7 @@ class Informer(Generic[T]):
         on_change: Callable[[Change], None] = _ignore,
         *,
         decode: Callable[[Obj], Any] = _as_is,
+        key: Callable[[Obj], str] = object_key,
         namespace: str | None = None,
         watch_timeout_s: int = 300,
         backoff_s: tuple[float, float] = (0.1, 5.0),
@@ -125,6 +136,7 @@ class Informer(Generic[T]):
         self._source = source
         self._on_change = on_change
         self._decode = decode
+        self._key = key
         self._namespace = namespace
         self._watch_timeout_s = watch_timeout_s
         self._backoff_s = backoff_s
@@ -177,7 +189,7 @@ class Informer(Generic[T]):
     async def _relist(self) -> None:
         items, version = await self._source.list(self._namespace)
         self.lists += 1
-        listed = {object_key(o): o for o in items}
+        listed = {self._key(o): o for o in items}
         for key in sorted(set(self._cache) - set(listed)):
             self._forget(key)
             self._emit("DELETED", key, version)  # deleted somewhere before the list's version
@@ -253,7 +265,7 @@ class Informer(Generic[T]):
             self.bookmarks += 1
             self.resource_version = rv
             return
-        key = object_key(obj)
+        key = self._key(obj)
         if kind == "DELETED":
             self._forget(key)
         else:

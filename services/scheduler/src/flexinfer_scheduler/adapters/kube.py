@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from flexinfer_common.kube.client import KubeClient, Obj
-from flexinfer_common.kube.informer import Informer
+from flexinfer_common.kube.informer import Informer, object_name
 from flexinfer_common.kube.listwatch import CoreListWatch
 from flexinfer_common.placement import BenchmarkResults, Malformed, NodeFacts, PodFacts, node_facts
 from flexinfer_common.placement.facts import number
@@ -32,14 +32,14 @@ ConfigMapData = Mapping[str, str]
 
 
 class InformerNodes:
-    """Node names -> facts, from the node informer's cache (keys ``/name``)."""
+    """Node names -> facts, from the node informer's cache (keyed by name)."""
 
     def __init__(self, informer: Informer[NodeFacts]) -> None:
         self._nodes = informer.view()
 
     def split(self, names: list[str]) -> tuple[list[NodeFacts], list[str]]:
         """The facts of the nodes the informer has seen, and the names it has not."""
-        return split_known(self._nodes, list(map("/".__add__, names)), names)
+        return split_known(self._nodes, names)
 
 
 class KubeBenchmarks:
@@ -93,7 +93,7 @@ class KubeSources:
             name = str((obj.get("metadata") or {}).get("name", ""))
             return name == global_configmap or name.endswith(DEPLOYMENT_RESULTS_SUFFIX)
 
-        self.nodes = Informer(CoreListWatch(client, "nodes"), decode=node)
+        self.nodes = Informer(CoreListWatch(client, "nodes"), decode=node, key=object_name)
         self.configmaps = Informer(
             CoreListWatch(client, "configmaps", keep=results), decode=_configmap_data
         )

@@ -22,10 +22,10 @@ class NodeLookup(Protocol):
 
 
 def split_known(
-    nodes: Mapping[str, NodeFacts], keys: list[str], names: list[str]
+    nodes: Mapping[str, NodeFacts], names: list[str]
 ) -> tuple[list[NodeFacts], list[str]]:
-    """The facts under ``keys`` (one per name) that ``nodes`` has, and the names it lacks."""
-    found = list(map(nodes.get, keys))
+    """The facts of the names ``nodes`` has, and the names it lacks."""
+    found = list(map(nodes.get, names))
     known: list[NodeFacts] = list(filter(None, found))  # facts are never falsy
     if len(known) == len(found):
         return known, []
@@ -44,7 +44,7 @@ class NodeCache:
 
     def split(self, names: list[str]) -> tuple[list[NodeFacts], list[str]]:
         """The facts of the names the cache knows, and the names it does not."""
-        return split_known(self._nodes, names, names)
+        return split_known(self._nodes, names)
 
     def upsert(self, node: NodeFacts) -> None:
         """Add or replace a node."""
