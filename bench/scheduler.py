@@ -11,8 +11,9 @@ The ceiling is a second process on the same stack (FastAPI, the same ``serve_app
 routes read the request and answer a precomputed body: the real service's own answer to the
 same request, so both move the same bytes. No answer is cached across requests in the
 service; each is computed from the request. ``--tps kubernetes`` (default) gives the pod a
-backend, model and benchmark ConfigMaps, so each /prioritize reads them from the apiserver
-(two GETs); ``--tps none`` measures the placement alone.
+backend, model and benchmark ConfigMaps, so each /prioritize looks them up (in the
+service's ConfigMap informer since 2026-12-03; before, two GETs to the apiserver);
+``--tps none`` measures the placement alone.
 
     python bench/scheduler.py [--sizes 10,100,1000,5000] [--requests 400] [--tps none]
 """

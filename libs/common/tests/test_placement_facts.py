@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from flexinfer_common.placement import keys
@@ -152,3 +154,9 @@ def test_the_agents_device_class_label_names_the_class() -> None:
     # A blank label is no name: the GPU labels key it instead.
     labels["flexinfer.ai/gpu.device-class"] = " "
     assert device_class(labels) == "vendor=NVIDIA,arch=,vram=24Gi,count=,int4="
+
+
+def test_free_ratio_follows_a_replaced_field() -> None:
+    node = node_facts("n", {keys.GPU_VRAM: "8Gi"}, {keys.GPU_FREE_MEMORY: "4096"}, Sink())
+    assert node.free_ratio == 0.5
+    assert dataclasses.replace(node, free_mb=2048.0).free_ratio == 0.25

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from flexinfer_common.kube.informer import Change, Informer
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
-from flexinfer_controller.adapters.kube.informer import Change, Informer
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
@@ -33,7 +33,7 @@ def model(name: str, backend: str = "vllm") -> dict[str, Any]:
 class Running:
     """An informer running in a task, and the changes it reported."""
 
-    informer: Informer
+    informer: Informer[dict[str, Any]]
     changes: list[Change] = field(default_factory=list)
 
     def seen(self) -> list[tuple[str, str]]:

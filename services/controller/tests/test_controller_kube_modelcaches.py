@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from flexinfer_common.kube.client import KubeClient
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
-from flexinfer_controller.adapters.kube.client import KubeClient
 from flexinfer_controller.adapters.kube.modelcaches import modelcache_controller, parse_cache
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.legacy.modelcache.controller import ModelCacheController

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from flexinfer_common.kube.client import KubeClient
+from flexinfer_common.kube.informer import Change
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
-from flexinfer_controller.adapters.kube.client import KubeClient
-from flexinfer_controller.adapters.kube.informer import Change, CustomListWatch
+from flexinfer_controller.adapters.kube.objects import CustomListWatch
 from flexinfer_controller.adapters.kube.resources import MODELS
 from flexinfer_controller.adapters.kube.shared import SharedInformer, SharedInformers
 from flexinfer_controller.runtime.kubernetes.harness import model_body, running_cluster

@@ -21,9 +21,9 @@ from flexinfer_common.errors import (
     StoreError,
     TemporaryError,
 )
+from flexinfer_common.kube.client import RETRY_S, KubeClient
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
-from flexinfer_controller.adapters.kube.client import RETRY_S, KubeClient
 from flexinfer_controller.adapters.kube.workloads import Workloads
 from flexinfer_controller.runtime.kubernetes.errors import CONFLICT_DELAY_S, cluster_errors
 from flexinfer_controller.runtime.kubernetes.harness import Cluster, model_body, running_cluster

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from flexinfer_common.api import Model
+from flexinfer_common.kube.client import KubeClient
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
-from flexinfer_controller.adapters.kube.client import KubeClient
 from flexinfer_controller.adapters.kube.objects import CustomObjects
 from flexinfer_controller.adapters.kube.resources import MODELS
 from flexinfer_controller.runtime.kubernetes.flashnodes import FlashNodes, merge, parse

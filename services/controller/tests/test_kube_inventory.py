@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from flexinfer_common.bus.memory import MemoryBus
+from flexinfer_common.kube.client import KubeClient
 from flexinfer_common.serving import serve_in_background
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
-from flexinfer_controller.adapters.kube.client import KubeClient
 from flexinfer_controller.app import create_app
 from flexinfer_controller.core.gpu import NodeGPU
 from flexinfer_controller.kube_settings import KubernetesSettings

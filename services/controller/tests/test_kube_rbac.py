@@ -2,7 +2,8 @@
 
 The verbs are derived from the code, not listed again: the kubernetes client methods the
 adapters call (scanned from their source; a file that declares its own custom ``Resource``
-calls custom-object methods on that one only), the API calls the kubernetes runtime's plan
+calls custom-object methods on that one only; a ``CoreListWatch`` lists and watches the core
+kind it names), the API calls the kubernetes runtime's plan
 makes for every rendered object, the owner references of what the legacy ModelCache
 reconcile renders, and the ModelDeployment bridge's calls in a run through its whole
 lifecycle against the fake apiserver. k8s/base is read as ``kubectl kustomize`` prints it.
@@ -23,10 +24,10 @@ import pytest
 import yaml
 
 from flexinfer_common.api import MODEL_FINALIZER
+from flexinfer_common.kube.client import KubeClient, Resource
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
 from flexinfer_controller.adapters.kube import resources as kube_resources
-from flexinfer_controller.adapters.kube.client import KubeClient, Resource
 from flexinfer_controller.adapters.kube.deployments import deployment_bridge
 from flexinfer_controller.backends.registry import default_backends
 from flexinfer_controller.legacy.modelcache.plan import claim_object, download_jobs
@@ -118,6 +119,33 @@ def _listed(method: str) -> bool:
     return method.startswith("list_")
 
 
+def _core_list_watches(tree: ast.AST) -> set[Grant]:
+    """The core kinds an adapter follows through the shared ``CoreListWatch``
+    (flexinfer_common.kube.listwatch), which lists and watches the plural it is given:
+    ``CoreListWatch(client, "pods", ...)``, or ``super().__init__(client, "pods", ...)`` in
+    a subclass."""
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "CoreListWatch"
+    ]
+    for cls in ast.walk(tree):
+        if isinstance(cls, ast.ClassDef) and any(
+            getattr(base, "id", None) == "CoreListWatch" for base in cls.bases
+        ):
+            calls += [
+                node
+                for node in ast.walk(cls)
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "__init__"
+            ]
+    plurals = {
+        call.args[1].value
+        for call in calls
+        if len(call.args) > 1 and isinstance(call.args[1], ast.Constant)
+    }
+    return {("", str(plural), verb) for plural in plurals for verb in ("list", "watch")}
+
+
 def adapter_grants() -> set[Grant]:
     """What the kube adapters' client calls need (a file that watches watches what it lists)."""
     grants: set[Grant] = set()
@@ -129,6 +157,7 @@ def adapter_grants() -> set[Grant]:
         if _watches(tree):
             listed = set().union(*(_grants_of_method(o, m, own) for o, m in calls if _listed(m)))
             grants |= {(group, resource, "watch") for group, resource, _ in listed}
+        grants |= _core_list_watches(tree)
     return grants
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from flexinfer_common.api import DEPLOYMENT_FINALIZER, MODEL_FINALIZER, Model, ModelSpec, to_model
+from flexinfer_common.kube.client import KubeClient
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
-from flexinfer_controller.adapters.kube.client import KubeClient
 from flexinfer_controller.adapters.kube.deployments import deployment_bridge
 from flexinfer_controller.legacy.deployments import MANAGED_LABEL, parse_deployment
 from flexinfer_controller.runtime.kubernetes.harness import model_body

@@ -27,8 +27,13 @@ from flexinfer_common.web import health_router, install_error_handlers, openai_e
 from flexinfer_scheduler import openapi
 from flexinfer_scheduler.adapters import kube
 from flexinfer_scheduler.core.extender import Extender
-from flexinfer_scheduler.core.nodes import NodeCache
-from flexinfer_scheduler.core.protocol import BadExtenderArgsError, ExtenderRequest, parse_args
+from flexinfer_scheduler.core.nodes import NodeCache, NodeLookup
+from flexinfer_scheduler.core.protocol import (
+    BadExtenderArgsError,
+    ExtenderRequest,
+    host_priority_list,
+    parse_args,
+)
 from flexinfer_scheduler.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -92,7 +97,38 @@ def _json(body: Any) -> Response:
     return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
 
 
-def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any) -> None:
+NOT_SYNCED = (
+    "the extender has not yet listed Nodes, ConfigMaps and Pods from the apiserver "
+    "(waited {:.1f}s); retry shortly"
+)
+
+
+class SyncGate:
+    """Holds extender requests until the apiserver informers have listed once (boundedly)."""
+
+    def __init__(self, wait_s: float) -> None:
+        self.wait_s = wait_s
+        self.sources: kube.KubeSources | None = None
+        self._open = True
+
+    def close_until_synced(self, sources: kube.KubeSources) -> None:
+        """Hold requests until ``sources`` have listed."""
+        self.sources, self._open = sources, False
+
+    async def passes(self) -> bool:
+        """True at once when synced (the usual case); else after waiting, whether synced."""
+        if self._open:
+            return True
+        assert self.sources is not None
+        self._open = await self.sources.wait_synced(self.wait_s)
+        return self._open
+
+    def error(self) -> str:
+        """What an extender request held too long is told."""
+        return NOT_SYNCED.format(self.wait_s)
+
+
+def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any, gate: SyncGate) -> None:
     async def parsed(request: Request) -> ExtenderRequest | Response:
         try:
             return parse_args(json.loads(await request.body()), sink)
@@ -105,12 +141,24 @@ def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any) -> None:
     async def filter_nodes(request: Request) -> Response:
         """ExtenderArgs -> ExtenderFilterResult (passing nodes, failedNodes reasons)."""
         args = await parsed(request)
-        return args if isinstance(args, Response) else _json(extender().filter(args))
+        if isinstance(args, Response):
+            return args
+        if not await gate.passes():
+            # The protocol's own error field: kube-scheduler reports it as the extender's.
+            failed: dict[str, Any] = {"failedNodes": {}, "failedAndUnresolvableNodes": {}}
+            return _json({"nodenames": [], **failed, "error": gate.error()})
+        return _json(extender().filter(args))
 
     async def prioritize(request: Request) -> Response:
         """ExtenderArgs -> HostPriorityList (scores 0..10)."""
         args = await parsed(request)
-        return args if isinstance(args, Response) else _json(await extender().prioritize(args))
+        if isinstance(args, Response):
+            return args
+        if not await gate.passes():
+            # A HostPriorityList has no error field: a non-200 is kube-scheduler's error.
+            return openai_error(503, gate.error(), code="not_synced", headers={"Retry-After": "1"})
+        hosts, scores = await extender().prioritize(args)
+        return Response(host_priority_list(hosts, scores), media_type="application/json")
 
     app.post("/prioritize", **openapi.PRIORITIZE)(prioritize)
     app.post("/score", **openapi.SCORE)(prioritize)
@@ -119,27 +167,25 @@ def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any) -> None:
 def create_app(
     settings: SchedulerSettings,
     *,
-    nodes: NodeCache | None = None,
+    nodes: NodeLookup | None = None,
     benchmarks: BenchmarkSource | None = None,
     tenants: TenantPods | None = None,
 ) -> FastAPI:
     """The scheduler app: /filter, /prioritize, /score, /healthz, /readyz and /metrics.
 
-    With ``settings.kubernetes`` the node cache, benchmarks and pods come from the apiserver
-    (started in the lifespan); otherwise from the given sources (empty by default).
+    With ``settings.kubernetes`` nodes, benchmarks and pods come from the apiserver's
+    informers (started in the lifespan); otherwise from the given sources (empty by default).
     """
-    cache = nodes if nodes is not None else NodeCache()
-    state: dict[str, Any] = {}
+    gate = SyncGate(settings.sync_wait_s)
 
     async def ready() -> bool:
-        synced = state.get("synced")
-        return synced is None or bool(synced.is_set())
+        return gate.sources is None or gate.sources.synced()
 
     app = FastAPI(
         title="FlexInfer scheduler",
         docs_url=None,
         redoc_url=None,
-        lifespan=_lifespan(settings, cache, state),
+        lifespan=_lifespan(settings, gate),
     )
     app.state.settings = settings
     _install_auth(app, settings)
@@ -149,43 +195,46 @@ def create_app(
     app.state.telemetry = telemetry
     sink = MalformedCounter(telemetry.registry)
     placement = default_placement(PluginDeps(weights=settings.weights))
-    state["extender"] = Extender(
+    extender = Extender(
         placement,
-        cache,
+        nodes if nodes is not None else NodeCache(),
         benchmarks if benchmarks is not None else InMemoryBenchmarks(),
         tenants if tenants is not None else InMemoryTenantPods(),
         settings.weights,
         sink,
         _tenant_gauges(telemetry.registry),
     )
-    state["sink"] = sink
-    _routes(app, lambda: state["extender"], sink)
-    app.state.extender_state = state
+    _routes(app, lambda: extender, sink, gate)
+    app.state.extender = extender
+    app.state.sink = sink
+    app.state.sync_gate = gate
     return app
 
 
-def _lifespan(
-    settings: SchedulerSettings, cache: NodeCache, state: dict[str, Any]
-) -> Callable[[FastAPI], Any]:
+def _lifespan(settings: SchedulerSettings, gate: SyncGate) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if not settings.kubernetes:
             yield
             return
-        api = kube.kube_api(settings.kubernetes_host, settings.kubeconfig)
-        informer = kube.NodeInformer(api, cache, state["sink"])
-        state["synced"] = informer.synced
-        extender: Extender = state["extender"]
-        extender.use_sources(
-            kube.KubeBenchmarks(api, settings.benchmark_results_configmap),
-            kube.KubeTenantPods(api, state["sink"]),
+        sources = kube.KubeSources.connect(
+            settings.kubernetes_host,
+            settings.kubeconfig,
+            app.state.sink,
+            global_configmap=settings.benchmark_results_configmap,
+            pods=settings.weights.tenant_fairshare_enabled,
         )
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(informer.run)
-            try:
-                yield
-            finally:
-                tasks.cancel_scope.cancel()
-        api.api_client.close()
+        extender: Extender = app.state.extender
+        extender.use_sources(sources.node_lookup(), sources.benchmarks(), sources.tenants())
+        gate.close_until_synced(sources)
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(sources.run)
+                try:
+                    yield
+                finally:
+                    tasks.cancel_scope.cancel()
+        finally:
+            await sources.close()
 
     return lifespan

@@ -93,7 +93,9 @@ HOST_PRIORITY_LIST: dict[str, Any] = {
 }
 
 
-def _operation(summary: str, answer: dict[str, Any], description: str) -> dict[str, Any]:
+def _operation(
+    summary: str, answer: dict[str, Any], description: str, *errors: int
+) -> dict[str, Any]:
     return {
         "summary": summary,
         "responses": {
@@ -101,7 +103,7 @@ def _operation(summary: str, answer: dict[str, Any], description: str) -> dict[s
                 "description": description,
                 "content": {"application/json": {"schema": answer}},
             },
-            **error_responses(400),
+            **error_responses(400, *errors),
         },
         "openapi_extra": {
             "requestBody": {
@@ -115,5 +117,9 @@ def _operation(summary: str, answer: dict[str, Any], description: str) -> dict[s
 FILTER = _operation(
     "Filter nodes", FILTER_RESULT, "ExtenderFilterResult: passing nodes, failedNodes reasons"
 )
-PRIORITIZE = _operation("Prioritize nodes", HOST_PRIORITY_LIST, "HostPriorityList, scores 0..10")
-SCORE = _operation("Prioritize nodes (alias)", HOST_PRIORITY_LIST, "As /prioritize")
+# 503: the apiserver informers have not listed yet (a HostPriorityList has no error field;
+# /filter says it in its ExtenderFilterResult's ``error``).
+PRIORITIZE = _operation(
+    "Prioritize nodes", HOST_PRIORITY_LIST, "HostPriorityList, scores 0..10", 503
+)
+SCORE = _operation("Prioritize nodes (alias)", HOST_PRIORITY_LIST, "As /prioritize", 503)

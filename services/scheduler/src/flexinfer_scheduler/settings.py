@@ -34,9 +34,15 @@ class SchedulerSettings(AdminAuthSettings):
     """The score's weights and tenant fair share (the seed's ``SCHED_*`` variables)."""
 
     kubernetes: bool = False
-    """Read Nodes (an informer: the node cache of ``nodeCacheCapable``), the benchmark
-    ConfigMaps and, with fair share on, the namespace's Pods from the apiserver
-    (in-cluster config, else the kubeconfig). Off: nodes come only with each request."""
+    """Keep Nodes (the node cache of ``nodeCacheCapable``), the benchmark ConfigMaps and,
+    with fair share on, Pods in memory, each by an informer (list, then watch) of the
+    apiserver (in-cluster config, else the kubeconfig); decisions read only memory. Off:
+    nodes come only with each request."""
+
+    sync_wait_s: float = Field(default=3.0, ge=0)
+    """How long an extender request waits for the informers' first lists before it is
+    answered with an error (an ExtenderFilterResult ``error``, a 503 for /prioritize):
+    under the 5 s ``httpTimeout`` of k8s/scheduler, so kube-scheduler hears why."""
 
     kubernetes_host: str | None = None
     """The apiserver URL, bypassing in-cluster config and kubeconfig (tests, proxies)."""

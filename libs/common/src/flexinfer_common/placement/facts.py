@@ -50,16 +50,21 @@ class NodeFacts:
     cache_usage: float = 0.0
     device_class: str = ""
     """The benchmark key's device class (``device_class``)."""
+    free_ratio: float = field(init=False, repr=False, compare=False)
+    """Free VRAM over total VRAM, clamped to 0..1; 0 when either is unknown. Derived once
+    here, not per decision: the free-VRAM scorer reads it for every node of every request."""
 
-    @property
-    def free_ratio(self) -> float:
-        """Free VRAM over total VRAM, clamped to 0..1; 0 when either is unknown."""
-        if self.free_mb is None or self.vram_per_gpu_mb is None:
-            return 0.0
-        total = self.vram_per_gpu_mb * self.gpu_count
-        if total <= 0:
-            return 0.0
-        return min(max(self.free_mb / total, 0.0), 1.0)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "free_ratio", _free_ratio(self))
+
+
+def _free_ratio(node: NodeFacts) -> float:
+    if node.free_mb is None or node.vram_per_gpu_mb is None:
+        return 0.0
+    total = node.vram_per_gpu_mb * node.gpu_count
+    if total <= 0:
+        return 0.0
+    return min(max(node.free_mb / total, 0.0), 1.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,195 +1,157 @@
-"""The apiserver side: a node informer feeding the node cache, benchmark ConfigMaps, pods.
+"""The apiserver side: informers of Nodes, benchmark ConfigMaps and (fair share) Pods.
 
-A small client of its own (services never import each other; the controller has a larger
-one): the official ``kubernetes`` client, blocking calls in worker threads. Nodes are
-listed, then watched from the list's resourceVersion; a broken or expired watch lists
-again. ConfigMaps and pods are read per decision (one or two GETs, never per node).
+Each kind is listed, then watched from the list's resourceVersion (resumed when a watch
+ends, listed again on 410 Gone) by the informer shared with the controller
+(``flexinfer_common.kube``), which keeps what each object means for placement, parsed once
+per change: a Node's facts, a ConfigMap's data, a Pod's facts. A decision reads only
+memory; no request waits on the apiserver, except the first ones, which wait (boundedly)
+for the first lists.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import anyio
-import anyio.to_thread
-from kubernetes import client as kube_client
-from kubernetes import config as kube_config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
-from kubernetes.watch.watch import iter_resp_lines
 
-from flexinfer_common.errors import ConfigError
-from flexinfer_common.placement import (
-    BenchmarkResults,
-    Malformed,
-    PodFacts,
-    node_facts,
-)
+from flexinfer_common.kube.client import KubeClient, Obj
+from flexinfer_common.kube.informer import Informer, object_name
+from flexinfer_common.kube.listwatch import CoreListWatch
+from flexinfer_common.placement import BenchmarkResults, Malformed, NodeFacts, PodFacts, node_facts
 from flexinfer_common.placement.facts import number
-from flexinfer_common.placement.tps import GLOBAL_RESULTS_CONFIGMAP, TPS_KEY, deployment_configmap
-from flexinfer_scheduler.core.nodes import NodeCache
+from flexinfer_common.placement.tps import (
+    DEPLOYMENT_RESULTS_SUFFIX,
+    TPS_KEY,
+    deployment_configmap,
+)
+from flexinfer_scheduler.core.nodes import split_known
 from flexinfer_scheduler.core.protocol import BadExtenderArgsError, parse_pod
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
-Obj = dict[str, Any]
-REQUEST_TIMEOUT = (5.0, 30.0)
-WATCH_TIMEOUT_S = 300
-RETRY_S = 1.0
+ConfigMapData = Mapping[str, str]
 
 
-def kube_api(host: str | None = None, kubeconfig: str | None = None) -> Any:
-    """A CoreV1Api: ``host`` if given (tests), else in-cluster, else the kubeconfig."""
-    if host is not None:
-        config = kube_client.Configuration(host=host)
-    else:
-        config = kube_client.Configuration()
-        try:
-            kube_config.load_incluster_config(client_configuration=config)
-        except ConfigException:
-            try:
-                path = kubeconfig or os.environ.get("KUBECONFIG") or None
-                kube_config.load_kube_config(config_file=path, client_configuration=config)
-            except (ConfigException, OSError) as exc:
-                raise ConfigError(f"no Kubernetes configuration found: {exc}") from exc
-    config.retries = 1
-    return kube_client.CoreV1Api(kube_client.ApiClient(config))
+class InformerNodes:
+    """Node names -> facts, from the node informer's cache (keyed by name)."""
 
+    def __init__(self, informer: Informer[NodeFacts]) -> None:
+        self._nodes = informer.view()
 
-async def _json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """A call's decoded JSON body, in a worker thread (raw: no typed model conversion)."""
-
-    def run() -> Any:
-        response = fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
-        try:
-            return json.loads(response.data)
-        finally:
-            response.release_conn()
-
-    return await anyio.to_thread.run_sync(run)
-
-
-class NodeInformer:
-    """Lists and watches every Node into a ``NodeCache`` until cancelled."""
-
-    def __init__(self, api: Any, cache: NodeCache, sink: Malformed) -> None:
-        self._api = api
-        self._cache = cache
-        self._sink = sink
-        self.synced = anyio.Event()
-        self._response: Any = None
-        self._stop = threading.Event()
-
-    def _facts(self, obj: Mapping[str, Any]) -> Any:
-        meta = obj.get("metadata") or {}
-        return node_facts(
-            meta.get("name", ""),
-            meta.get("labels") or {},
-            meta.get("annotations") or {},
-            self._sink,
-        )
-
-    async def run(self) -> None:
-        """List, then watch; relist after any failure. Cancel to stop."""
-        try:
-            while True:
-                try:
-                    body = await _json(self._api.list_node)
-                    self._cache.replace(self._facts(item) for item in body.get("items") or [])
-                    self.synced.set()
-                    await anyio.to_thread.run_sync(
-                        self._watch,
-                        str(body["metadata"]["resourceVersion"]),
-                        abandon_on_cancel=True,
-                    )
-                except (ApiException, OSError, ValueError, KeyError) as exc:
-                    log.warning("node informer: %s; listing again in %.0fs", exc, RETRY_S)
-                    await anyio.sleep(RETRY_S)
-        finally:
-            self._stop.set()
-            if self._response is not None:
-                self._response.shutdown()
-
-    def _watch(self, resource_version: str) -> None:
-        """Apply watch events until the stream ends (then the caller lists again)."""
-        response = self._api.list_node(
-            watch=True,
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_TIMEOUT_S,
-            _preload_content=False,
-            _request_timeout=(REQUEST_TIMEOUT[0], WATCH_TIMEOUT_S + 30),
-        )
-        self._response = response
-        try:
-            for line in iter_resp_lines(response):
-                if self._stop.is_set() or not line:
-                    continue
-                event = json.loads(line)
-                if not self._apply(event):
-                    return
-        finally:
-            response.release_conn()
-
-    def _apply(self, event: Mapping[str, Any]) -> bool:
-        """One watch event; False when the watch must be restarted (410, an error)."""
-        kind, obj = event.get("type"), event.get("object") or {}
-        if kind in ("ADDED", "MODIFIED"):
-            self._cache.upsert(self._facts(obj))
-        elif kind == "DELETED":
-            self._cache.remove((obj.get("metadata") or {}).get("name", ""))
-        return kind != "ERROR"
-
-
-async def _get(api: Any, namespace: str, name: str) -> Mapping[str, str] | None:
-    try:
-        body = await _json(api.read_namespaced_config_map, name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return cast(Mapping[str, str], body.get("data") or {})
+    def split(self, names: list[str]) -> tuple[list[NodeFacts], list[str]]:
+        """The facts of the nodes the informer has seen, and the names it has not."""
+        return split_known(self._nodes, names)
 
 
 class KubeBenchmarks:
-    """The benchmark ConfigMaps in the pod's namespace, read per decision."""
+    """The benchmark ConfigMaps of the pod's namespace, from the ConfigMap informer."""
 
-    def __init__(self, api: Any, global_name: str = GLOBAL_RESULTS_CONFIGMAP) -> None:
-        self._api = api
+    def __init__(self, configmaps: Informer[ConfigMapData], global_name: str) -> None:
+        self._configmaps = configmaps.view()
         self._global = global_name
 
     async def results(self, pod: PodFacts, sink: Malformed) -> BenchmarkResults:
         """The global table and the deployment's tokensPerSecond; missing ones are empty."""
-        data: Mapping[str, str] = {}
+        data: ConfigMapData = {}
         if pod.backend and pod.model:
-            data = await _get(self._api, pod.namespace, self._global) or {}
+            data = self._configmaps.get(f"{pod.namespace}/{self._global}") or {}
         tps = None
         if pod.deployment:
-            deployment = await _get(self._api, pod.namespace, deployment_configmap(pod.deployment))
-            tps = number(deployment or {}, TPS_KEY, sink)
+            name = deployment_configmap(pod.deployment)
+            tps = number(self._configmaps.get(f"{pod.namespace}/{name}") or {}, TPS_KEY, sink)
         return BenchmarkResults(data, tps, sink)
 
 
 class KubeTenantPods:
-    """The pods of a namespace, listed per decision (only with fair share on)."""
+    """The pods of a namespace, from the pod informer (pods that do not parse are left out)."""
 
-    def __init__(self, api: Any, sink: Malformed) -> None:
-        self._api = api
-        self._sink = sink
+    def __init__(self, pods: Informer[PodFacts | None]) -> None:
+        self._pods = pods.view()
 
     async def pods(self, namespace: str) -> Sequence[PodFacts]:
-        """Every pod of ``namespace`` as facts (ones that do not parse are skipped)."""
-        body = await _json(self._api.list_namespaced_pod, namespace)
-        out = []
-        for item in body.get("items") or []:
+        """Every pod of ``namespace`` as facts."""
+        return [p for p in self._pods.values() if p is not None and p.namespace == namespace]
+
+
+class KubeSources:
+    """The informers a decision reads, run together until cancelled."""
+
+    def __init__(
+        self, client: KubeClient, sink: Malformed, *, global_configmap: str, pods: bool
+    ) -> None:
+        def node(obj: Obj) -> NodeFacts:
+            meta = obj.get("metadata") or {}
+            labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+            return node_facts(meta.get("name", ""), labels, annotations, sink)
+
+        def pod(obj: Obj) -> PodFacts | None:
             try:
-                facts = parse_pod(item, self._sink)
+                return parse_pod(obj, sink)
             except BadExtenderArgsError:
-                continue
-            out.append(facts)
-        return out
+                return None
+
+        def results(obj: Obj) -> bool:
+            name = str((obj.get("metadata") or {}).get("name", ""))
+            return name == global_configmap or name.endswith(DEPLOYMENT_RESULTS_SUFFIX)
+
+        self.nodes = Informer(CoreListWatch(client, "nodes"), decode=node, key=object_name)
+        self.configmaps = Informer(
+            CoreListWatch(client, "configmaps", keep=results), decode=_configmap_data
+        )
+        self.pods = Informer(CoreListWatch(client, "pods"), decode=pod) if pods else None
+        self._global = global_configmap
+        self._client = client
+
+    @classmethod
+    def connect(
+        cls,
+        host: str | None,
+        kubeconfig: str | None,
+        sink: Malformed,
+        *,
+        global_configmap: str,
+        pods: bool,
+    ) -> KubeSources:
+        """Informers on a client of ``host`` (else in-cluster config, else the kubeconfig)."""
+        client = KubeClient(host=host, kubeconfig=kubeconfig)
+        return cls(client, sink, global_configmap=global_configmap, pods=pods)
+
+    async def close(self) -> None:
+        """Close the client's connections (after ``run`` was cancelled)."""
+        await self._client.close()
+
+    def _informers(self) -> list[Informer[Any]]:
+        found: list[Informer[Any]] = [self.nodes, self.configmaps]
+        return found if self.pods is None else [*found, self.pods]
+
+    def synced(self) -> bool:
+        """Whether every informer has listed once."""
+        return all(informer.synced.is_set() for informer in self._informers())
+
+    async def wait_synced(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for every informer's first list; whether they all did."""
+        with anyio.move_on_after(timeout_s):
+            for informer in self._informers():
+                await informer.synced.wait()
+        return self.synced()
+
+    async def run(self) -> None:
+        """Run every informer until cancelled."""
+        async with anyio.create_task_group() as tasks:
+            for informer in self._informers():
+                tasks.start_soon(informer.run)
+
+    def node_lookup(self) -> InformerNodes:
+        """Node names resolved through the node informer."""
+        return InformerNodes(self.nodes)
+
+    def benchmarks(self) -> KubeBenchmarks:
+        """Benchmark results from the ConfigMap informer."""
+        return KubeBenchmarks(self.configmaps, self._global)
+
+    def tenants(self) -> KubeTenantPods | None:
+        """Tenant pods from the pod informer; None when fair share is off (nothing watched)."""
+        return None if self.pods is None else KubeTenantPods(self.pods)
+
+
+def _configmap_data(obj: Obj) -> ConfigMapData:
+    return dict(obj.get("data") or {})

@@ -14,11 +14,11 @@ from flexinfer_common.placement import (
     ScoreContext,
     TenantPods,
     TenantShare,
-    node_facts,
     normalise,
     tenant_share,
 )
-from flexinfer_scheduler.core.nodes import NodeCache
+from flexinfer_scheduler.core.nodes import NodeLookup
+from flexinfer_scheduler.core.parsed import ParsedNodes
 from flexinfer_scheduler.core.protocol import ExtenderRequest
 
 UNKNOWN_NODE = "Unknown node: not in the extender's node cache"
@@ -30,7 +30,7 @@ class Extender:
     def __init__(
         self,
         placement: Placement,
-        nodes: NodeCache,
+        nodes: NodeLookup,
         benchmarks: BenchmarkSource,
         tenants: TenantPods,
         weights: PlacementWeights,
@@ -43,18 +43,23 @@ class Extender:
         self._tenants = tenants
         self._weights = weights
         self._sink = sink
+        self._parsed = ParsedNodes(sink)
         self._on_tenant = on_tenant
 
-    def use_sources(self, benchmarks: BenchmarkSource, tenants: TenantPods) -> None:
-        """Read benchmarks and tenant pods from these (the apiserver, once it is set up)."""
+    def use_sources(
+        self, nodes: NodeLookup, benchmarks: BenchmarkSource, tenants: TenantPods | None
+    ) -> None:
+        """Read nodes, benchmarks and tenant pods (unless None) from these (the apiserver's
+        informers, once they are set up)."""
+        self._nodes = nodes
         self._benchmarks = benchmarks
-        self._tenants = tenants
+        if tenants is not None:
+            self._tenants = tenants
 
     def _facts(self, request: ExtenderRequest) -> tuple[list[NodeFacts], list[str]]:
         """The known nodes' facts (objects win over names) and the names not in the cache."""
         if request.node_meta is not None:
-            sink = self._sink
-            return [node_facts(*meta, sink) for meta in request.node_meta], []
+            return self._parsed.facts(request.node_meta), []
         return self._nodes.split(request.node_names or [])
 
     def filter(self, request: ExtenderRequest) -> dict[str, Any]:
@@ -80,8 +85,8 @@ class Extender:
             }
         return result
 
-    async def prioritize(self, request: ExtenderRequest) -> list[dict[str, Any]]:
-        """A HostPriorityList: every node's score on 0..10 (unknown nodes 0)."""
+    async def prioritize(self, request: ExtenderRequest) -> tuple[list[str], list[int]]:
+        """A HostPriorityList as (hosts, scores): every node's score on 0..10 (unknown 0)."""
         facts, unknown = self._facts(request)
         ctx = ScoreContext(await self._benchmarks.results(request.pod, self._sink))
         if self._weights.tenant_fairshare_enabled:
@@ -90,6 +95,4 @@ class Extender:
             if ctx.tenant is not None:
                 self._on_tenant(request.pod.namespace, ctx.tenant)
         scores = normalise(self._placement.score(request.pod, facts, ctx))
-        answer = [{"host": n.name, "score": s} for n, s in zip(facts, scores, strict=True)]
-        answer.extend({"host": name, "score": 0} for name in unknown)
-        return answer
+        return [n.name for n in facts] + unknown, scores + [0] * len(unknown)

@@ -1,15 +1,35 @@
-"""The node cache: each node's placement facts, parsed once when the node changes.
+"""Where node names resolve to placement facts, parsed once when a node changes.
 
 kube-scheduler's ``nodeCacheCapable`` mode sends node names only; the facts then come from
-here, kept current by the Kubernetes node informer (``adapters.kube``) or filled directly
-(tests, benchmarks). Writes come from one task; readers see a consistent dict entry.
+a ``NodeLookup``: on Kubernetes the node informer's cache (``adapters.kube``), otherwise a
+``NodeCache`` filled directly (tests, the local runtime). Writes come from one task;
+readers see a consistent dict entry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from flexinfer_common.placement.facts import NodeFacts
+
+
+class NodeLookup(Protocol):
+    """Node names -> facts."""
+
+    def split(self, names: list[str]) -> tuple[list[NodeFacts], list[str]]:
+        """The facts of the names known, and the names not known."""
+
+
+def split_known(
+    nodes: Mapping[str, NodeFacts], names: list[str]
+) -> tuple[list[NodeFacts], list[str]]:
+    """The facts of the names ``nodes`` has, and the names it lacks."""
+    found = list(map(nodes.get, names))
+    known: list[NodeFacts] = list(filter(None, found))  # facts are never falsy
+    if len(known) == len(found):
+        return known, []
+    return known, [name for name, node in zip(names, found, strict=True) if node is None]
 
 
 class NodeCache:
@@ -24,12 +44,7 @@ class NodeCache:
 
     def split(self, names: list[str]) -> tuple[list[NodeFacts], list[str]]:
         """The facts of the names the cache knows, and the names it does not."""
-        nodes = self._nodes
-        found = [nodes.get(name) for name in names]
-        known = [node for node in found if node is not None]
-        if len(known) == len(found):
-            return known, []
-        return known, [name for name in names if name not in nodes]
+        return split_known(self._nodes, names)
 
     def upsert(self, node: NodeFacts) -> None:
         """Add or replace a node."""

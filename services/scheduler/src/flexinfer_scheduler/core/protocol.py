@@ -7,8 +7,10 @@ matches either, case-insensitively. So does ``field``. Answers use the current t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from flexinfer_common.placement.facts import Malformed, PodFacts, pod_facts, requested_gpus
@@ -132,7 +134,8 @@ def _node_items(value: Any) -> list[Obj] | None:
 def _names(value: Any) -> list[str] | None:
     if value is None:
         return None
-    if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+    # map(isinstance, ...) checks a thousand names without a Python frame per name.
+    if not isinstance(value, list) or not all(map(isinstance, value, repeat(str))):
         raise BadExtenderArgsError("nodenames must be an array of strings")
     return value
 
@@ -152,3 +155,16 @@ def parse_args(body: Any, sink: Malformed) -> ExtenderRequest:
         if not all(name for name, _, _ in meta):
             raise BadExtenderArgsError("every node in nodes.items needs metadata.name")
     return ExtenderRequest(pod, nodes, names, meta)
+
+
+def host_priority_list(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
+    """A HostPriorityList's JSON, byte for byte what ``json.dumps`` with compact separators
+    writes for ``[{"host": h, "score": s}, ...]``, without building a dict per host (the
+    encoding of a thousand dicts cost more than scoring them)."""
+    # Scores take a few values (0..10): each one's tail is formatted once.
+    tails = {score: f',"score":{score:d}}}' for score in set(scores)}
+    entries = [
+        '{"host":' + encode_basestring_ascii(host) + tails[score]
+        for host, score in zip(hosts, scores, strict=True)
+    ]
+    return ("[" + ",".join(entries) + "]").encode()

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from flexinfer_common.errors import NotFoundError
-from flexinfer_controller.adapters.kube.client import MERGE_PATCH, KubeClient, Obj, list_json
+from flexinfer_common.kube.client import MERGE_PATCH, KubeClient, Obj, list_json
 from flexinfer_controller.legacy.modelcache.plan import CACHE_LABEL
 from flexinfer_controller.runtime.kubernetes.names import label_value
 

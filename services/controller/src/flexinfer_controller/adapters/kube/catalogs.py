@@ -13,8 +13,8 @@ import binascii
 from collections.abc import Mapping
 
 from flexinfer_common.errors import ConfigError
-from flexinfer_controller.adapters.kube.client import KubeClient
-from flexinfer_controller.adapters.kube.informer import Change
+from flexinfer_common.kube.client import KubeClient
+from flexinfer_common.kube.informer import Change
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.core.feed import Enqueue
 

@@ -18,16 +18,16 @@ import contextlib
 
 from flexinfer_common.api import API_GROUP, DEPLOYMENT_FINALIZER, DEPLOYMENT_KIND
 from flexinfer_common.errors import NotFoundError, TemporaryError
-from flexinfer_controller.adapters.kube.client import KubeClient, Obj, Resource
+from flexinfer_common.kube.client import KubeClient, Obj, Resource
+from flexinfer_common.kube.informer import Change, Informer, ListWatch
 from flexinfer_controller.adapters.kube.finalizers import add_finalizer, remove_finalizer
-from flexinfer_controller.adapters.kube.informer import (
-    Change,
-    CustomListWatch,
-    Informer,
-    ListWatch,
-)
 from flexinfer_controller.adapters.kube.modelcaches import ModelCacheListWatch
-from flexinfer_controller.adapters.kube.objects import CustomObjects, JsonPatch, version_guard
+from flexinfer_controller.adapters.kube.objects import (
+    CustomListWatch,
+    CustomObjects,
+    JsonPatch,
+    version_guard,
+)
 from flexinfer_controller.adapters.kube.resources import MODELS
 from flexinfer_controller.adapters.kube.shared import SharedInformer, SharedInformers
 from flexinfer_controller.core.feed import Enqueue
@@ -42,7 +42,7 @@ class CacheInformers:
     the controller only lists and watches ModelCaches)."""
 
     def __init__(self) -> None:
-        self.informers: list[Informer] = []
+        self.informers: list[Informer[Obj]] = []
 
     def get(self, namespace: str, name: str) -> Obj | None:
         """The ModelCache as last seen; TemporaryError before every informer listed once
@@ -137,7 +137,7 @@ class DeploymentInformerFeed:
         self._namespaces = namespaces
         self._shared = informers
         self.caches = caches or CacheInformers()
-        self.informers: list[Informer] = []
+        self.informers: list[Informer[Obj]] = []
 
     async def run(self, enqueue: Enqueue) -> None:
         """Follow ModelDeployments, Models and ModelCaches in every namespace until cancelled."""
@@ -172,7 +172,7 @@ class DeploymentInformerFeed:
         return [self._shared.informer(source, ns) for ns in self._namespaces]
 
 
-def _referencing(deployments: list[Informer], cache_key: str) -> list[str]:
+def _referencing(deployments: list[Informer[Obj]], cache_key: str) -> list[str]:
     """The ModelDeployments whose spec.modelCacheRef names the ModelCache ``cache_key``."""
     namespace, _, name = cache_key.partition("/")
     return [

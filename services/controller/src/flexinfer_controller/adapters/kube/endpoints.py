@@ -19,8 +19,8 @@ from datetime import datetime
 from typing import Any
 
 from flexinfer_common.errors import ConflictError, NotFoundError, StoreError
+from flexinfer_common.kube.client import MERGE_PATCH, KubeClient
 from flexinfer_common.store.base import EndpointRecord
-from flexinfer_controller.adapters.kube.client import MERGE_PATCH, KubeClient
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "flexinfer-controller"}
 ROLE_LABEL, ROLE = "flexinfer.ai/role", "endpoints"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from flexinfer_controller.adapters.kube.informer import Change, CustomListWatch
+from flexinfer_common.kube.informer import Change
+from flexinfer_controller.adapters.kube.objects import CustomListWatch
 from flexinfer_controller.adapters.kube.resources import MODELS
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.core.feed import Enqueue

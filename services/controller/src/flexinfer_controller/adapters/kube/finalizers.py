@@ -8,7 +8,7 @@ again and the change recomputed.
 from __future__ import annotations
 
 from flexinfer_common.errors import ConflictError, NotFoundError
-from flexinfer_controller.adapters.kube.client import Obj
+from flexinfer_common.kube.client import Obj
 from flexinfer_controller.adapters.kube.objects import CustomObjects, version_guard
 
 ATTEMPTS = 8

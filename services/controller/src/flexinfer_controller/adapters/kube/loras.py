@@ -13,9 +13,9 @@ import logging
 
 from flexinfer_common.api import LoRAAdapter
 from flexinfer_common.errors import FlexInferError
-from flexinfer_controller.adapters.kube.client import Obj
+from flexinfer_common.kube.client import Obj
+from flexinfer_common.kube.informer import Change, Informer
 from flexinfer_controller.adapters.kube.convert import from_object
-from flexinfer_controller.adapters.kube.informer import Change, Informer
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.core.adapters import AdapterChanged
 
@@ -28,7 +28,7 @@ class AdapterInformerFeed:
     def __init__(self, store: KubernetesModelStore, namespaces: list[str | None]) -> None:
         self._store = store
         self._namespaces = namespaces
-        self.informers: list[Informer] = []
+        self.informers: list[Informer[Obj]] = []
 
     async def run(self, changed: AdapterChanged) -> None:
         """List and watch LoRAAdapters in every namespace until cancelled."""

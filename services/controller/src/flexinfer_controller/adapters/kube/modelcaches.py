@@ -20,8 +20,7 @@ import pydantic
 from flexinfer_common.api import API_GROUP, ModelCache
 from flexinfer_common.api.modelcache import ModelCacheStatus
 from flexinfer_common.errors import NotFoundError
-from flexinfer_controller.adapters.kube.cache_objects import CacheObjects
-from flexinfer_controller.adapters.kube.client import (
+from flexinfer_common.kube.client import (
     JSON_PATCH,
     KubeClient,
     Obj,
@@ -30,8 +29,9 @@ from flexinfer_controller.adapters.kube.client import (
     list_json,
     watch_kwargs,
 )
+from flexinfer_common.kube.informer import Change, Informer
+from flexinfer_controller.adapters.kube.cache_objects import CacheObjects
 from flexinfer_controller.adapters.kube.convert import api_body, dump
-from flexinfer_controller.adapters.kube.informer import Change, Informer
 from flexinfer_controller.adapters.kube.shared import SharedInformers
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.legacy.modelcache.controller import ModelCacheController
@@ -79,7 +79,7 @@ class ApiServerCacheCluster(CacheObjects):
 
     def __init__(self, client: KubeClient) -> None:
         super().__init__(client)
-        self.informers: list[Informer] = []
+        self.informers: list[Informer[Obj]] = []
 
     def cache(self, key: str) -> ModelCache | None:
         """The ModelCache ``key`` from the informers (None: gone, or unreadable)."""

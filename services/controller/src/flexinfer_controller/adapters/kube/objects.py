@@ -1,10 +1,18 @@
-"""One custom resource's objects as plain dicts: create, get, list, patch, delete."""
+"""One custom resource's objects as plain dicts: create, get, list, patch, delete, watch."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, cast
 
-from flexinfer_controller.adapters.kube.client import JSON_PATCH, KubeClient, Obj, Resource
+from flexinfer_common.kube.client import (
+    JSON_PATCH,
+    KubeClient,
+    Obj,
+    Resource,
+    WatchStream,
+    watch_kwargs,
+)
 
 JsonPatch = list[dict[str, Any]]
 
@@ -78,3 +86,43 @@ class CustomObjects:
         fn = self.client.custom.delete_namespaced_custom_object
         what = f"delete {self.resource.plural}"
         return cast(Obj, await self.client.call(what, fn, *self._args(namespace), name))
+
+
+class CustomListWatch:
+    """List and watch of one custom resource (where an ``Informer`` follows it)."""
+
+    def __init__(self, client: KubeClient, resource: Resource) -> None:
+        self._client = client
+        self._objects = CustomObjects(client, resource)
+        self._resource = resource
+        self.kind = resource.kind
+        self.plural = resource.plural
+
+    async def list(self, namespace: str | None) -> tuple[list[Obj], str]:
+        """The objects and the list's resourceVersion."""
+        return await self._objects.list(namespace)
+
+    def watch(self, namespace: str | None, resource_version: str, timeout_s: int) -> WatchStream:
+        """A watch of the custom resource after ``resource_version``, with bookmarks."""
+        r, custom = self._resource, self._client.custom
+        kwargs = watch_kwargs(resource_version, timeout_s)
+        if namespace is None:
+            opener = functools.partial(
+                custom.list_cluster_custom_object,
+                r.group,
+                r.version,
+                r.plural,
+                watch=True,
+                **kwargs,
+            )
+        else:
+            opener = functools.partial(
+                custom.list_namespaced_custom_object,
+                r.group,
+                r.version,
+                namespace,
+                r.plural,
+                watch=True,
+                **kwargs,
+            )
+        return WatchStream(opener, f"watch {r.plural}")

@@ -6,47 +6,17 @@ controller never caches the cluster's other pods.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from flexinfer_controller.adapters.kube.client import (
-    MERGE_PATCH,
-    KubeClient,
-    Obj,
-    WatchStream,
-    list_json,
-    watch_kwargs,
-)
+from flexinfer_common.kube.client import MERGE_PATCH, KubeClient, Obj
+from flexinfer_common.kube.listwatch import CoreListWatch
 
 
-class PodListWatch:
+class PodListWatch(CoreListWatch):
     """List and watch of the pods matching a label selector."""
 
-    kind = "Pod"
-    plural = "pods"
-
     def __init__(self, client: KubeClient, label_selector: str) -> None:
-        self._client = client
-        self._selector = label_selector
-
-    async def list(self, namespace: str | None) -> tuple[list[Obj], str]:
-        """The matching pods (as dicts) and the list's resourceVersion."""
-        return await list_json(self._client, "list pods", self._lister(namespace))
-
-    def watch(self, namespace: str | None, resource_version: str, timeout_s: int) -> WatchStream:
-        """A watch of the matching pods after ``resource_version``."""
-        opener = functools.partial(
-            self._lister(namespace), watch=True, **watch_kwargs(resource_version, timeout_s)
-        )
-        return WatchStream(opener, "watch pods")
-
-    def _lister(self, namespace: str | None) -> Any:
-        core = self._client.core
-        if namespace is None:
-            return functools.partial(
-                core.list_pod_for_all_namespaces, label_selector=self._selector
-            )
-        return functools.partial(core.list_namespaced_pod, namespace, label_selector=self._selector)
+        super().__init__(client, "pods", label_selector=label_selector)
 
 
 async def patch_pod(client: KubeClient, namespace: str, name: str, patch: Obj) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flexinfer_common.api import API_GROUP, CATALOG_KIND, LORA_KIND
-from flexinfer_controller.adapters.kube.client import Resource
+from flexinfer_common.kube.client import Resource
 
 VERSION = "v1alpha2"
 MODELS = Resource(API_GROUP, VERSION, "models", "Model")

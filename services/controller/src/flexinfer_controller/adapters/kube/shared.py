@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from flexinfer_controller.adapters.kube.informer import Change, Informer, ListWatch
+from flexinfer_common.kube.informer import Change, Informer, ListWatch
 
 Subscriber = Callable[[Change], None]
 

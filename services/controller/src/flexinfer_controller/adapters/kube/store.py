@@ -28,14 +28,14 @@ from flexinfer_common.api import (
     ModelCatalogStatus,
     ModelStatus,
 )
+from flexinfer_common.kube.client import KubeClient, Obj
+from flexinfer_common.kube.informer import Change, Informer
 from flexinfer_common.store.base import EndpointRecord, ModelStore
-from flexinfer_controller.adapters.kube.client import KubeClient
 from flexinfer_controller.adapters.kube.convert import from_object
 from flexinfer_controller.adapters.kube.endpoints import ConfigMapEndpoints
 from flexinfer_controller.adapters.kube.finalizers import add_finalizer, remove_finalizer
-from flexinfer_controller.adapters.kube.informer import Change, CustomListWatch, Informer
 from flexinfer_controller.adapters.kube.kinds import KindStore
-from flexinfer_controller.adapters.kube.objects import CustomObjects
+from flexinfer_controller.adapters.kube.objects import CustomListWatch, CustomObjects
 from flexinfer_controller.adapters.kube.resources import (
     LORA_ADAPTERS,
     MODEL_CATALOGS,
@@ -190,14 +190,14 @@ class KubernetesModelStore(ModelStore):
         on_change: Callable[[Change], None],
         namespace: str | None = None,
         watch_timeout_s: int = 300,
-    ) -> Informer:
+    ) -> Informer[Obj]:
         """An informer of Models (``run()`` it) calling ``on_change`` per change."""
         source = CustomListWatch(self._client, MODELS)
         return Informer(source, on_change, namespace=namespace, watch_timeout_s=watch_timeout_s)
 
     def adapter_informer(
         self, on_change: Callable[[Change], None], namespace: str | None = None
-    ) -> Informer:
+    ) -> Informer[Obj]:
         """An informer of LoRAAdapters."""
         return Informer(
             CustomListWatch(self._client, LORA_ADAPTERS), on_change, namespace=namespace
@@ -205,7 +205,7 @@ class KubernetesModelStore(ModelStore):
 
     def catalog_informer(
         self, on_change: Callable[[Change], None], namespace: str | None = None
-    ) -> Informer:
+    ) -> Informer[Obj]:
         """An informer of ModelCatalogs."""
         return Informer(
             CustomListWatch(self._client, MODEL_CATALOGS), on_change, namespace=namespace

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, cast
 from urllib.parse import quote
 
-from flexinfer_controller.adapters.kube.client import MERGE_PATCH, KubeClient, Obj
+from flexinfer_common.kube.client import MERGE_PATCH, KubeClient, Obj
 
 VERSION = "v1"
 _METHODS = {"get": "GET", "create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE"}

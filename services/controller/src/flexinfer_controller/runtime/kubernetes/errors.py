@@ -1,6 +1,6 @@
 """The apiserver's answers as the reconcile core reads them: permanent or temporary.
 
-The client maps the official client's exceptions (``adapters/kube/client.py``); at the
+The client maps the official client's exceptions (``flexinfer_common.kube.client``); at the
 runtime's boundary this decides which of them a retry can fix:
 
 - 400 BadRequest, 422 Invalid (``ApiRejectedError``): the rendered object is refused as
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 from flexinfer_common.errors import ConflictError, PermanentError, TemporaryError
-from flexinfer_controller.adapters.kube.client import ApiRejectedError
+from flexinfer_common.kube.client import ApiRejectedError
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -6,8 +6,8 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 
+from flexinfer_common.kube.client import KubeClient
 from flexinfer_common.store import ModelStore
-from flexinfer_controller.adapters.kube.client import KubeClient
 from flexinfer_controller.adapters.kube.feed import InformerFeed
 from flexinfer_controller.adapters.kube.shared import SharedInformers
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 
 from flexinfer_common.api import Model
 from flexinfer_common.errors import ConflictError, FlexInferError, NotFoundError, TemporaryError
-from flexinfer_controller.adapters.kube.client import Obj
+from flexinfer_common.kube.client import Obj
 from flexinfer_controller.adapters.kube.objects import CustomObjects, JsonPatch, version_guard
 from flexinfer_controller.runtime.kubernetes.names import FLASH_NODES_ANNOTATION
 

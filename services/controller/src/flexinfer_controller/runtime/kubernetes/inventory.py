@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from flexinfer_controller.adapters.kube.client import KubeClient
-from flexinfer_controller.adapters.kube.informer import Change, Informer
+from flexinfer_common.kube.client import KubeClient
+from flexinfer_common.kube.informer import Change, Informer
 from flexinfer_controller.adapters.kube.nodes import NodeListWatch
 from flexinfer_controller.core.gpu import NodeGPU, node_gpu
 

@@ -38,8 +38,8 @@ from dataclasses import replace
 from flexinfer_common.api import Model
 from flexinfer_common.api.status import GPUStatus
 from flexinfer_common.errors import ConflictError, FlexInferError, InvalidSpecError, NotFoundError
-from flexinfer_controller.adapters.kube.client import KubeClient, Obj
-from flexinfer_controller.adapters.kube.informer import Change, Informer
+from flexinfer_common.kube.client import KubeClient, Obj
+from flexinfer_common.kube.informer import Change, Informer
 from flexinfer_controller.adapters.kube.objects import CustomObjects
 from flexinfer_controller.adapters.kube.pods import PodListWatch, delete_pod, patch_pod
 from flexinfer_controller.adapters.kube.resources import MODELS
@@ -118,8 +118,8 @@ class KubernetesRuntime(Runtime):
         self._ready_at: dict[str, float] = {}
         self._gate = JobGate(job_poll_s, lambda model: bool(self._live(model)), job_retry)
 
-    def _pod_informer(self, namespace: str | None, watch_timeout_s: int) -> Informer:
-        holder: list[Informer] = []
+    def _pod_informer(self, namespace: str | None, watch_timeout_s: int) -> Informer[Obj]:
+        holder: list[Informer[Obj]] = []
         informer = Informer(
             PodListWatch(self._client, ENGINE_SELECTOR),
             lambda change: self._on_pod(holder[0], change),
@@ -334,7 +334,7 @@ class KubernetesRuntime(Runtime):
 
     # -- pod events --------------------------------------------------------------------
 
-    def _on_pod(self, informer: Informer, change: Change) -> None:
+    def _on_pod(self, informer: Informer[Obj], change: Change) -> None:
         old = self._pods.get(change.key)
         found = informer.get(change.key) if change.type != "DELETED" else None
         new = view(found) if found is not None else None

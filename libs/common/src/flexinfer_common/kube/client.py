@@ -234,33 +234,6 @@ class KubeClient:
 
         return await anyio.to_thread.run_sync(run)
 
-    def watch(
-        self, resource: Resource, namespace: str | None, resource_version: str, timeout_s: int
-    ) -> WatchStream:
-        """A watch of ``resource`` after ``resource_version``, with bookmarks."""
-        r = resource
-        kwargs = watch_kwargs(resource_version, timeout_s)
-        if namespace is None:
-            opener = functools.partial(
-                self.custom.list_cluster_custom_object,
-                r.group,
-                r.version,
-                r.plural,
-                watch=True,
-                **kwargs,
-            )
-        else:
-            opener = functools.partial(
-                self.custom.list_namespaced_custom_object,
-                r.group,
-                r.version,
-                namespace,
-                r.plural,
-                watch=True,
-                **kwargs,
-            )
-        return WatchStream(opener, f"watch {r.plural}")
-
     async def close(self) -> None:
         """Close the connection pool; idempotent."""
         if not self._closed:

@@ -1,12 +1,14 @@
 """An informer: list, then watch from the list's resourceVersion, resumed, relisted on 410.
 
-It keeps the last seen object of every key and calls ``on_change`` with a ``Change``
-(namespace/name key) for each add, update and delete, which the reconcile core uses as it
-uses the SQL store's change events: to queue the key. A watch that ends (the apiserver's
-timeout, a dropped connection) resumes from the last resourceVersion seen, which
-bookmarks advance without any object changing; one that gets 410 Gone relists, and the
-relist is compared with what was seen, so every change in the gap is reported once: new
-and changed objects as ADDED/MODIFIED, vanished ones as DELETED, unchanged ones not at all.
+It keeps the last seen state of every key (the object itself, or what ``decode`` makes of
+it, so a reader gets parsed facts without parsing per request) and calls ``on_change``
+with a ``Change`` (namespace/name key) for each add, update and delete, which the
+controller's reconcile core uses as it uses the SQL store's change events: to queue the
+key. A watch that ends (the apiserver's timeout, a dropped connection) resumes from the
+last resourceVersion seen, which bookmarks advance without any object changing; one that
+gets 410 Gone relists, and the relist is compared with what was seen, so every change in
+the gap is reported once: new and changed objects as ADDED/MODIFIED, vanished ones as
+DELETED, unchanged ones not at all.
 """
 
 from __future__ import annotations
@@ -15,21 +17,15 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from flexinfer_common.errors import StoreError
-from flexinfer_controller.adapters.kube.client import (
-    KubeClient,
-    Obj,
-    Resource,
-    ResourceExpiredError,
-    WatchStream,
-)
-from flexinfer_controller.adapters.kube.objects import CustomObjects
+from flexinfer_common.kube.client import Obj, ResourceExpiredError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _END = object()
 
 
@@ -41,8 +37,19 @@ class Change:
     type: str
     """ADDED, MODIFIED or DELETED."""
     key: str
-    """namespace/name."""
+    """The informer's key: namespace/name (``/name`` for cluster-scoped objects) unless
+    it was given another."""
     resource_version: str
+
+
+class Stream(Protocol):
+    """One watch request's events, read in a worker thread; ``stop`` unblocks the reader."""
+
+    def __iter__(self) -> Iterator[Obj]:
+        """The decoded watch events, until the stream ends."""
+
+    def stop(self) -> None:
+        """End the stream from another thread."""
 
 
 class ListWatch(Protocol):
@@ -54,52 +61,88 @@ class ListWatch(Protocol):
     async def list(self, namespace: str | None) -> tuple[list[Obj], str]:
         """Every object (of one namespace) and the list's resourceVersion."""
 
-    def watch(self, namespace: str | None, resource_version: str, timeout_s: int) -> WatchStream:
+    def watch(self, namespace: str | None, resource_version: str, timeout_s: int) -> Stream:
         """A watch after ``resource_version``, with bookmarks."""
 
 
-class CustomListWatch:
-    """List and watch of one custom resource."""
-
-    def __init__(self, client: KubeClient, resource: Resource) -> None:
-        self._client = client
-        self._objects = CustomObjects(client, resource)
-        self._resource = resource
-        self.kind = resource.kind
-        self.plural = resource.plural
-
-    async def list(self, namespace: str | None) -> tuple[list[Obj], str]:
-        """The objects and the list's resourceVersion."""
-        return await self._objects.list(namespace)
-
-    def watch(self, namespace: str | None, resource_version: str, timeout_s: int) -> WatchStream:
-        """A watch of the custom resource."""
-        return self._client.watch(self._resource, namespace, resource_version, timeout_s)
-
-
-def _key(obj: Obj) -> str:
+def object_key(obj: Obj) -> str:
+    """``namespace/name`` of an object (``/name`` when cluster-scoped)."""
     meta = obj["metadata"]
     return f"{meta.get('namespace', '')}/{meta['name']}"
 
 
-class Informer:
-    """Keeps a cache of one resource in sync and reports its changes."""
+def object_name(obj: Obj) -> str:
+    """An object's name alone (a key for cluster-scoped kinds)."""
+    return str(obj["metadata"]["name"])
+
+
+def _version(obj: Obj) -> str:
+    return str(obj["metadata"]["resourceVersion"])
+
+
+def _ignore(change: Change) -> None:
+    return None
+
+
+def _as_is(obj: Obj) -> Obj:
+    return obj
+
+
+class Informer(Generic[T]):
+    """Keeps a cache of one resource in sync and reports its changes.
+
+    ``decode`` turns each new or changed object into what is cached (the object itself by
+    default); it is called once per resourceVersion, in the event loop, and must not raise.
+    ``key`` names an object in the cache and in changes (``namespace/name`` by default;
+    ``object_name`` suits a cluster-scoped kind looked up by name).
+    """
+
+    @overload
+    def __init__(
+        self: Informer[Obj],
+        source: ListWatch,
+        on_change: Callable[[Change], None] = ...,
+        *,
+        key: Callable[[Obj], str] = ...,
+        namespace: str | None = None,
+        watch_timeout_s: int = 300,
+        backoff_s: tuple[float, float] = (0.1, 5.0),
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        source: ListWatch,
+        on_change: Callable[[Change], None] = ...,
+        *,
+        decode: Callable[[Obj], T],
+        key: Callable[[Obj], str] = ...,
+        namespace: str | None = None,
+        watch_timeout_s: int = 300,
+        backoff_s: tuple[float, float] = (0.1, 5.0),
+    ) -> None: ...
 
     def __init__(
         self,
         source: ListWatch,
-        on_change: Callable[[Change], None],
+        on_change: Callable[[Change], None] = _ignore,
         *,
+        decode: Callable[[Obj], Any] = _as_is,
+        key: Callable[[Obj], str] = object_key,
         namespace: str | None = None,
         watch_timeout_s: int = 300,
         backoff_s: tuple[float, float] = (0.1, 5.0),
     ) -> None:
         self._source = source
         self._on_change = on_change
+        self._decode = decode
+        self._key = key
         self._namespace = namespace
         self._watch_timeout_s = watch_timeout_s
         self._backoff_s = backoff_s
-        self._cache: dict[str, Obj] = {}
+        self._cache: dict[str, T] = {}
+        self._versions: dict[str, str] = {}
+        """Each key's last seen resourceVersion: what a relist or a replay is compared with."""
         self.resource_version: str | None = None
         self.synced = asyncio.Event()
         self.lists = 0
@@ -107,15 +150,19 @@ class Informer:
         self.bookmarks = 0
         self._progress = asyncio.Event()
 
-    def get(self, key: str) -> Obj | None:
-        """The last seen object of ``key``."""
+    def get(self, key: str) -> T | None:
+        """The last seen state of ``key``."""
         return self._cache.get(key)
 
     def keys(self) -> list[str]:
         """Every key seen and not deleted, sorted."""
         return sorted(self._cache)
 
-    async def wait_until(self, predicate: Callable[[Informer], bool]) -> None:
+    def view(self) -> Mapping[str, T]:
+        """The cache itself, read-only and live: key -> last seen state."""
+        return self._cache
+
+    async def wait_until(self, predicate: Callable[[Informer[T]], bool]) -> None:
         """Return once ``predicate(self)`` holds, re-checked after every list and event."""
         while not predicate(self):
             await self._progress.wait()
@@ -142,21 +189,27 @@ class Informer:
     async def _relist(self) -> None:
         items, version = await self._source.list(self._namespace)
         self.lists += 1
-        listed = {_key(o): o for o in items}
+        listed = {self._key(o): o for o in items}
         for key in sorted(set(self._cache) - set(listed)):
-            del self._cache[key]
+            self._forget(key)
             self._emit("DELETED", key, version)  # deleted somewhere before the list's version
         for key, obj in sorted(listed.items()):
-            seen = self._cache.get(key)
-            self._cache[key] = obj
-            rv = str(obj["metadata"]["resourceVersion"])
-            if seen is None:
-                self._emit("ADDED", key, rv)
-            elif str(seen["metadata"]["resourceVersion"]) != rv:
-                self._emit("MODIFIED", key, rv)
+            rv, seen = _version(obj), self._versions.get(key)
+            if seen == rv:
+                continue  # unchanged: its state is already cached
+            self._store(key, obj, rv)
+            self._emit("ADDED" if seen is None else "MODIFIED", key, rv)
         self.resource_version = version
         self.synced.set()
         self._advanced()
+
+    def _store(self, key: str, obj: Obj, rv: str) -> None:
+        self._cache[key] = self._decode(obj)
+        self._versions[key] = rv
+
+    def _forget(self, key: str) -> None:
+        self._cache.pop(key, None)
+        self._versions.pop(key, None)
 
     async def _watch_until_expired(self) -> None:
         delay = self._backoff_s[0]
@@ -207,20 +260,20 @@ class Informer:
             if code == 410:
                 raise ResourceExpiredError(f"watch {self._source.plural}: 410 {message}")
             raise StoreError(f"watch {self._source.plural}: {code} {message}")
-        rv = str(obj["metadata"]["resourceVersion"])
+        rv = _version(obj)
         if kind == "BOOKMARK":
             self.bookmarks += 1
             self.resource_version = rv
             return
-        key = _key(obj)
+        key = self._key(obj)
         if kind == "DELETED":
-            self._cache.pop(key, None)
+            self._forget(key)
         else:
-            seen = self._cache.get(key)
-            self._cache[key] = obj
-            if seen is not None and str(seen["metadata"]["resourceVersion"]) == rv:
-                self.resource_version = rv
+            seen = self._versions.get(key)
+            self.resource_version = rv
+            if seen == rv:
                 return  # already reported (a watch from "0" replays the current state)
+            self._store(key, obj, rv)
             kind = "MODIFIED" if seen is not None else "ADDED"
         self.resource_version = rv
         self._emit(str(kind), key, rv)
@@ -229,7 +282,7 @@ class Informer:
         self._on_change(Change(self._source.kind, kind, key, rv))
 
 
-def _pump(stream: WatchStream, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any]) -> None:
+def _pump(stream: Stream, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any]) -> None:
     """Read the stream in this thread and hand its events (or its error) to the loop."""
 
     def put(item: Any) -> None:
