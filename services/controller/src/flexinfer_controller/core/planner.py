@@ -255,8 +255,9 @@ class Planner:
         return _assignment(model, placed)
 
     def forget(self, key: str) -> None:
-        """The Model is gone: it waits for no GPU."""
+        """The Model is gone: it waits for no GPU, and leaves its shared group."""
         self.waiting.discard(key)
+        self.sharing.forget(key)
 
     def _wait(self, key: str) -> None:
         self.waiting.add(key)
