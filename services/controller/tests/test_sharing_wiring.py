@@ -116,6 +116,27 @@ class Watch:
             raise AssertionError(f"{exc}; last statuses {told}") from None
 
 
+class Proxy:
+    """A proxy holding requests for one Model: it repeats its DemandEvent while they wait."""
+
+    def __init__(self, h: Harness, key: str) -> None:
+        self.h = h
+        self.key = key
+        self.last = 0.0
+        """When it last reported the queue (monotonic seconds)."""
+
+    async def resend(self) -> None:
+        """Report the queue again when a quarter window passed: it stays live."""
+        if time.monotonic() - self.last >= WINDOW_S / 4:
+            self.last = time.monotonic()  # before: the controller hears it later, not sooner
+            await self.h.publish(topics.DEMAND, demand(self.key))
+
+
+def waiting_for_gpu(model: Model) -> bool:
+    """Pending, queued for the GPU its group holds (not merely unplaced)."""
+    return model.status.phase == "Pending" and loaded(model)[1] == "WaitingForGPU"
+
+
 def loaded(model: Model) -> tuple[str, str, str]:
     cond = {c.type: c for c in model.status.conditions}["Loaded"]
     return cond.status, cond.reason, cond.message
@@ -133,26 +154,30 @@ async def test_demand_swaps_the_gpu_after_the_window(tmp_path: Path, model_dir: 
             await h.put_model(shared_doc(name, source))
         await watch.until(lambda: watch.phase(A) == watch.phase(B) == "Idle")
 
-        asked_a = time.monotonic()
         await h.publish(topics.DEMAND, demand(A))
         await watch.until(lambda: watch.phase(A) == "Ready")
         assert arbiter.holders("g") == [A]
 
-        resent = [0.0]
+        # Both queue: a, busy, keeps the GPU from b of equal priority, which waits for it.
+        a_proxy, b_proxy = Proxy(h, A), Proxy(h, B)
 
-        async def proxy_resends_b() -> None:
-            # A proxy repeats a queue that still waits; a few times a window keeps it live.
-            if time.monotonic() - resent[0] >= WINDOW_S / 4:
-                resent[0] = time.monotonic()
-                await h.publish(topics.DEMAND, demand(B))
+        async def both() -> None:
+            await a_proxy.resend()
+            await b_proxy.resend()
 
+        await watch.until(lambda: waiting_for_gpu(watch.models[B]), both)
+        assert watch.phase(A) == "Ready"
+        assert arbiter.holders("g") == [A]
+        assert not arbiter.swaps
+
+        # a's queue empties: a window later it is idle, and b takes the GPU.
         await watch.until(
-            lambda: watch.phase(A) == "Preempted" and watch.phase(B) == "Ready", proxy_resends_b
+            lambda: watch.phase(A) == "Preempted" and watch.phase(B) == "Ready", b_proxy.resend
         )
         swap = arbiter.swaps[-1]
         assert (swap.group, swap.swap.winner, swap.swap.losers) == ("g", B, (A,))
         assert swap.swap.reason == "idle"  # equal priorities: only an idle holder yields
-        assert swap.swap.at - asked_a > WINDOW_S
+        assert swap.swap.at - a_proxy.last > WINDOW_S
         a, b = watch.models[A], watch.models[B]
         assert loaded(a)[:2] == ("False", "Preempted")
         assert "preempted by default/b" in loaded(a)[2]
