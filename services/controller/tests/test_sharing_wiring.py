@@ -16,6 +16,7 @@ import pytest
 
 from flexinfer_common.api import Model
 from flexinfer_common.bus import topics
+from flexinfer_common.errors import NotFoundError
 from flexinfer_common.settings import StoreSettings
 from flexinfer_common.store import create_store
 from flexinfer_controller.app import create_shared_gpu
@@ -88,13 +89,18 @@ class Watch:
         """One observation: the stored Models, the runtime's replicas, the processes."""
         self.steps += 1
         for key in (A, B):
-            self.models[key] = await self.h.store.get_model("default", key.split("/")[1])
+            try:
+                self.models[key] = await self.h.store.get_model("default", key.split("/")[1])
+            except NotFoundError:
+                self.models.pop(key, None)
         running = {r.model for r in self.controller.runtime.list()}
         assert running <= {A} or running <= {B}, f"both Models have replicas: {running}"
         assert len(engines(self.tmp_path)) <= 1, "two engines run on the one GPU"
 
     def phase(self, key: str) -> str:
-        model = self.models[key]
+        model = self.models.get(key)
+        if model is None:
+            return ""
         done = model.status.observed_generation == model.metadata.generation
         return model.status.phase if done else ""
 
@@ -187,6 +193,11 @@ async def test_demand_swaps_the_gpu_after_the_window(tmp_path: Path, model_dir: 
         assert (b.status.ready_replicas, b.status.message) == (1, None)
         assert arbiter.holders("g") == [B]
         assert {r.model for r in watch.controller.runtime.list()} == {B}
+
+        # b is deleted: a, still wanting its replica, gets the GPU back without new demand.
+        assert (await h.client.delete("/v1/admin/models/b")).status_code == 204
+        await watch.until(lambda: B not in watch.models and watch.phase(A) == "Ready")
+        assert arbiter.holders("g") == [A]
 
 
 async def test_store_members_are_a_groups_live_models(tmp_path: Path) -> None:
