@@ -13,7 +13,7 @@ from flexinfer_common.api.status import GPUStatus
 from flexinfer_common.errors import PermanentError, TemporaryError
 from flexinfer_controller.core.controller import Controller
 from flexinfer_controller.core.failures import SURFACE_AFTER, Failures
-from flexinfer_controller.core.sharing import Sharing
+from flexinfer_controller.core.sharing import NoSharing, Sharing
 from flexinfer_controller.core.workers import Backoff
 from flexinfer_controller.testing import (
     Harness,
@@ -26,7 +26,7 @@ from flexinfer_controller.testing import (
 KEY = "default/tiny"
 
 
-class FailingHook:
+class FailingHook(NoSharing):
     """A shared-GPU hook that raises ``errors`` one per call, then lets every Model run."""
 
     def __init__(self, *errors: Exception) -> None:

@@ -9,13 +9,13 @@ from typing import Any
 
 from flexinfer_common.api import Model
 from flexinfer_common.api.status import GPUStatus
-from flexinfer_controller.core.sharing import Hold, SharedVerdict, Sharing
+from flexinfer_controller.core.sharing import Hold, NoSharing, SharedVerdict, Sharing
 from flexinfer_controller.testing import fake_model_dir, model_doc, run_controller
 
 GPU = [{"vendor": "nvidia", "arch": "sm_89", "vram": "24Gi", "node": "n1"}]
 
 
-class OneAtATime:
+class OneAtATime(NoSharing):
     """A GPU group runs one Model at a time: the first that wants replicas holds the GPU
     until it wants none; the others are Preempted meanwhile and looked at again soon."""
 

@@ -5,11 +5,13 @@ and that nothing starves. No sleeps: the clock is a ManualClock."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import pytest
 
 from flexinfer_common.api import Model
 from flexinfer_common.api.status import GPUStatus
+from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
 from flexinfer_controller.core.sharing import Hold
 from flexinfer_controller.core.sharing.arbiter import SharedArbiter
 from flexinfer_controller.core.sharing.clock import ManualClock
@@ -225,3 +227,47 @@ async def test_a_queued_member_is_told_so_and_when_to_look_again(
     arbiter.forget("d/a")
     clock.advance(1)
     assert (await arbiter.arbitrate(b, GPU, 1)).replicas == 1  # a deleted holder frees it
+
+
+def queued(key: str, depth: int = 1) -> DemandEvent:
+    """A proxy's DemandEvent for ``key``."""
+    return DemandEvent(model=key, queue_depth=depth, since=datetime.now(UTC), proxy="p")
+
+
+async def test_queued_demand_makes_the_group_holders_decide_again(
+    parts: tuple[ManualClock, list[str]],
+) -> None:
+    clock, requeued = parts
+    a, b, c = model("a", 5), model("b", 5), model("c", 5, "other")
+
+    async def members(group: str) -> list[Model]:
+        return [m for m in (a, b, c) if m.spec.gpu_or_default.shared == group]
+
+    book = DemandBook(clock)
+    arbiter = SharedArbiter(clock=clock, demand=book, members=members, requeue=requeued.append)
+    arbiter.observe(queued("d/x"), "d/x")
+    assert requeued == []  # no group holds anything yet
+    await arbiter.arbitrate(a, GPU, 1)
+    await arbiter.arbitrate(c, GPU, 1)
+    arbiter.observe(queued("d/b", 0), "d/b")
+    arbiter.observe(ActivityEvent(model="d/b", at=datetime.now(UTC), active=1), "d/b")
+    assert requeued == []  # nothing waits: no decision changes
+    arbiter.observe(queued("d/b"), "d/b")  # b, unplaced, is known from a's group's listing
+    assert requeued == ["d/a"]
+    assert book.queue("d/b", 60.0) is not None
+    requeued.clear()
+    arbiter.observe(queued("d/x"), "d/x")  # of no group known yet: every group's holders
+    assert requeued == ["d/a", "d/c"]
+
+
+async def test_a_deleted_member_makes_the_rest_of_its_group_decide_again(
+    parts: tuple[ManualClock, list[str]],
+) -> None:
+    clock, requeued = parts
+    arbiter = SharedArbiter(clock=clock, demand=DemandBook(clock), requeue=requeued.append)
+    a, b = model("a", 5), model("b", 5)
+    await arbiter.arbitrate(a, GPU, 1)
+    assert (await arbiter.arbitrate(b, GPU, 1)).replicas == 0
+    arbiter.forget("d/a")
+    assert requeued == ["d/b"]  # b waits for the GPU a held, and may not be reconciled
+    assert (await arbiter.arbitrate(b, GPU, 1)).replicas == 1

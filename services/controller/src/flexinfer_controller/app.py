@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -36,10 +36,17 @@ from flexinfer_controller.core.lora.controller import AdapterController
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.models import ModelService
 from flexinfer_controller.core.placement import CorePlacer, LogMalformed, StoreBenchmarks
+from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
+from flexinfer_controller.core.sharing.policy import shared_policy
+from flexinfer_controller.core.sharing.wiring import running_arbiter
 from flexinfer_controller.runtime import create_inventory, create_prestart, create_runtime
 from flexinfer_controller.runtime.registry import runtime_plugin
 from flexinfer_controller.settings import ControllerSettings
+from flexinfer_controller.sharing_settings import GPUSharingSettings
+
+Requeue = Callable[[str], object]
+SharingFactory = Callable[[GPUSharingSettings, ModelStore, Requeue], SharedGPUHook]
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +79,28 @@ def create_placer(settings: ControllerSettings, store: ModelStore) -> Placer:
     return CorePlacer(deps=deps, benchmarks=StoreBenchmarks(store), sink=LogMalformed())
 
 
-def create_shared_gpu(settings: ControllerSettings) -> SharedGPUHook:
-    """Step 4's shared-GPU hook (GPU sharing is to be built here from ``settings``)."""
-    return NoSharing()
+def _arbiter(settings: GPUSharingSettings, store: ModelStore, requeue: Requeue) -> SharedGPUHook:
+    policy = shared_policy(
+        starvation_s=settings.starvation_s,
+        demand_window_s=settings.demand_window_s,
+        swap_cooldown_s=settings.swap_cooldown_s,
+    )
+    return running_arbiter(store, policy, requeue)
+
+
+SHARING_MODES: Mapping[str, SharingFactory] = {
+    "none": lambda settings, store, requeue: NoSharing(),
+    "arbiter": _arbiter,
+}
+"""``gpu_sharing.mode`` -> the shared-GPU hook it builds."""
+
+
+def create_shared_gpu(
+    settings: ControllerSettings, store: ModelStore, requeue: Requeue
+) -> SharedGPUHook:
+    """Step 4's shared-GPU hook by ``gpu_sharing.mode``; it reconciles Models via ``requeue``."""
+    sharing = settings.gpu_sharing
+    return SHARING_MODES[sharing.mode](sharing, store, requeue)
 
 
 def create_app(
@@ -132,6 +158,7 @@ def create_app(
     metrics = ControllerMetrics(telemetry.registry)
     engine_metrics = HttpEngineMetrics()
     backends = default_backends()
+    queue = WorkQueue()  # the arbiter reconciles the members it moves through it
     controller = Controller(
         controller_config(settings),
         store=store,
@@ -145,7 +172,8 @@ def create_app(
         kv_check=KVCacheCheck(engine_metrics),
         sources=plugin.sources,
         placer=placer or create_placer(settings, store),
-        shared_gpu=shared_gpu or create_shared_gpu(settings),
+        shared_gpu=shared_gpu or create_shared_gpu(settings, store, queue.add),
+        queue=queue,
     )
     controller_ = controller
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)

@@ -25,6 +25,7 @@ from flexinfer_controller.adapters.registry.settings import RegistryClientSettin
 from flexinfer_controller.catalog.settings import CatalogSettings
 from flexinfer_controller.flashload.settings import FlashLoadSettings
 from flexinfer_controller.kube_settings import KubernetesSettings
+from flexinfer_controller.sharing_settings import GPUSharingSettings
 
 
 def default_instance_id() -> str:
@@ -148,6 +149,9 @@ class ControllerSettings(AdminAuthSettings):
     """Local mode's GPU inventory for detectGPU (``FLEXINFER_CONTROLLER_GPUS``, a JSON list
     of ``{vendor, count, arch, vram}``). Empty by default: this machine is taken to have
     only its CPU until GPUs are declared, since local mode does not probe hardware."""
+    gpu_sharing: GPUSharingSettings = Field(default_factory=GPUSharingSettings)
+    """Who holds a ``spec.gpu.shared`` group's GPU (``FLEXINFER_CONTROLLER_GPU_SHARING_*``;
+    off by default, see ``GPUSharingSettings.mode``)."""
     flash_loader: FlashLoadSettings = Field(default_factory=FlashLoadSettings)
     """Local mode's pre-start copy to tmpfs (``FLEXINFER_FLASH_LOADER_*``); a Model's
     ``spec.cache.flashLoader`` overrides it per model."""

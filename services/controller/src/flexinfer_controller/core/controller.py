@@ -29,7 +29,7 @@ from flexinfer_controller.core.prestart import PreStart
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.reconciler import Reconciler
-from flexinfer_controller.core.sharing import SharedGPUHook
+from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.core.workers import Backoff, run_worker
 from flexinfer_controller.runtime import ReplicaEvent, ReplicaListener, Runtime
@@ -100,16 +100,19 @@ class Controller:
         placer: Placer | None = None,
         shared_gpu: SharedGPUHook | None = None,
         reported: ReportedNodes | None = None,
+        queue: WorkQueue | None = None,
     ) -> None:
         """``placer`` picks the GPUs of a replica (step 3; default: the placement core
         without benchmarks); ``shared_gpu`` arbitrates shared GPUs (step 4; default: no
-        sharing); ``reported`` holds the nodes the agents report on the bus, which join the
-        fleet (default: a fresh one)."""
+        sharing) and hears the proxies' demand; ``reported`` holds the nodes the agents
+        report on the bus, which join the fleet (default: a fresh one); ``queue`` is the
+        work queue (given when the hook must reconcile Models through it)."""
         self._config = config
         self._store = store
         self._bus = bus
         self._metrics = metrics
-        self.queue = WorkQueue()
+        self.queue = queue if queue is not None else WorkQueue()
+        self.shared_gpu: SharedGPUHook = shared_gpu or NoSharing()
         self.runtime = runtime_factory(self._on_replica_event)
         self._crashes = CrashTracker(
             initial_s=config.crash_backoff_initial_s,
@@ -149,7 +152,7 @@ class Controller:
             sources=sources or resolve_source,
             backoff=self._backoff,
             placer=placer,
-            shared_gpu=shared_gpu,
+            shared_gpu=self.shared_gpu,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._loops: list[EventLoop] = []
@@ -247,6 +250,7 @@ class Controller:
                 key, at = self._model_key(event.model), min(at, now)
             else:
                 continue
+            self.shared_gpu.observe(event, key)
             tickets[key] = self.note_activity(key, at)
         # Ack only once the reconcile that persists lastActiveTime has run.
         await asyncio.gather(

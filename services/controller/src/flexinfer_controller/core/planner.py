@@ -122,6 +122,8 @@ class Planner:
         if source.state is SourceState.INVALID:
             return Plan(Verdict(config_valid=(False, source.reason, source.message)))
         gpu = await self._place(model, backend)
+        if isinstance(gpu, Verdict) and gpu.placement_pending:
+            gpu = await self._shared_hold(model, active_at, gpu)
         rendered = self._launch(model, backend, source.path, gpu)
         if isinstance(rendered, Verdict):
             return Plan(rendered)
@@ -181,6 +183,20 @@ class Planner:
             self.queue.add_after(model.key, shared.recheck_s)
         verdict = Verdict(cached=cached, cache=detail, gpu=gpu, shared=shared.verdict)
         return Plan(verdict, launch_spec, max(0, shared.replicas), source.path, context=ctx)
+
+    async def _shared_hold(
+        self, model: Model, active_at: datetime | None, unplaced: Verdict
+    ) -> Verdict:
+        """An unplaced member of a shared group, with what the hook says of it: the GPU its
+        group holds is what keeps it off, so it shows Preempted or queued, not just Pending.
+        """
+        if model.spec.gpu_or_default.shared is None:
+            return unplaced
+        wanted = desired_replicas(model.spec, active_at, utcnow())
+        shared = await self.sharing.arbitrate(model, GPUStatus(), wanted.replicas)
+        if shared.recheck_s is not None:
+            self.queue.add_after(model.key, shared.recheck_s)
+        return replace(unplaced, shared=shared.verdict)
 
     def _crash_loop(self, model: Model) -> str | None:
         """Why the Model's engine is not started again (it crashed too often), or None."""
@@ -255,8 +271,9 @@ class Planner:
         return _assignment(model, placed)
 
     def forget(self, key: str) -> None:
-        """The Model is gone: it waits for no GPU."""
+        """The Model is gone: it waits for no GPU, and leaves its shared group."""
         self.waiting.discard(key)
+        self.sharing.forget(key)
 
     def _wait(self, key: str) -> None:
         self.waiting.add(key)

@@ -47,11 +47,11 @@ def phase_of(verdict: Verdict, desired: int, running: int, ready: int) -> ModelP
         return ModelPhase.FAILED
     if (unschedulable and not verdict.placement_pending) or verdict.cache_failed:
         return ModelPhase.FAILED
-    if unschedulable or (verdict.cached is not None and not verdict.cached[0]):
-        return ModelPhase.PENDING
-    if verdict.shared is not None:
+    if verdict.shared is not None:  # also when unplaced: its group holds the GPU
         preempted = verdict.shared.hold is Hold.PREEMPTED
         return ModelPhase.PREEMPTED if preempted else ModelPhase.PENDING
+    if unschedulable or (verdict.cached is not None and not verdict.cached[0]):
+        return ModelPhase.PENDING
     if ready > 0:
         return ModelPhase.READY
     if desired == 0 and running == 0:
@@ -87,6 +87,8 @@ def build_status(
         )
         conditions = set_condition(conditions, cond)
     summary = next((m for _, (ok, _, m) in checks if ok is False and m), None)
+    if verdict.shared is not None and phase is not ModelPhase.FAILED:
+        summary = verdict.shared.message  # the hold says why, over the unplaced GPU
     return model.status.model_copy(
         update={
             "phase": phase,

@@ -10,16 +10,21 @@ It learns the group's members from their reconciles, and from ``members`` (the s
 Models of a group) when given, so that a member that cannot be placed while the GPU is
 full still claims it. A Model is pinned by the annotation ``flexinfer.ai/pinned: "true"``
 (the API has no ``spec.gpu.pinned``): it is never evicted.
+
+Queued requests for a member (``observe``) make its group's holders decide again at once,
+and so does a deleted member (``forget``): a claimant that cannot be placed beside them is
+never reconciled into a decision of its own.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from flexinfer_common.api import Model
 from flexinfer_common.api.status import GPUStatus
+from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
 from flexinfer_controller.core.sharing.clock import Clock
 from flexinfer_controller.core.sharing.decide import GroupState, Member, Outcome, Swap, decide
 from flexinfer_controller.core.sharing.demand import DemandBook
@@ -68,6 +73,8 @@ class SharedArbiter:
         self._members = members
         self._requeue = requeue
         self._groups: dict[str, _Group] = {}
+        self._group_of: dict[str, str] = {}
+        """The group each member was last decided in."""
         self.swaps: deque[GroupSwap] = deque(maxlen=history)
         """The latest swaps, oldest first."""
 
@@ -76,7 +83,9 @@ class SharedArbiter:
         name = model.spec.gpu_or_default.shared
         self._leave_others(model.key, name)
         if not name:
+            self._group_of.pop(model.key, None)
             return Sharing(desired)
+        self._group_of[model.key] = name
         group = self._groups.setdefault(name, _Group(GroupState(), {}))
         group.seen[model.key] = (model, desired)
         if placement.memory_mb is not None:
@@ -92,10 +101,35 @@ class SharedArbiter:
         found = self._groups.get(group)
         return list(found.state.residents) if found else []
 
+    def observe(self, event: DemandEvent | ActivityEvent, key: str) -> None:
+        """Record demand for Model ``key``; when requests wait for it, the holders of its
+        group (of every group, while its group is not known yet) decide again."""
+        self.demand.observe(event, key)
+        if not isinstance(event, DemandEvent) or event.queue_depth <= 0:
+            return
+        name = self._group_of.get(key)
+        names = [name] if name is not None else list(self._groups)
+        for found in (self._groups.get(n) for n in names):
+            if found is not None:
+                self._poke(found.state.residents, key)
+
     def forget(self, key: str) -> None:
-        """Model ``key`` was deleted: it leaves its group (decided at the next reconcile)."""
+        """Model ``key`` was deleted: it leaves its group, whose others decide again."""
+        name = self._group_of.pop(key, None)
+        group = self._groups.get(name) if name is not None else None
+        if group is not None:
+            state = group.state
+            self._poke({*state.residents, *state.waiting, *group.seen}, key)
         self._leave_others(key, None)
         self.demand.forget(key)
+
+    def _poke(self, keys: Iterable[str], skip: str) -> None:
+        """Reconcile ``keys`` (but ``skip``) now."""
+        if self._requeue is None:
+            return
+        for key in sorted(keys):
+            if key != skip:
+                self._requeue(key)
 
     def _leave_others(self, key: str, name: str | None) -> None:
         for other, group in self._groups.items():
@@ -111,6 +145,7 @@ class SharedArbiter:
                 del group.seen[key]  # deleted, or moved to another group
             models = {**listed, **models}
             models = {k: v for k, v in models.items() if k in listed}
+        self._group_of.update(dict.fromkeys(models, name))
         facts = {key: self._member(key, m, group) for key, m in models.items()}
         outcome = decide(facts, group.state, self.policy, group.budget_mb, now)
         self.swaps.extend(GroupSwap(name, swap) for swap in outcome.swaps)

@@ -9,7 +9,11 @@ verdict's reason and message. ``NoSharing``, the default, changes nothing.
 
 The hook is asked on every reconcile of a placed Model that is neither gated by its cache
 nor crash-looping, also when it wants no replica (so that a group can hand the GPU on),
+and of a ``gpu.shared`` Model that waits for a GPU to free (its verdict then wins over
+Pending: the GPU its group holds is what keeps it off; ``placement`` is then empty),
 and is built once per controller (``create_app``), so it may keep state across reconciles.
+The controller also tells it of the proxies' demand (``observe``) and of deleted Models
+(``forget``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Protocol
 
 from flexinfer_common.api import Model
 from flexinfer_common.api.status import GPUStatus
+from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
 
 
 class Hold(StrEnum):
@@ -59,6 +64,14 @@ class SharedGPUHook(Protocol):
         """The replicas ``model``, placed at ``placement``, runs now of the ``desired``."""
         ...
 
+    def observe(self, event: DemandEvent | ActivityEvent, key: str) -> None:
+        """A proxy queued requests for Model ``key``, or ``key`` served some."""
+        ...
+
+    def forget(self, key: str) -> None:
+        """Model ``key`` was deleted."""
+        ...
+
 
 class NoSharing:
     """No arbitration: every Model runs what it wants."""
@@ -66,3 +79,9 @@ class NoSharing:
     async def arbitrate(self, model: Model, placement: GPUStatus, desired: int) -> Sharing:
         """``desired``, without a verdict."""
         return Sharing(desired)
+
+    def observe(self, event: DemandEvent | ActivityEvent, key: str) -> None:
+        """Demand changes nothing."""
+
+    def forget(self, key: str) -> None:
+        """Nothing kept."""

@@ -1,0 +1,40 @@
+"""GPU sharing in the running controller (``FLEXINFER_CONTROLLER_GPU_SHARING_*``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from flexinfer_controller.core.sharing.policy import (
+    SHARED_DEMAND_WINDOW_S,
+    SHARED_STARVATION_S,
+    SHARED_SWAP_COOLDOWN_S,
+)
+
+
+class GPUSharingSettings(BaseSettings):
+    """Whether the arbiter decides who holds a ``spec.gpu.shared`` group's GPU, and its
+    v1alpha2 anti-thrashing constants (docs/gpu-sharing.md)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="FLEXINFER_CONTROLLER_GPU_SHARING_", extra="ignore"
+    )
+
+    mode: Literal["none", "arbiter"] = "none"
+    """``arbiter``: members of a shared group take turns on its GPU by demand, priority and
+    VRAM. ``none`` (the default) runs every Model that wants replicas, as before the arbiter
+    existed: turning it on can preempt running Models, so an upgrade must not do it by
+    itself, and a group whose members fit side by side needs no arbiter at all."""
+
+    demand_window_s: float = Field(default=SHARED_DEMAND_WINDOW_S, gt=0)
+    """``sharedDemandWindow``: a proxy's queue report counts this long, and a holder without
+    demand this long is idle (yields to an equal priority)."""
+
+    swap_cooldown_s: float = Field(default=SHARED_SWAP_COOLDOWN_S, ge=0)
+    """``sharedSwapCooldown``: a Model that got the GPU keeps it at least this long, unless
+    its own ``spec.gpu.swapCooldown`` says otherwise."""
+
+    starvation_s: float = Field(default=SHARED_STARVATION_S, ge=0)
+    """Aging: demand unserved this long may preempt any priority (0: never, the seed's)."""
