@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 
 from fastapi import FastAPI
@@ -23,7 +24,7 @@ from flexinfer_controller.adapters.registry.factory import create_model_cache
 from flexinfer_controller.api.admin import install_admin
 from flexinfer_controller.api.benchmarks import benchmarks_router
 from flexinfer_controller.api.logs import logs_router
-from flexinfer_controller.backends import LaunchContext, default_backends
+from flexinfer_controller.backends import BackendRegistry, LaunchContext, default_backends
 from flexinfer_controller.catalog.client import ClientOptions
 from flexinfer_controller.catalog.service import CatalogService
 from flexinfer_controller.catalog.wiring import CatalogSources, catalog_controller
@@ -41,7 +42,7 @@ from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
 from flexinfer_controller.core.sharing.policy import shared_policy
 from flexinfer_controller.core.sharing.wiring import running_arbiter
 from flexinfer_controller.runtime import create_inventory, create_prestart, create_runtime
-from flexinfer_controller.runtime.registry import runtime_plugin
+from flexinfer_controller.runtime.registry import RuntimePlugin, runtime_plugin
 from flexinfer_controller.settings import ControllerSettings
 from flexinfer_controller.sharing_settings import GPUSharingSettings
 
@@ -101,6 +102,41 @@ def create_shared_gpu(
     """Step 4's shared-GPU hook by ``gpu_sharing.mode``; it reconciles Models via ``requeue``."""
     sharing = settings.gpu_sharing
     return SHARING_MODES[sharing.mode](sharing, store, requeue)
+
+
+@dataclass(frozen=True)
+class LoRAParts:
+    """The LoRAAdapter side of the controller: the loop loading adapters into engines, its
+    HTTP client to them, and the admin API's service."""
+
+    loop: AdapterController
+    engine: HttpAdapterEngine
+    service: AdapterService
+
+
+def _lora_parts(
+    settings: ControllerSettings,
+    plugin: RuntimePlugin,
+    store: ModelStore,
+    bus: EventBus,
+    controller: Controller,
+    backends: BackendRegistry,
+) -> LoRAParts:
+    events = AdapterEvents(bus)
+    engine = HttpAdapterEngine()
+    loop = AdapterController(
+        store=store,
+        runtime=controller.runtime,
+        backends=backends,
+        engine=engine,
+        cache=partial(plugin.adapter_cache, settings),
+        publish=events.publish,
+        announce=controller.endpoints.held,
+        roots=plugin.adapter_roots(settings),
+        resync_interval_s=settings.lora_resync_interval_s,
+    )
+    controller.watcher = loop  # replica changes make the loop look at the engines again
+    return LoRAParts(loop, engine, AdapterService(store, events, loop.enqueue))
 
 
 def create_app(
@@ -181,22 +217,9 @@ def create_app(
     app.state.store = store
     app.state.controller = controller
     app.state.model_service = service
-    adapter_events = AdapterEvents(bus)
-    adapter_engine = HttpAdapterEngine()
-    adapter_loop = AdapterController(
-        store=store,
-        runtime=controller.runtime,
-        backends=backends,
-        engine=adapter_engine,
-        cache=partial(plugin.adapter_cache, settings),
-        publish=adapter_events.publish,
-        announce=controller.endpoints.held,
-        roots=plugin.adapter_roots(settings),
-        resync_interval_s=settings.lora_resync_interval_s,
-    )
-    controller.watcher = adapter_loop
+    lora = _lora_parts(settings, plugin, store, bus, controller, backends)
+    adapter_loop, adapter_engine, adapters = lora.loop, lora.engine, lora.service
     app.state.adapter_loop = adapter_loop
-    adapters = AdapterService(store, adapter_events, adapter_loop.enqueue)
     app.state.adapter_service = adapters
     adapter_feed = plugin.adapters(settings, store)
     legacy = plugin.legacy(settings, store)  # v1alpha1 ModelDeployments and ModelCaches
