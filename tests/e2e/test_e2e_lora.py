@@ -134,8 +134,9 @@ async def test_the_first_request_for_an_adapter_starts_the_model_and_loads_it(
         )
     assert reply.model == "sql-lora"  # the engine answered as the adapter
 
-    loaded = await stack.store.get_adapter("default", "sql")
-    assert loaded.status.phase.value == "Loaded"
+    # The reply came once the replica's endpoint said it holds the adapter; the adapter's
+    # status is written by the same pass of the loop, a moment later.
+    await adapter_phase(stack.store, "sql", "Loaded")
     model = await stack.store.get_model("default", "base")
     assert model.status.endpoint is not None
     async with httpx.AsyncClient(base_url=model.status.endpoint, trust_env=False) as client:
