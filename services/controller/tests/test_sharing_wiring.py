@@ -4,7 +4,6 @@ take turns by demand, and their engines never run side by side."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -46,14 +45,9 @@ A, B = "default/a", "default/b"
 
 
 @pytest.fixture
-def model_dir(tmp_path: Path) -> Iterator[Path]:
-    out = tmp_path / "tiny"
-    subprocess.run(
-        [sys.executable, "-m", "flexinfer_engine", "generate", "tiny", "--out", str(out),
-         "--preset", "tiny"],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    yield out
+def model_dir(tmp_path: Path, tiny_model_dir: Path) -> Iterator[Path]:
+    """The session's tiny model (engines only read it); no engine may outlive the test."""
+    yield tiny_model_dir
     assert kill_engines(tmp_path) == [], "a test left engines running"
 
 

@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
-def _path_list(value: object) -> object:
+def path_list(value: object) -> object:
     """Directories from the environment: a JSON list, or paths separated by ``:`` as in PATH."""
     if not isinstance(value, str):
         return value
@@ -36,7 +36,7 @@ def _absolute(roots: list[Path]) -> list[Path]:
     return roots
 
 
-RootList = Annotated[list[Path], NoDecode, BeforeValidator(_path_list), AfterValidator(_absolute)]
+RootList = Annotated[list[Path], NoDecode, BeforeValidator(path_list), AfterValidator(_absolute)]
 """Absolute directories (LoRA adapter roots): a list, a JSON list, or ``/a:/b``."""
 
 

@@ -23,7 +23,7 @@ from pydantic_settings import (
 )
 
 from flexinfer_common.errors import ConfigError
-from flexinfer_common.settings import LogSettings, TelemetrySettings
+from flexinfer_common.settings import LogSettings, TelemetrySettings, path_list
 from flexinfer_registry.config_file import parse_human_size, read_config_file
 from flexinfer_registry.core.identity import MAX_MODEL_NAME, IdentityLimits
 
@@ -51,16 +51,6 @@ ByteSize = Annotated[int | None, BeforeValidator(_byte_size)]
 """Bytes, or text like "50GiB" / "10GB"; None = no limit."""
 
 
-def _path_list(value: object) -> object:
-    """Roots from the environment: a JSON list, or paths separated by ``:`` as in PATH."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if text.startswith("["):
-        return json.loads(text)
-    return [part for part in text.split(os.pathsep) if part]
-
-
 def _absolute_roots(roots: list[Path]) -> list[Path]:
     for root in roots:
         if not root.is_absolute():
@@ -68,7 +58,7 @@ def _absolute_roots(roots: list[Path]) -> list[Path]:
     return roots
 
 
-PathList = Annotated[list[Path], NoDecode, BeforeValidator(_path_list)]
+PathList = Annotated[list[Path], NoDecode, BeforeValidator(path_list)]
 """Absolute directories: a list, a JSON list, or ``/a:/b``."""
 
 
