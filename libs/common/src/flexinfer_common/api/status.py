@@ -22,6 +22,18 @@ class ModelPhase(StrEnum):
     FAILED = "Failed"
 
 
+class Residency(StrEnum):
+    """Where a Model's weights are now (FlexInfer's own; ``flexinfer get models`` shows it)."""
+
+    RESIDENT = "Resident"
+    """An engine runs (starting or serving) and holds its GPU memory."""
+    SLEEPING = "Sleeping"
+    """Its engine sleeps: weights offloaded to host memory or dropped, GPU memory freed; a
+    wake (not a cold start) brings it back."""
+    STOPPED = "Stopped"
+    """No engine runs."""
+
+
 class ConditionType(StrEnum):
     """Condition types a Model carries."""
 
@@ -110,6 +122,9 @@ class ModelStatus(ApiModel):
     last_active_time: datetime | None = None
     metrics: MetricsStatus | None = None
     shared_group: SharedGroupStatus | None = None
+    residency: Residency | None = Field(
+        default=None, description="FlexInfer's own: Resident, Sleeping or Stopped"
+    )
     cache: CacheStatus | None = None
     kv_cache: KVCacheStatus | None = None
     message: str | None = None

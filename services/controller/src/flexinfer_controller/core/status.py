@@ -8,7 +8,7 @@ from datetime import datetime
 
 from flexinfer_common.api import Condition, Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import ConditionStatus, set_condition
-from flexinfer_common.api.status import CacheStatus, ConditionType, GPUStatus
+from flexinfer_common.api.status import CacheStatus, ConditionType, GPUStatus, Residency
 from flexinfer_controller.core.sharing import Hold, SharedVerdict
 from flexinfer_controller.runtime import Replica, ReplicaState
 
@@ -98,6 +98,7 @@ def build_status(
             "desired_replicas": desired,
             "observed_generation": gen,
             "endpoint": ready[0].url if ready else None,
+            "residency": Residency.RESIDENT if replicas else Residency.STOPPED,
             "gpu": verdict.gpu,
             "last_active_time": last_active,
             "message": summary,
