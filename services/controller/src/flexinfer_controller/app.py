@@ -70,6 +70,7 @@ def controller_config(settings: ControllerSettings) -> ControllerConfig:
             engine_python=settings.engine_python,
             lora_roots=runtime_plugin(settings).adapter_roots(settings).texts,
         ),
+        sleep=settings.sleep.policy(),
     )
 
 

@@ -26,6 +26,7 @@ from flexinfer_controller.catalog.settings import CatalogSettings
 from flexinfer_controller.flashload.settings import FlashLoadSettings
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.sharing_settings import GPUSharingSettings
+from flexinfer_controller.sleep_settings import SleepSettings
 
 
 def default_instance_id() -> str:
@@ -152,6 +153,9 @@ class ControllerSettings(AdminAuthSettings):
     gpu_sharing: GPUSharingSettings = Field(default_factory=GPUSharingSettings)
     """Who holds a ``spec.gpu.shared`` group's GPU (``FLEXINFER_CONTROLLER_GPU_SHARING_*``;
     off by default, see ``GPUSharingSettings.mode``)."""
+    sleep: SleepSettings = Field(default_factory=SleepSettings)
+    """Sleep rather than stop engines at zero replicas (``FLEXINFER_CONTROLLER_SLEEP_*``;
+    off by default, see ``SleepSettings.budget_mb``)."""
     flash_loader: FlashLoadSettings = Field(default_factory=FlashLoadSettings)
     """Local mode's pre-start copy to tmpfs (``FLEXINFER_FLASH_LOADER_*``); a Model's
     ``spec.cache.flashLoader`` overrides it per model."""

@@ -30,6 +30,7 @@ from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.reconciler import Reconciler
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
+from flexinfer_controller.core.sleepbook import SleepPolicy
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.core.workers import Backoff, run_worker
 from flexinfer_controller.runtime import ReplicaEvent, ReplicaListener, Runtime
@@ -78,6 +79,8 @@ class ControllerConfig:
     crash_loop_limit: int
     crash_loop_window_s: float
     launch: LaunchContext
+    sleep: SleepPolicy = SleepPolicy()
+    """Sleep instead of stop at zero replicas (off: budget 0)."""
 
 
 class Controller:
@@ -153,6 +156,7 @@ class Controller:
             backoff=self._backoff,
             placer=placer,
             shared_gpu=self.shared_gpu,
+            sleep=config.sleep,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._loops: list[EventLoop] = []
@@ -277,7 +281,7 @@ class Controller:
                 self._metrics.engine_crashes.inc()
         self.queue.add(replica.model)
         self.watcher.replica_changed(event)
-        if event.kind == "exited" and replica.gpus is not None:
+        if event.kind in ("exited", "slept") and replica.gpus is not None:
             self.gpus_changed()  # its GPUs are free: a waiting Model may take them
 
     def gpus_changed(self) -> None:

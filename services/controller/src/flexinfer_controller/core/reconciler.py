@@ -55,6 +55,8 @@ from flexinfer_controller.core.prestart import NoPreStart, PreStart, PreStartRef
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
+from flexinfer_controller.core.sleep import SleepKeeper
+from flexinfer_controller.core.sleepbook import SleepPolicy
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.core.status import (
     Verdict,
@@ -93,6 +95,7 @@ class Reconciler:
         sources: Callable[[str], SourceResolution] = resolve_source,
         backoff: Backoff | None = None,
         shared_gpu: SharedGPUHook | None = None,
+        sleep: SleepPolicy | None = None,
     ) -> None:
         self._store = store
         # The workers' backoff: a failure's status tells the delay the worker will use.
@@ -120,6 +123,10 @@ class Reconciler:
         self._metrics = metrics
         self._progress = progress
         self._activity: dict[str, datetime] = {}
+        self.sleep = SleepKeeper(
+            runtime=runtime, planner=self._planner, queue=queue, policy=sleep or SleepPolicy()
+        )
+        """Sleeps replicas instead of stopping them at zero, and wakes them (issue 13)."""
 
     def gpu_waiters(self) -> list[str]:
         """Models waiting for a GPU to free (queue them when one does)."""
@@ -200,6 +207,7 @@ class Reconciler:
             await self._reconcile_external(model, replicas, last_active)
             return
         active_at = busy_until(last_active, replicas)
+        await self.sleep.tend(model)
         plan = await self._planner.plan(model, active_at)
         verdict, desired = plan.verdict, plan.desired
         # A cold start: replicas are wanted and none serves yet (the proxy queues requests).
@@ -210,6 +218,7 @@ class Reconciler:
         if desired == 0:
             to_stop = list(replicas)
         else:
+            current += await self.sleep.wake(model, desired - len(current))
             if len(current) > desired:
                 keep = sorted(current, key=lambda r: r.state is not ReplicaState.READY)[:desired]
                 to_stop += [r for r in current if r not in keep]
@@ -229,7 +238,12 @@ class Reconciler:
                 stale = []
         running = current + [r for r in stale if r not in to_stop]
         status = build_status(
-            model, verdict, desired=desired, replicas=running, last_active=last_active
+            model,
+            verdict,
+            desired=desired,
+            replicas=running,
+            last_active=last_active,
+            sleeping=self.sleep.sleeping(key),
         )
         ready = [r for r in running if r.state is ReplicaState.READY]
         status = await self._with_kv_cache(model, status, ready)
@@ -238,6 +252,7 @@ class Reconciler:
         )
         held = plan.verdict.shared is not None
         self._report_progress(model, status, ready, active_at, plan.download, held)
+        to_stop = await self.sleep.spare(model, to_stop, desired, plan.model_dir)
         for replica in to_stop:
             await self._runtime.stop(replica.id)
         # ensureService/ensureDeployment before status, as the seed: a status that reports
@@ -377,6 +392,7 @@ class Reconciler:
             await self._publisher.clear(key)
         for replica in replicas:
             await self._runtime.stop(replica.id)
+        await self.sleep.forget(key)
         await self._runtime.release(key)
         await self._prestart.release(key)
         await self._cache.release(key)

@@ -66,8 +66,10 @@ def build_status(
     desired: int,
     replicas: list[Replica],
     last_active: datetime | None,
+    sleeping: bool = False,
 ) -> ModelStatus:
-    """The new status; conditions keep their transition time when their status is unchanged."""
+    """The new status; conditions keep their transition time when their status is unchanged
+    (``sleeping``: a replica of the Model sleeps, see core/sleep.py)."""
     ready = [r for r in replicas if r.state is ReplicaState.READY]
     phase = phase_of(verdict, desired, len(replicas), len(ready))
     gen = model.metadata.generation
@@ -98,13 +100,19 @@ def build_status(
             "desired_replicas": desired,
             "observed_generation": gen,
             "endpoint": ready[0].url if ready else None,
-            "residency": Residency.RESIDENT if replicas else Residency.STOPPED,
+            "residency": _residency(replicas, sleeping),
             "gpu": verdict.gpu,
             "last_active_time": last_active,
             "message": summary,
             "cache": verdict.cache if verdict.cache is not None else model.status.cache,
         }
     )
+
+
+def _residency(replicas: list[Replica], sleeping: bool) -> Residency:
+    if replicas:
+        return Residency.RESIDENT
+    return Residency.SLEEPING if sleeping else Residency.STOPPED
 
 
 def _loaded(verdict: Verdict, phase: ModelPhase, desired: int) -> tuple[bool | None, str, str]:

@@ -8,6 +8,7 @@ from flexinfer_controller.runtime.base import (
     ReplicaListener,
     ReplicaState,
     Runtime,
+    SleepUnsupportedError,
 )
 from flexinfer_controller.runtime.registry import (
     create_inventory,
@@ -24,6 +25,7 @@ __all__ = [
     "ReplicaListener",
     "ReplicaState",
     "Runtime",
+    "SleepUnsupportedError",
     "create_inventory",
     "create_prestart",
     "create_runtime",

@@ -62,6 +62,11 @@ class Adopter:
         env = procs.environ_of(state.pid)
         if env.get(self._runtime_env) != self._runtime_id:
             return "forget: process does not carry this runtime's marker"
+        if state.state == "sleeping":
+            # Its sleep's bookkeeping (host-RAM budget, second timeout) died with the old
+            # controller, and a sleeping engine's /readyz says 503 whether it is healthy or
+            # wedged: a stop costs one cold start, an unaccounted sleeper host RAM for good.
+            return "kill: it was asleep (or waking)"
         if state.state != "ready" or not state.url:
             return "kill: it was still starting"
         try:

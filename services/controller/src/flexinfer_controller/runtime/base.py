@@ -11,7 +11,7 @@ from enum import StrEnum
 from flexinfer_common.api import Model
 from flexinfer_common.api.status import GPUStatus
 from flexinfer_common.errors import PermanentError
-from flexinfer_controller.backends import LaunchSpec
+from flexinfer_controller.backends import LaunchSpec, SleepEndpoints
 from flexinfer_controller.core.cache import ModelCache, Notify
 from flexinfer_controller.core.gpu import GPUAssignment, GPUInventory, Hold
 
@@ -22,6 +22,9 @@ class ReplicaState(StrEnum):
     STARTING = "starting"
     READY = "ready"
     STOPPING = "stopping"
+    SLEEPING = "sleeping"
+    """Its engine sleeps (weights offloaded or dropped): not serving, holding no GPU memory,
+    and not in ``Runtime.list``; ``Runtime.wake`` makes it READY again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +53,7 @@ class ReplicaEvent:
     """Something happened to a replica: it became ready, or it exited."""
 
     kind: str
-    """``ready`` or ``exited``."""
+    """``ready``, ``exited`` or ``slept`` (its GPUs are free, its process lives on)."""
     replica: Replica
     expected: bool = True
     """False for a crash, a failed start or a startup timeout."""
@@ -75,10 +78,16 @@ class LogsUnsupportedError(PermanentError):
     """The runtime keeps no output of its replicas."""
 
 
+class SleepUnsupportedError(PermanentError):
+    """The runtime cannot put its replicas to sleep."""
+
+
 class Runtime(ABC):
     """Runs engine replicas. Every method is called from the event loop."""
 
     name: str = ""
+    sleeps: bool = False
+    """Whether ``sleep`` and ``wake`` work here (the local runtime's)."""
 
     @abstractmethod
     async def adopt(self) -> list[Replica]:
@@ -99,6 +108,22 @@ class Runtime(ABC):
     @abstractmethod
     def list(self, model: str | None = None) -> list[Replica]:
         """Live replicas (STARTING or READY), of one model or all."""
+
+    async def sleep(
+        self, replica_id: str, routes: SleepEndpoints, level: int, timeout_s: float
+    ) -> Replica | None:
+        """Put a READY replica to sleep (POST ``routes.sleep?level=``): SLEEPING after, its
+        GPU memory free. None when it could not (it is left as it was: stop it)."""
+        raise SleepUnsupportedError(f"the {self.name} runtime cannot put replicas to sleep")
+
+    async def wake(self, replica_id: str, routes: SleepEndpoints, timeout_s: float) -> Replica | None:
+        """Wake a SLEEPING replica (POST ``routes.wake``): READY again, the same process.
+        None when it could not (stop it: its state is unknown)."""
+        raise SleepUnsupportedError(f"the {self.name} runtime cannot wake replicas")
+
+    def sleepers(self, model: str | None = None) -> builtins.list[Replica]:
+        """SLEEPING replicas, of one model or all (none where the runtime cannot sleep)."""
+        return []
 
     def gpu_inventory(self) -> GPUInventory | None:
         """The fleet this runtime watches for detectGPU; None: the plugin's own (local

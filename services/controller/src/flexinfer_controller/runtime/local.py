@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from flexinfer_common.errors import NotFoundError
-from flexinfer_controller.backends import HttpReadiness, LaunchSpec
+from flexinfer_controller.backends import HttpReadiness, LaunchSpec, SleepEndpoints
 from flexinfer_controller.core.gpu import Hold
 from flexinfer_controller.runtime import procs
 from flexinfer_controller.runtime.adoption import Adopter
@@ -34,6 +34,7 @@ from flexinfer_controller.runtime.base import (
 )
 from flexinfer_controller.runtime.devices import visibility_env
 from flexinfer_controller.runtime.engine_env import engine_environment
+from flexinfer_controller.runtime.engine_http import poll_ok, post, post_once
 from flexinfer_controller.runtime.logfile import open_log, seek_tail, stream_log
 from flexinfer_controller.runtime.statefile import EngineState, StateDir
 from flexinfer_controller.settings import ControllerSettings
@@ -72,6 +73,7 @@ class LocalRuntime(Runtime):
     """Engines as local processes (own session, logs and state files under data_dir)."""
 
     name = "local"
+    sleeps = True
 
     def __init__(
         self,
@@ -217,13 +219,13 @@ class LocalRuntime(Runtime):
         async with httpx.AsyncClient(timeout=self._probe_timeout_s, trust_env=False) as client:
             try:
                 await asyncio.wait_for(
-                    _poll_ok(client, ready.url + ready.path, self._ready_poll_s), ready.timeout_s
+                    poll_ok(client, ready.url + ready.path, self._ready_poll_s), ready.timeout_s
                 )
             except TimeoutError:
                 await self._fail(engine, f"GET {ready.path} not 200 within {ready.timeout_s:g}s")
                 return
             for path, body in ready.then:
-                problem = await _post(client, ready.url + path, body, ready.then_timeout_s)
+                problem = await post(client, ready.url + path, body, ready.then_timeout_s)
                 if problem is not None:
                     await self._fail(engine, f"POST {path} {problem}")
                     return
@@ -297,7 +299,14 @@ class LocalRuntime(Runtime):
         return bool(done)
 
     def list(self, model: str | None = None) -> list[Replica]:
-        """Live replicas (not stopping), optionally of one model."""
+        """Live replicas (not stopping, not sleeping), optionally of one model."""
+        return [r for r in self._of(model) if r.state is not ReplicaState.SLEEPING]
+
+    def sleepers(self, model: str | None = None) -> builtins.list[Replica]:
+        """Sleeping replicas (not stopping), optionally of one model."""
+        return [r for r in self._of(model) if r.state is ReplicaState.SLEEPING]
+
+    def _of(self, model: str | None) -> builtins.list[Replica]:
         return [
             e.replica
             for e in self._engines.values()
@@ -305,12 +314,64 @@ class LocalRuntime(Runtime):
         ]
 
     def gpu_holds(self) -> builtins.list[Hold]:
-        """The GPUs of every engine until it exits (stopping ones too)."""
+        """The GPUs of every engine until it exits (stopping ones too), but a sleeping one's:
+        its sleep freed their memory (vLLM's level 1 frees weights and KV cache)."""
         return [
             Hold(e.replica.model, e.replica.generation, e.replica.gpus)
             for e in self._engines.values()
-            if e.replica.gpus is not None
+            if e.replica.gpus is not None and e.replica.state is not ReplicaState.SLEEPING
         ]
+
+    async def sleep(
+        self, replica_id: str, routes: SleepEndpoints, level: int, timeout_s: float
+    ) -> Replica | None:
+        """POST the engine's sleep route; SLEEPING once it answered 200 (a ``slept`` event)."""
+        engine = self._engines.get(replica_id)
+        replica = engine.replica if engine is not None else None
+        if engine is None or replica is None or replica.state is not ReplicaState.READY:
+            return None
+        assert replica.url is not None  # READY replicas have one
+        problem = await post_once(replica.url + routes.sleep, timeout_s, {"level": str(level)})
+        if problem is not None:
+            log.warning("engine %s did not go to sleep: POST %s %s", replica_id, routes.sleep, problem)
+            return None
+        if not self._serving(engine):
+            return None  # stopped or exited meanwhile
+        self._set_state(engine, ReplicaState.SLEEPING)
+        log.info("engine %s of %s sleeps (level %d)", replica_id, replica.model, level)
+        self._listener(ReplicaEvent("slept", engine.replica))
+        return engine.replica
+
+    async def wake(self, replica_id: str, routes: SleepEndpoints, timeout_s: float) -> Replica | None:
+        """POST the engine's wake route; READY again once it answered 200 (a ``ready`` event)."""
+        engine = self._engines.get(replica_id)
+        if engine is None or engine.stopping or engine.replica.state is not ReplicaState.SLEEPING:
+            return None
+        # STARTING while the weights come back: it holds its GPUs again from now on.
+        self._set_state(engine, ReplicaState.STARTING)
+        assert engine.replica.url is not None
+        problem = await post_once(engine.replica.url + routes.wake, timeout_s)
+        if problem is not None:
+            log.warning("engine %s did not wake: POST %s %s", replica_id, routes.wake, problem)
+            return None
+        if not self._serving(engine):
+            return None
+        self._set_state(engine, ReplicaState.READY)
+        log.info("engine %s of %s woke", replica_id, engine.replica.model)
+        self._listener(ReplicaEvent("ready", engine.replica))
+        return engine.replica
+
+    def _serving(self, engine: _Engine) -> bool:
+        return not engine.stopping and self._engines.get(engine.replica.id) is engine
+
+    def _set_state(self, engine: _Engine, state: ReplicaState) -> None:
+        """The replica's state, and its state file's: ``sleeping`` until it serves again, so
+        that a restarted controller never adopts a half-woken engine as ready."""
+        file_state = "ready" if state is ReplicaState.READY else "sleeping"
+        engine.state = engine.state.model_copy(update={"state": file_state})
+        self._states.write(engine.state)
+        ready_at = time.time() if state is ReplicaState.READY else engine.replica.ready_at
+        engine.replica = dataclasses.replace(engine.replica, state=state, ready_at=ready_at)
 
     def log_replicas(self, model: str) -> builtins.list[Replica]:
         """Live replicas of ``model``, newest first, then the last one that exited."""
@@ -334,7 +395,8 @@ class LocalRuntime(Runtime):
         return stream_log(self.log_path(replica.id), fh, follow=request.follow, gone=gone)
 
     async def close(self, *, stop_replicas: bool) -> None:
-        """Stop all engines, or only starting ones (ready ones stay for adoption)."""
+        """Stop all engines, or only starting and sleeping ones (ready ones stay for adoption;
+        a sleeping one is never adopted, see ``Adopter``)."""
         engines = list(self._engines.values())
         for engine in engines:
             if stop_replicas or engine.replica.state is not ReplicaState.READY:
@@ -352,30 +414,6 @@ class LocalRuntime(Runtime):
                     pending.append(watcher)
         await asyncio.gather(*pending, return_exceptions=True)
         self._engines.clear()
-
-
-async def _poll_ok(client: httpx.AsyncClient, url: str, interval_s: float) -> None:
-    """Return once GET ``url`` answers 200; anything else (refused, 503) is tried again."""
-    while True:
-        try:
-            if (await client.get(url)).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass  # not listening yet, or busy loading
-        await asyncio.sleep(interval_s)  # a production poll timer, not a test wait
-
-
-async def _post(client: httpx.AsyncClient, url: str, body: str, timeout_s: float) -> str | None:
-    """POST a JSON ``body``; None when it answered 200, else what went wrong."""
-    try:
-        response = await client.post(
-            url, content=body, headers={"Content-Type": "application/json"}, timeout=timeout_s
-        )
-    except httpx.HTTPError as exc:
-        return f"failed: {exc!r}"
-    if response.status_code != 200:
-        return f"answered {response.status_code}: {response.text[:200]}"
-    return None
 
 
 def _parse_ready_line(line: bytes) -> str | None:

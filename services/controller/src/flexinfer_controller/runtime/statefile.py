@@ -26,7 +26,7 @@ class EngineState(BaseModel):
     """psutil create_time, so a later process reusing the pid is not mistaken for it."""
     model: str
     generation: int
-    state: Literal["starting", "ready"]
+    state: Literal["starting", "ready", "sleeping"]
     url: str | None = None
     runtime_id: str
     served_name: str = ""
