@@ -90,7 +90,8 @@ async def test_a_sleeping_engine_is_stopped_not_adopted_by_a_restarted_controlle
         await events.wait("ready", timeout_s=120)
     asleep, awake = replicas
     assert await first.sleep(asleep.id, ROUTES, 1, timeout_s=30) is not None
-    assert asleep.pid is not None and awake.pid is not None
+    assert asleep.pid is not None
+    assert awake.pid is not None
 
     # The first controller died without closing: the second finds both engines running.
     second = LocalRuntime(data_dir=data_dir, listener=ReplicaEvents(), stop_grace_s=2.0)
@@ -116,7 +117,8 @@ async def test_close_stops_sleepers_but_leaves_ready_engines_for_adoption(
     asleep, awake = replicas
     assert await runtime.sleep(asleep.id, ROUTES, 1, timeout_s=30) is not None
     await runtime.close(stop_replicas=False)
-    assert asleep.pid is not None and awake.pid is not None
+    assert asleep.pid is not None
+    assert awake.pid is not None
     assert not psutil.pid_exists(asleep.pid)
     assert psutil.pid_exists(awake.pid)
     assert kill_marked(runtime_id(data_dir)) != []  # the ready one, left for adoption

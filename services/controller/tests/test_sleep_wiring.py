@@ -48,7 +48,9 @@ async def stored(h: Harness, key: str) -> Model:
     return await h.store.get_model("default", key.split("/")[1])
 
 
-async def until(h: Harness, key: str, check: Callable[[Model], bool], timeout_s: float = 60) -> Model:
+async def until(
+    h: Harness, key: str, check: Callable[[Model], bool], timeout_s: float = 60
+) -> Model:
     """Poll the stored Model ``key`` until a status of its current spec passes ``check``."""
     found: list[Model] = []
 
@@ -98,7 +100,8 @@ async def test_an_idle_model_sleeps_then_stops_after_the_second_timeout(
         assert (model.status.replicas, model.status.endpoint) == (0, None)
         info = await engine_info(url)
         assert (info["pid"], info["sleeping"]) == (pid, True)
-        assert runtime.list() == [] and [r.pid for r in runtime.sleepers(A)] == [pid]
+        assert runtime.list() == []
+        assert [r.pid for r in runtime.sleepers(A)] == [pid]
         withdrawn = await h.endpoints_event(A, count=0)
         assert withdrawn.endpoints == []
 
@@ -107,9 +110,7 @@ async def test_an_idle_model_sleeps_then_stops_after_the_second_timeout(
         assert runtime.sleepers() == []
 
 
-async def test_a_request_wakes_the_sleeper_in_the_same_process(
-    tmp_path: Path, source: str
-) -> None:
+async def test_a_request_wakes_the_sleeper_in_the_same_process(tmp_path: Path, source: str) -> None:
     sleep = {**BUDGET, "stop_after_s": 600.0}
     async with run_controller(tmp_path, engine_python=sys.executable, sleep=sleep) as h:
         await h.put_model(model_doc("a", source, idle_timeout="2s"))
@@ -193,7 +194,7 @@ async def test_a_swap_sleeps_the_loser_and_wakes_it_when_it_wins_back(
         assert [r.pid for r in runtime.sleepers(A)] == [a_pid]
         assert [h.model for h in runtime.gpu_holds()] == [B]
 
-        a, b = await swapped(h, A, B, a_proxy.resend)
+        a, _ = await swapped(h, A, B, a_proxy.resend)
         assert a.status.endpoint == a_url
         info = await engine_info(a_url)
         assert (info["pid"], info["sleeping"]) == (a_pid, False)  # woken, not started again

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -79,7 +79,7 @@ class ControllerConfig:
     crash_loop_limit: int
     crash_loop_window_s: float
     launch: LaunchContext
-    sleep: SleepPolicy = SleepPolicy()
+    sleep: SleepPolicy = field(default_factory=SleepPolicy)
     """Sleep instead of stop at zero replicas (off: budget 0)."""
 
 

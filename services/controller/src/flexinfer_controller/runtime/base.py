@@ -116,7 +116,9 @@ class Runtime(ABC):
         GPU memory free. None when it could not (it is left as it was: stop it)."""
         raise SleepUnsupportedError(f"the {self.name} runtime cannot put replicas to sleep")
 
-    async def wake(self, replica_id: str, routes: SleepEndpoints, timeout_s: float) -> Replica | None:
+    async def wake(
+        self, replica_id: str, routes: SleepEndpoints, timeout_s: float
+    ) -> Replica | None:
         """Wake a SLEEPING replica (POST ``routes.wake``): READY again, the same process.
         None when it could not (stop it: its state is unknown)."""
         raise SleepUnsupportedError(f"the {self.name} runtime cannot wake replicas")

@@ -333,7 +333,7 @@ class LocalRuntime(Runtime):
         assert replica.url is not None  # READY replicas have one
         problem = await post_once(replica.url + routes.sleep, timeout_s, {"level": str(level)})
         if problem is not None:
-            log.warning("engine %s did not go to sleep: POST %s %s", replica_id, routes.sleep, problem)
+            log.warning("engine %s did not sleep: POST %s %s", replica_id, routes.sleep, problem)
             return None
         if not self._serving(engine):
             return None  # stopped or exited meanwhile
@@ -342,7 +342,9 @@ class LocalRuntime(Runtime):
         self._listener(ReplicaEvent("slept", engine.replica))
         return engine.replica
 
-    async def wake(self, replica_id: str, routes: SleepEndpoints, timeout_s: float) -> Replica | None:
+    async def wake(
+        self, replica_id: str, routes: SleepEndpoints, timeout_s: float
+    ) -> Replica | None:
         """POST the engine's wake route; READY again once it answered 200 (a ``ready`` event)."""
         engine = self._engines.get(replica_id)
         if engine is None or engine.stopping or engine.replica.state is not ReplicaState.SLEEPING:
