@@ -240,6 +240,16 @@ def test_sleep_frees_parameters_and_wake_restores(model_dir: Path) -> None:
         assert _texts(_run(engine, "hi", params), 1) == before
 
 
+def test_a_level_1_sleep_on_the_cpu_keeps_the_weights_where_they_are(model_dir: Path) -> None:
+    engine = InferenceEngine(model_dir, create_loader_chain(["safetensors"]))
+    engine.load()
+    where = {k: v.data_ptr() for k, v in engine.model.state_dict().items()}
+    engine.sleep(1)
+    assert engine.parameter_bytes() == 0
+    engine.wake()
+    assert {k: v.data_ptr() for k, v in engine.model.state_dict().items()} == where
+
+
 def test_kv_cache_positions_count_the_running_generations(engine: InferenceEngine) -> None:
     assert engine.kv_cache_positions() == 0
     params = SamplingParams(max_tokens=50, n=2, seed=3, ignore_eos=True)
