@@ -294,9 +294,9 @@ class Controller:
             self._metrics.reconciles.labels("ok" if ok else "error").inc()
 
     async def resync(self) -> None:
-        """Queue every stored model and every model the runtime runs replicas of."""
+        """Queue every stored model and every model the runtime runs (or sleeps) replicas of."""
         keys = {m.key for m in await self._store.list_models()}
-        keys |= {r.model for r in self.runtime.list()}
+        keys |= {r.model for r in [*self.runtime.list(), *self.runtime.sleepers()]}
         for key in sorted(keys):
             self.queue.add(key)
 
