@@ -60,9 +60,7 @@ def start_stack(work: Path, budget_mb: int) -> tuple[dict[str, str], subprocess.
     cmd = [sys.executable, "-m", "flexinfer_cli", "up", "--data-dir", str(work)]
     ready = work / "endpoints.json"
     with (work / "up.log").open("ab") as out:
-        proc = subprocess.Popen(
-            [*cmd, "--port", "0", "--no-demo"], env=env, stdout=out, stderr=out
-        )
+        proc = subprocess.Popen([*cmd, "--port", "0", "--no-demo"], env=env, stdout=out, stderr=out)
     deadline = time.monotonic() + 90
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:

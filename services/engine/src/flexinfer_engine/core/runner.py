@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import contextlib
 import enum
+import gc
 import logging
 import threading
 import time
