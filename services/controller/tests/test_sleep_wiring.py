@@ -89,7 +89,7 @@ async def serve(h: Harness, key: str) -> tuple[str, int]:
 async def test_an_idle_model_sleeps_then_stops_after_the_second_timeout(
     tmp_path: Path, source: str
 ) -> None:
-    sleep = {**BUDGET, "stop_after_s": 3.0}
+    sleep = {**BUDGET, "stop_after_s": 5.0}  # long enough to look at the sleeper first
     async with run_controller(tmp_path, engine_python=sys.executable, sleep=sleep) as h:
         runtime = h.app.state.controller.runtime
         await h.put_model(model_doc("a", source, idle_timeout="2s"))
