@@ -26,14 +26,16 @@ from flexinfer_controller.core.sharing.policy import shared_policy
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.runtime.kubernetes import rbac
 from flexinfer_controller.runtime.kubernetes.factory import kubernetes_models
+from flexinfer_controller.runtime.kubernetes.harness import running_cluster
 from flexinfer_controller.settings import ControllerSettings
+from flexinfer_controller.sharing_settings import GPUSharingSettings
 from flexinfer_controller.testing import eventually
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))])
 GPU = GPUStatus(node="n1", device="0", vendor="nvidia", memory_mb=24576)
 
 
-def deployment(name: str) -> dict[str, Any]:
+def deployment(name: str, **spec: Any) -> dict[str, Any]:
     """A ModelDeployment on one NVIDIA GPU."""
     return {
         "apiVersion": "ai.flexinfer/v1alpha1",
@@ -43,6 +45,7 @@ def deployment(name: str) -> dict[str, Any]:
             "backend": "reference",
             "model": f"file:///var/lib/flexinfer/models/{name}",
             "resources": {"limits": {"nvidia.com/gpu": "1"}},
+            **spec,
         },
     }
 
@@ -56,6 +59,10 @@ PAIR = {
         "antiThrashing": {"requestQueueThreshold": 3, "hysteresisWindowSeconds": 10},
     },
 }
+
+
+NO_WAIT = {"minimumRunDurationSeconds": 0, "hysteresisWindowSeconds": 0}
+"""Anti-thrashing that lets a queue of 3 swap at once (the controller's clock is real)."""
 
 
 @dataclass
@@ -197,3 +204,43 @@ async def test_a_model_left_out_of_the_gpugroup_runs_what_it_wants(
         await eventually(left)
         assert "default/b" in setup.requeued
         assert await setup.replicas("b") == 1
+
+
+async def test_the_running_controller_swaps_a_gpugroup_on_its_queue_annotation(
+    apiserver: KubeApiServer,
+) -> None:
+    """create_app with sharing on, one 1-GPU node: one member of the GPUGroup takes the
+    GPU, the other waits (Queued); a queue of 3 written on the GPUGroup (as a proxy writes
+    it, with no bus event) swaps them, and the status follows."""
+    gpu_labels = {"vendor": "NVIDIA", "arch": "sm_89", "vram": "24Gi", "count": "1"}
+    labels = {f"flexinfer.ai/gpu.{k}": v for k, v in gpu_labels.items()}
+    apiserver.create("nodes", {"kind": "Node", "metadata": {"name": "gpu-1", "labels": labels}})
+    group = {**PAIR, "spec": {**PAIR["spec"], "antiThrashing": NO_WAIT}}
+    async with running_cluster(apiserver, gpu_sharing=GPUSharingSettings(mode="arbiter")):
+        for name in ("a", "b"):
+            apiserver.create("modeldeployments", deployment(name, minReplicas=1))
+        apiserver.create("gpugroups", group)
+
+        def states(api: KubeApiServer) -> dict[str, str]:
+            status = (api.get("gpugroups", "default", "pair") or {}).get("status") or {}
+            return {m["name"]: m.get("state", "") for m in status.get("modelStatuses") or []}
+
+        def phase(api: KubeApiServer) -> str:
+            return str(
+                ((api.get("gpugroups", "default", "pair") or {}).get("status") or {}).get("phase")
+            )
+
+        await apiserver.until(
+            lambda a: sorted(states(a).values()) == ["Active", "Queued"] and phase(a) == "Active"
+        )
+        holder = next(n for n, s in states(apiserver).items() if s == "Active")
+        waiter = next(n for n, s in states(apiserver).items() if s == "Queued")
+        queue = {f"flexinfer.ai/queue.{waiter}": "3", f"flexinfer.ai/queue-since.{waiter}": "x"}
+        apiserver.patch("gpugroups", "default", "pair", {"metadata": {"annotations": queue}})
+        await apiserver.until(lambda a: states(a) == {holder: "Preempted", waiter: "Active"})
+        await apiserver.until(lambda a: phase(a) == "Active")
+        status = (apiserver.get("gpugroups", "default", "pair") or {})["status"]
+        assert (status["activeModel"], status["swapCount"]) == (waiter, 1)
+        assert status["lastSwapReason"].endswith(f"{waiter} preempted {holder}")
+        model = apiserver.get("models", "default", holder) or {}
+        assert model["status"]["phase"] == "Preempted"
