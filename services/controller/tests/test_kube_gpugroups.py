@@ -50,7 +50,7 @@ def deployment(name: str, **spec: Any) -> dict[str, Any]:
     }
 
 
-PAIR = {
+PAIR: dict[str, Any] = {
     "apiVersion": "ai.flexinfer/v1alpha1",
     "kind": "GPUGroup",
     "metadata": {"name": "pair", "namespace": "default"},

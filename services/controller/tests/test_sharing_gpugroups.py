@@ -103,7 +103,8 @@ async def test_each_group_gets_its_own_policy(store: ModelStore) -> None:
     setup.index.put(gpugroup(requestQueueThreshold=4, hysteresisWindowSeconds=7))
     a = await setup.groups.group_of(await store.get_model("default", "a"))
     x = await setup.groups.group_of(await store.get_model("default", "x"))
-    assert a is not None and x is not None
+    assert a is not None
+    assert x is not None
     assert (a.group, x.group) == (GROUP, "s")
     policy = setup.groups.policy(GROUP)
     assert (policy.name, policy.queue_threshold, policy.hysteresis_s) == ("gpugroup", 4, 7.0)
@@ -177,10 +178,12 @@ async def test_annotated_demand_yields_to_the_bus(store: ModelStore) -> None:
     book.asserted("default/b", 3)
     book.queued("default/b", 2, "proxy-1")
     found = book.queue("default/b", 120.0)
-    assert found is not None and found.depth == 2
+    assert found is not None
+    assert found.depth == 2
     book.queued("default/b", 0, "proxy-1")
     found = book.queue("default/b", 120.0)
-    assert found is not None and found.depth == 3
+    assert found is not None
+    assert found.depth == 3
     book.asserted("default/b", 0)
     assert book.queue("default/b", 120.0) is None
 

@@ -57,7 +57,7 @@ def used(api: KubeApiServer) -> set[tuple[str, str, str]]:
     return {(c.group, c.rbac_resource, c.verb) for c in api.calls}
 
 
-def annotations(api: KubeApiServer) -> dict[str, str]:
+def group_annotations(api: KubeApiServer) -> dict[str, str]:
     """The GPUGroup's annotations."""
     found = api.get("gpugroups", "default", "pair") or {}
     return dict(found.get("metadata", {}).get("annotations") or {})
@@ -86,8 +86,8 @@ async def test_a_gpugroup_members_queue_is_written_on_its_gpugroup(
     ):
         demands = stack.bus.consumer(topics.DEMAND, "test", "t")
         requests = [asyncio.create_task(chat(stack, client, "a")) for _ in range(20)]
-        await wait_until(lambda: annotations(apiserver).get("flexinfer.ai/queue.a") == "20")
-        found = annotations(apiserver)
+        await wait_until(lambda: group_annotations(apiserver).get("flexinfer.ai/queue.a") == "20")
+        found = group_annotations(apiserver)
         since = datetime.fromisoformat(found["flexinfer.ai/queue-since.a"])
         assert abs((datetime.now(UTC) - since).total_seconds()) < 30
         assert found["keep"] == "me"  # the other annotations are left alone
@@ -96,8 +96,8 @@ async def test_a_gpugroup_members_queue_is_written_on_its_gpugroup(
 
         await stack.set_endpoints("default/a", [ups[0][1]])
         assert await asyncio.gather(*requests) == [200] * 20
-        await wait_until(lambda: "flexinfer.ai/queue.a" not in annotations(apiserver))
-        assert "flexinfer.ai/queue-since.a" not in annotations(apiserver)
+        await wait_until(lambda: "flexinfer.ai/queue.a" not in group_annotations(apiserver))
+        assert "flexinfer.ai/queue-since.a" not in group_annotations(apiserver)
         assert apiserver.get("models", "default", "a") is None  # nothing else was written
     assert used(apiserver) == {
         ("ai.flexinfer", "gpugroups", "list"),
