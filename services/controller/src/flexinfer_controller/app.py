@@ -39,15 +39,16 @@ from flexinfer_controller.core.models import ModelService
 from flexinfer_controller.core.placement import CorePlacer, LogMalformed, StoreBenchmarks
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
+from flexinfer_controller.core.sharing.gpugroups import GPUGroupWiring
 from flexinfer_controller.core.sharing.policy import shared_policy
 from flexinfer_controller.core.sharing.wiring import running_arbiter
 from flexinfer_controller.runtime import create_inventory, create_prestart, create_runtime
-from flexinfer_controller.runtime.registry import RuntimePlugin, runtime_plugin
+from flexinfer_controller.runtime.registry import Loops, RuntimePlugin, runtime_plugin
 from flexinfer_controller.settings import ControllerSettings
 from flexinfer_controller.sharing_settings import GPUSharingSettings
 
 Requeue = Callable[[str], object]
-SharingFactory = Callable[[GPUSharingSettings, ModelStore, Requeue], SharedGPUHook]
+SharingFactory = Callable[[GPUSharingSettings, ModelStore, Requeue, GPUGroupWiring], SharedGPUHook]
 
 log = logging.getLogger(__name__)
 
@@ -80,28 +81,34 @@ def create_placer(settings: ControllerSettings, store: ModelStore) -> Placer:
     return CorePlacer(deps=deps, benchmarks=StoreBenchmarks(store), sink=LogMalformed())
 
 
-def _arbiter(settings: GPUSharingSettings, store: ModelStore, requeue: Requeue) -> SharedGPUHook:
+def _arbiter(
+    settings: GPUSharingSettings, store: ModelStore, requeue: Requeue, gpugroups: GPUGroupWiring
+) -> SharedGPUHook:
     policy = shared_policy(
         starvation_s=settings.starvation_s,
         demand_window_s=settings.demand_window_s,
         swap_cooldown_s=settings.swap_cooldown_s,
     )
-    return running_arbiter(store, policy, requeue)
+    return running_arbiter(store, policy, requeue, gpugroups)
 
 
 SHARING_MODES: Mapping[str, SharingFactory] = {
-    "none": lambda settings, store, requeue: NoSharing(),
+    "none": lambda settings, store, requeue, gpugroups: NoSharing(),
     "arbiter": _arbiter,
 }
 """``gpu_sharing.mode`` -> the shared-GPU hook it builds."""
 
 
 def create_shared_gpu(
-    settings: ControllerSettings, store: ModelStore, requeue: Requeue
+    settings: ControllerSettings,
+    store: ModelStore,
+    requeue: Requeue,
+    gpugroups: GPUGroupWiring | None = None,
 ) -> SharedGPUHook:
-    """Step 4's shared-GPU hook by ``gpu_sharing.mode``; it reconciles Models via ``requeue``."""
+    """Step 4's shared-GPU hook by ``gpu_sharing.mode``; it reconciles Models via ``requeue``
+    and arbitrates the GPUGroups of ``gpugroups`` (shared with the GPUGroup loop)."""
     sharing = settings.gpu_sharing
-    return SHARING_MODES[sharing.mode](sharing, store, requeue)
+    return SHARING_MODES[sharing.mode](sharing, store, requeue, gpugroups or GPUGroupWiring())
 
 
 @dataclass(frozen=True)
@@ -195,6 +202,7 @@ def create_app(
     engine_metrics = HttpEngineMetrics()
     backends = default_backends()
     queue = WorkQueue()  # the arbiter reconciles the members it moves through it
+    gpugroups = GPUGroupWiring()  # filled by the runtime's GPUGroup loop, read by the arbiter
     controller = Controller(
         controller_config(settings),
         store=store,
@@ -208,7 +216,7 @@ def create_app(
         kv_check=KVCacheCheck(engine_metrics),
         sources=plugin.sources,
         placer=placer or create_placer(settings, store),
-        shared_gpu=shared_gpu or create_shared_gpu(settings, store, queue.add),
+        shared_gpu=shared_gpu or create_shared_gpu(settings, store, queue.add, gpugroups),
         queue=queue,
     )
     controller_ = controller
@@ -222,7 +230,9 @@ def create_app(
     app.state.adapter_loop = adapter_loop
     app.state.adapter_service = adapters
     adapter_feed = plugin.adapters(settings, store)
-    legacy = plugin.legacy(settings, store)  # v1alpha1 ModelDeployments and ModelCaches
+    legacy = Loops(  # v1alpha1 ModelDeployments and ModelCaches, then GPUGroups
+        plugin.legacy(settings, store), plugin.gpugroups(settings, store, gpugroups, queue.add)
+    )
     sources = catalog_sources or plugin.catalogs(settings, store)
     catalogs = catalog_controller(settings.catalog, store, sources, catalog_client)
     app.state.catalogs = catalogs

@@ -189,9 +189,9 @@ class Planner:
     ) -> Verdict:
         """An unplaced member of a shared group, with what the hook says of it: the GPU its
         group holds is what keeps it off, so it shows Preempted or queued, not just Pending.
+        Every unplaced Model is asked: the hook knows the groups (a GPUGroup's members need
+        no ``gpu.shared``), and says nothing of a Model in none.
         """
-        if model.spec.gpu_or_default.shared is None:
-            return unplaced
         wanted = desired_replicas(model.spec, active_at, utcnow())
         shared = await self.sharing.arbitrate(model, GPUStatus(), wanted.replicas)
         if shared.recheck_s is not None:

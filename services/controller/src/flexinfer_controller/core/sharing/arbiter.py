@@ -6,10 +6,12 @@ On every reconcile of a member (``handleSharedGPU``) it decides the whole group 
 changed are reconciled at once through ``requeue`` (the loser scales to 0, the winner to
 1), and a member left waiting is looked at again when its next gate opens (``recheck_s``).
 
-It learns the group's members from their reconciles, and from ``members`` (the store's
-Models of a group) when given, so that a member that cannot be placed while the GPU is
-full still claims it. A Model is pinned by the annotation ``flexinfer.ai/pinned: "true"``
-(the API has no ``spec.gpu.pinned``): it is never evicted.
+It learns the group's members from their reconciles, and from ``groups`` (each Model's
+group, the group's members and its policy: ``groups.SharedGroups`` over the store's Models
+of a ``gpu.shared`` group by default, v1alpha1 GPUGroups through ``gpugroups``) when it
+lists them, so that a member that cannot be placed while the GPU is full still claims it.
+A Model is pinned by the annotation ``flexinfer.ai/pinned: "true"`` (the API has no
+``spec.gpu.pinned``): it is never evicted.
 
 Queued requests for a member (``observe``) make its group's holders decide again at once,
 and so does a deleted member (``forget``): a claimant that cannot be placed beside them is
@@ -19,7 +21,7 @@ never reconciled into a decision of its own.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from flexinfer_common.api import Model
@@ -28,14 +30,12 @@ from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
 from flexinfer_controller.core.sharing.clock import Clock
 from flexinfer_controller.core.sharing.decide import GroupState, Member, Outcome, Swap, decide
 from flexinfer_controller.core.sharing.demand import DemandBook
+from flexinfer_controller.core.sharing.groups import GroupMembers, GroupSource, SharedGroups
 from flexinfer_controller.core.sharing.hook import Hold, SharedVerdict, Sharing
 from flexinfer_controller.core.sharing.policy import SwapPolicy, shared_policy
 
 PINNED_ANNOTATION = "flexinfer.ai/pinned"
 """``"true"`` on a Model: never evicted from its shared GPU."""
-
-GroupMembers = Callable[[str], Awaitable[Sequence[Model]]]
-"""The Models whose ``gpu.shared`` is the given group."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +66,14 @@ class SharedArbiter:
         members: GroupMembers | None = None,
         requeue: Callable[[str], object] | None = None,
         history: int = 256,
+        groups: GroupSource | None = None,
     ) -> None:
+        """``groups`` (default: ``SharedGroups(policy, members)``) says each Model's group,
+        its members and its policy; ``policy`` is the v1alpha2 one."""
         self._clock = clock
         self.demand = demand
         self.policy = policy or shared_policy()
-        self._members = members
+        self._sources = groups or SharedGroups(self.policy, members)
         self._requeue = requeue
         self._groups: dict[str, _Group] = {}
         self._group_of: dict[str, str] = {}
@@ -80,7 +83,9 @@ class SharedArbiter:
 
     async def arbitrate(self, model: Model, placement: GPUStatus, desired: int) -> Sharing:
         """The replicas ``model`` runs now: 1 while it holds its group's GPU, else 0."""
-        name = model.spec.gpu_or_default.shared
+        membership = await self._sources.group_of(model)
+        name = membership.group if membership is not None else None
+        model = membership.model if membership is not None else model
         self._leave_others(model.key, name)
         if not name:
             self._group_of.pop(model.key, None)
@@ -139,19 +144,27 @@ class SharedArbiter:
     async def _decide(self, name: str, group: _Group) -> Outcome:
         now = self._clock.now()
         models = {key: model for key, (model, _) in group.seen.items()}
-        if self._members is not None:
-            listed = {m.key: m for m in await self._members(name)}
+        found = await self._sources.members(name)
+        if found is not None:
+            listed = {m.key: m for m in found}
             for key in [k for k in group.seen if k not in listed]:
                 del group.seen[key]  # deleted, or moved to another group
             models = {**listed, **models}
             models = {k: v for k, v in models.items() if k in listed}
         self._group_of.update(dict.fromkeys(models, name))
-        facts = {key: self._member(key, m, group) for key, m in models.items()}
-        outcome = decide(facts, group.state, self.policy, group.budget_mb, now)
+        policy = self._sources.policy(name) or self.policy
+        facts = {key: self._member(key, m, group, policy) for key, m in models.items()}
+        outcome = decide(facts, group.state, policy, group.budget_mb, now)
         self.swaps.extend(GroupSwap(name, swap) for swap in outcome.swaps)
+        self._sources.decided(name, outcome)
         return outcome
 
-    def _member(self, key: str, model: Model, group: _Group) -> Member:
+    def state(self, group: str) -> GroupState | None:
+        """What ``group`` holds now (None: never decided); read it, do not change it."""
+        found = self._groups.get(group)
+        return found.state if found is not None else None
+
+    def _member(self, key: str, model: Model, group: _Group, policy: SwapPolicy) -> Member:
         gpu = model.spec.gpu_or_default
         seen = group.seen.get(key)
         cooldown = gpu.swap_cooldown.total_seconds() if gpu.swap_cooldown is not None else None
@@ -161,7 +174,7 @@ class SharedArbiter:
             vram_mb=gpu.vram_estimate_mb,
             pinned=model.metadata.annotations.get(PINNED_ANNOTATION, "").lower() == "true",
             wants=seen is not None and seen[1] > 0,
-            queue=self.demand.queue(key, self.policy.demand_window_s),
+            queue=self.demand.queue(key, policy.demand_window_s),
             last_demand=self.demand.last_demand(key),
             cooldown_s=cooldown,
         )

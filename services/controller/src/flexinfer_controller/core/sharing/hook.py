@@ -9,7 +9,7 @@ verdict's reason and message. ``NoSharing``, the default, changes nothing.
 
 The hook is asked on every reconcile of a placed Model that is neither gated by its cache
 nor crash-looping, also when it wants no replica (so that a group can hand the GPU on),
-and of a ``gpu.shared`` Model that waits for a GPU to free (its verdict then wins over
+and of a Model that waits for a GPU to free (a group member's verdict then wins over
 Pending: the GPU its group holds is what keeps it off; ``placement`` is then empty),
 and is built once per controller (``create_app``), so it may keep state across reconciles.
 The controller also tells it of the proxies' demand (``observe``) and of deleted Models
