@@ -199,3 +199,31 @@ async def test_alternating_requests_swap_the_gpu_and_none_is_lost(
         assert answers[name] == [answers["a"][0]] * 3, answers
         seen = watcher.phases[name]
         assert in_order(seen, ["Ready", "Preempted", "Ready"]), (name, seen)
+
+
+async def test_an_unload_frees_the_gpu_and_the_next_request_brings_the_model_back(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    async with stack(tmp_path) as (url, h, watcher):
+        for name in NAMES:
+            await h.put_model(shared_doc(name, tiny_model_dir.as_uri()))
+        arbiter = h.app.state.controller.shared_gpu
+        assert isinstance(arbiter, SharedArbiter)
+        sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        async with sdk:
+            first = await ask(sdk, "a")
+            unloaded = await h.client.post("/v1/admin/models/a/unload")
+            assert unloaded.status_code == 200, unloaded.text
+            assert unloaded.json()["status"]["residency"] == "Stopped"
+            assert engine_replicas(tmp_path) == set()
+            assert arbiter.holders("g") == []  # a left the GPU: nothing to swap for b
+
+            assert await ask(sdk, "b") == first
+            assert list(arbiter.swaps) == []  # b took a free GPU
+            await watcher.poll()
+            assert watcher.phases["b"][-1] == "Ready"
+            # a's next request after the unload brings it back (by a swap: b is idle).
+            assert await ask(sdk, "a") == first
+            assert [s.swap.winner for s in arbiter.swaps] == ["default/a"]
+            await watcher.poll()
+    assert watcher.excess == [], watcher.excess
