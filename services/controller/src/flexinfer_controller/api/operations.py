@@ -2,8 +2,9 @@
 
 Each is an annotation write (``flexinfer_common.api.operations``), so what the routes do
 survives a controller restart and reads the same through ``kubectl``. Each answers the
-Model as stored afterwards; an unload answers once the reconcile that stops its engines
-ran (or after the delete wait), so its ``status.residency`` says Stopped.
+Model as stored afterwards; an unload answers once its engines exited (within the
+controller's delete wait), as llama-swap's /unload does, so its ``status.residency`` says
+Stopped.
 """
 
 from __future__ import annotations
