@@ -24,6 +24,7 @@ from flexinfer_controller.adapters.registry.factory import create_model_cache
 from flexinfer_controller.api.admin import install_admin
 from flexinfer_controller.api.benchmarks import benchmarks_router
 from flexinfer_controller.api.logs import logs_router
+from flexinfer_controller.api.operations import operations_router
 from flexinfer_controller.backends import BackendRegistry, LaunchContext, default_backends
 from flexinfer_controller.catalog.client import ClientOptions
 from flexinfer_controller.catalog.service import CatalogService
@@ -246,5 +247,6 @@ def create_app(
     install_admin(app)
     app.include_router(benchmarks_router())
     app.include_router(logs_router())
+    app.include_router(operations_router())
     app.include_router(health_router(ready))
     return app

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from flexinfer_common.api import Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import utcnow
+from flexinfer_common.api.operations import unloaded_at
 from flexinfer_common.api.status import blocked_reason
 from flexinfer_common.errors import (
     ConflictError,
@@ -199,7 +200,7 @@ class Reconciler:
         if model.spec.is_external:
             await self._reconcile_external(model, replicas, last_active)
             return
-        active_at = busy_until(last_active, replicas)
+        active_at = busy_until(last_active, replicas, unloaded_at(model.metadata))
         plan = await self._planner.plan(model, active_at)
         verdict, desired = plan.verdict, plan.desired
         # A cold start: replicas are wanted and none serves yet (the proxy queues requests).
