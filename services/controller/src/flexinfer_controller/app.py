@@ -39,6 +39,9 @@ from flexinfer_controller.core.models import ModelService
 from flexinfer_controller.core.placement import CorePlacer, LogMalformed, StoreBenchmarks
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
+from flexinfer_controller.core.sharing.clock import MonotonicClock
+from flexinfer_controller.core.sharing.drain import Drainer
+from flexinfer_controller.core.sharing.metrics import SwapMetrics
 from flexinfer_controller.core.sharing.policy import shared_policy
 from flexinfer_controller.core.sharing.wiring import running_arbiter
 from flexinfer_controller.runtime import create_inventory, create_prestart, create_runtime
@@ -47,7 +50,9 @@ from flexinfer_controller.settings import ControllerSettings
 from flexinfer_controller.sharing_settings import GPUSharingSettings
 
 Requeue = Callable[[str], object]
-SharingFactory = Callable[[GPUSharingSettings, ModelStore, Requeue], SharedGPUHook]
+SharingFactory = Callable[
+    [GPUSharingSettings, ModelStore, Requeue, SwapMetrics | None], SharedGPUHook
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,28 +85,35 @@ def create_placer(settings: ControllerSettings, store: ModelStore) -> Placer:
     return CorePlacer(deps=deps, benchmarks=StoreBenchmarks(store), sink=LogMalformed())
 
 
-def _arbiter(settings: GPUSharingSettings, store: ModelStore, requeue: Requeue) -> SharedGPUHook:
+def _arbiter(
+    settings: GPUSharingSettings, store: ModelStore, requeue: Requeue, metrics: SwapMetrics | None
+) -> SharedGPUHook:
     policy = shared_policy(
         starvation_s=settings.starvation_s,
         demand_window_s=settings.demand_window_s,
         swap_cooldown_s=settings.swap_cooldown_s,
+        drain_timeout_s=settings.drain_timeout_s,
     )
-    return running_arbiter(store, policy, requeue)
+    return running_arbiter(store, policy, requeue, metrics)
 
 
 SHARING_MODES: Mapping[str, SharingFactory] = {
-    "none": lambda settings, store, requeue: NoSharing(),
+    "none": lambda settings, store, requeue, metrics: NoSharing(),
     "arbiter": _arbiter,
 }
 """``gpu_sharing.mode`` -> the shared-GPU hook it builds."""
 
 
 def create_shared_gpu(
-    settings: ControllerSettings, store: ModelStore, requeue: Requeue
+    settings: ControllerSettings,
+    store: ModelStore,
+    requeue: Requeue,
+    metrics: SwapMetrics | None = None,
 ) -> SharedGPUHook:
-    """Step 4's shared-GPU hook by ``gpu_sharing.mode``; it reconciles Models via ``requeue``."""
+    """Step 4's shared-GPU hook by ``gpu_sharing.mode``; it reconciles Models via ``requeue``
+    and counts its swaps on ``metrics``."""
     sharing = settings.gpu_sharing
-    return SHARING_MODES[sharing.mode](sharing, store, requeue)
+    return SHARING_MODES[sharing.mode](sharing, store, requeue, metrics)
 
 
 @dataclass(frozen=True)
@@ -195,6 +207,15 @@ def create_app(
     engine_metrics = HttpEngineMetrics()
     backends = default_backends()
     queue = WorkQueue()  # the arbiter reconciles the members it moves through it
+    clock = MonotonicClock()
+    swap_metrics = SwapMetrics(telemetry.registry, clock.now)
+    drainer = Drainer(
+        in_flight=engine_metrics,
+        clock=clock,
+        requeue=queue.add_after,
+        metrics=swap_metrics,
+        poll_s=settings.gpu_sharing.drain_poll_s,
+    )
     controller = Controller(
         controller_config(settings),
         store=store,
@@ -208,8 +229,9 @@ def create_app(
         kv_check=KVCacheCheck(engine_metrics),
         sources=plugin.sources,
         placer=placer or create_placer(settings, store),
-        shared_gpu=shared_gpu or create_shared_gpu(settings, store, queue.add),
+        shared_gpu=shared_gpu or create_shared_gpu(settings, store, queue.add, swap_metrics),
         queue=queue,
+        drainer=drainer,
     )
     controller_ = controller
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)

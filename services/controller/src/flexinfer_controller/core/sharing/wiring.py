@@ -10,6 +10,7 @@ from flexinfer_common.store import ModelStore
 from flexinfer_controller.core.sharing.arbiter import GroupMembers, SharedArbiter
 from flexinfer_controller.core.sharing.clock import MonotonicClock
 from flexinfer_controller.core.sharing.demand import DemandBook
+from flexinfer_controller.core.sharing.metrics import SwapMetrics
 from flexinfer_controller.core.sharing.policy import SwapPolicy
 
 
@@ -29,9 +30,13 @@ def store_members(store: ModelStore) -> GroupMembers:
 
 
 def running_arbiter(
-    store: ModelStore, policy: SwapPolicy, requeue: Callable[[str], object]
+    store: ModelStore,
+    policy: SwapPolicy,
+    requeue: Callable[[str], object],
+    metrics: SwapMetrics | None = None,
 ) -> SharedArbiter:
-    """An arbiter over ``store``'s groups on the monotonic clock, reconciling via ``requeue``."""
+    """An arbiter over ``store``'s groups on the monotonic clock, reconciling via ``requeue``
+    (its swaps counted on ``metrics``)."""
     clock = MonotonicClock()
     return SharedArbiter(
         clock=clock,
@@ -39,4 +44,5 @@ def running_arbiter(
         policy=policy,
         members=store_members(store),
         requeue=requeue,
+        metrics=metrics,
     )
