@@ -250,6 +250,7 @@ def create_app(
     app.state.catalogs = catalogs
     app.state.catalog_service = CatalogService(store, catalogs.enqueue)
     app.state.metrics = metrics
+    app.state.drainer = drainer
 
     async def ready() -> bool:
         return controller_.ready and await bus.healthy()

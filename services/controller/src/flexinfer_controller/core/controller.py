@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass

@@ -194,6 +194,9 @@ class Planner:
         """
         if model.spec.gpu_or_default.shared is None:
             return unplaced
+        looping = self._crash_loop(model)
+        if looping is not None:  # Failed, as when placed: only a new spec retries it
+            return replace(unplaced, crash_loop=looping)
         wanted = desired_replicas(model.spec, active_at, utcnow())
         shared = await self.sharing.arbitrate(model, GPUStatus(), wanted.replicas)
         if shared.recheck_s is not None:

@@ -16,4 +16,12 @@ from flexinfer_controller.core.sharing.hook import (
     Sharing,
 )
 
-__all__ = ["EngineChange", "EngineKind", "Hold", "NoSharing", "SharedGPUHook", "SharedVerdict", "Sharing"]
+__all__ = [
+    "EngineChange",
+    "EngineKind",
+    "Hold",
+    "NoSharing",
+    "SharedGPUHook",
+    "SharedVerdict",
+    "Sharing",
+]
