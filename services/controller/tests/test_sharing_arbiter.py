@@ -379,3 +379,26 @@ async def test_a_crash_looping_holder_leaves_the_gpu_until_its_spec_changes(
     queued = await arbiter.arbitrate(fixed, GPU, 1)  # b holds it now; a waits for it again
     assert queued.verdict is not None
     assert "crashed" not in queued.verdict.message
+
+
+async def test_shared_group_status_tells_each_members_state_and_place_in_line(
+    parts: tuple[ManualClock, list[str]],
+) -> None:
+    clock, _ = parts
+    a, b, c, idle = model("a", 5), model("b", 5), model("c", 5), model("idle", 5)
+    arbiter = SharedArbiter(clock=clock, demand=DemandBook(clock))
+    assert (await arbiter.arbitrate(a, GPU, 1)).group == SharedGroupStatus(
+        group_name="g", state="Active"
+    )
+    clock.advance(1)
+    first = await arbiter.arbitrate(b, GPU, 1)
+    clock.advance(1)
+    second = await arbiter.arbitrate(c, GPU, 1)
+    assert first.group == SharedGroupStatus(group_name="g", state="Queued", queue_position=1)
+    assert second.group == SharedGroupStatus(group_name="g", state="Queued", queue_position=2)
+    assert second.verdict is not None
+    assert "(1 ahead)" in second.verdict.message
+    assert second.verdict.drain_s == 0.0  # only a preempted member's engines drain
+    none = await arbiter.arbitrate(idle, GPU, 0)
+    assert (none.replicas, none.verdict) == (0, None)
+    assert none.group == SharedGroupStatus(group_name="g", state="Idle")
