@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from flexinfer_controller.core.sharing.clock import Clock
-from flexinfer_controller.core.sharing.hook import SharedVerdict
+from flexinfer_controller.core.sharing.hook import Hold, SharedVerdict
 from flexinfer_controller.core.sharing.metrics import SwapMetrics
 from flexinfer_controller.core.sharing.policy import DRAIN_POLL_S
 from flexinfer_controller.runtime.base import Replica, ReplicaState
@@ -116,7 +116,7 @@ class Drainer:
         for replica in to_stop:
             if await self._drained(key, replica, held, metrics_path):
                 now_stop.append(replica)
-                if self._metrics is not None:
+                if self._metrics is not None and held.hold is Hold.PREEMPTED:
                     self._metrics.stopping(held.group or "", replica.id)
             else:
                 draining.add(replica.id)
