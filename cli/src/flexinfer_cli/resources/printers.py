@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from flexinfer_cli.resources.kinds import Kind
-from flexinfer_common.api.operations import PINNED_ANNOTATION, UNLOADED_AT_ANNOTATION
+from flexinfer_common.api.operations import UNLOADED_AT_ANNOTATION, pinned_in
 from flexinfer_common.crd import Column
 
 Obj = dict[str, Any]
@@ -54,7 +54,7 @@ def cell(obj: Obj, column: Column) -> str:
         return held_gpu(status)
     if column.type == "pinned":
         annotations = lookup(obj, ".metadata.annotations") or {}
-        return "true" if str(annotations.get(PINNED_ANNOTATION, "")).lower() == "true" else NONE
+        return "true" if pinned_in(annotations) else NONE
     value = lookup(obj, column.json_path)
     if column.type == "date":
         return age(value if isinstance(value, str) else None)
@@ -129,7 +129,7 @@ def _residency(status: Obj, annotations: dict[str, str]) -> list[str]:
     """Residency (and the GPU held), pinned, and the last unload by hand."""
     gpu = held_gpu(status)
     where = f" on {gpu}" if gpu != NONE else ""
-    pinned = str(annotations.get(PINNED_ANNOTATION, "")).lower() == "true"
+    pinned = pinned_in(annotations)
     return [
         f"Residency:    {status.get('residency') or NONE}{where}",
         f"Pinned:       {'true' if pinned else 'false'}",

@@ -13,6 +13,7 @@ back (level-triggered).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from flexinfer_common.api.meta import ObjectMeta
@@ -24,7 +25,12 @@ UNLOADED_AT_ANNOTATION = "flexinfer.ai/unloaded-at"
 
 def is_pinned(meta: ObjectMeta) -> bool:
     """Whether the Model carries ``flexinfer.ai/pinned: "true"``."""
-    return meta.annotations.get(PINNED_ANNOTATION, "").strip().lower() == "true"
+    return pinned_in(meta.annotations)
+
+
+def pinned_in(annotations: Mapping[str, object]) -> bool:
+    """Whether these annotations (of a Model as a plain document) pin it."""
+    return str(annotations.get(PINNED_ANNOTATION, "")).strip().lower() == "true"
 
 
 def unload_stamp(now: datetime | None = None) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from flexinfer_common.api import Model
-from flexinfer_common.api.gpugroup import AntiThrashing, GPUGroup, GPUGroupMember
+from flexinfer_common.api.gpugroup import GPUGroup, GPUGroupMember, GPUGroupSpec
 from flexinfer_common.errors import NotFoundError
 from flexinfer_common.store import ModelStore
 from flexinfer_controller.core.sharing.arbiter import SharedArbiter
@@ -40,8 +40,13 @@ QUEUE_ANNOTATION = "flexinfer.ai/queue."
 QUEUE_SINCE_ANNOTATION = "flexinfer.ai/queue-since."
 """``flexinfer.ai/queue-since.<model>``: since when (RFC3339)."""
 
-PolicyOf = Callable[[AntiThrashing | None], SwapPolicy]
-"""A GPUGroup's policy from its ``spec.antiThrashing``."""
+PolicyOf = Callable[[GPUGroupSpec], SwapPolicy]
+"""A GPUGroup's policy from its spec."""
+
+
+def spec_policy(spec: GPUGroupSpec) -> SwapPolicy:
+    """``gpugroup_policy`` of ``spec.antiThrashing``, draining by ``spec.scalingPolicy``."""
+    return gpugroup_policy(spec.anti_thrashing, scaling=spec.scaling_policy)
 
 
 def group_name(group: GPUGroup) -> str:
@@ -141,7 +146,7 @@ class GPUGroupSource:
         index: GPUGroupIndex,
         store: ModelStore,
         demand: DemandBook,
-        policy_of: PolicyOf = gpugroup_policy,
+        policy_of: PolicyOf = spec_policy,
         history: SwapHistory | None = None,
     ) -> None:
         self._index = index
@@ -180,9 +185,9 @@ class GPUGroupSource:
         return models
 
     def policy(self, group: str) -> SwapPolicy | None:
-        """``gpugroup_policy`` of the GPUGroup's ``spec.antiThrashing``."""
+        """The GPUGroup's policy (``spec_policy``: its antiThrashing and scalingPolicy)."""
         found = self._index.named(group)
-        return self._policy_of(found.spec.anti_thrashing) if found is not None else None
+        return self._policy_of(found.spec) if found is not None else None
 
     def decided(self, group: str, outcome: Outcome) -> None:
         """Recorded in ``history`` (its listeners write the GPUGroup's status)."""

@@ -13,6 +13,7 @@ from flexinfer_controller.core.sharing.clock import MonotonicClock
 from flexinfer_controller.core.sharing.demand import DemandBook
 from flexinfer_controller.core.sharing.gpugroups import GPUGroupSource, GPUGroupWiring
 from flexinfer_controller.core.sharing.groups import ChainedGroups, GroupMembers, SharedGroups
+from flexinfer_controller.core.sharing.metrics import SwapMetrics
 from flexinfer_controller.core.sharing.policy import SwapPolicy
 
 
@@ -36,17 +37,23 @@ def running_arbiter(
     policy: SwapPolicy,
     requeue: Callable[[str], object],
     gpugroups: GPUGroupWiring | None = None,
+    metrics: SwapMetrics | None = None,
 ) -> SharedArbiter:
     """An arbiter over ``store``'s groups on the monotonic clock, reconciling via ``requeue``:
     the GPUGroups of ``gpugroups.index`` with their own policies, then ``gpu.shared`` groups
-    with ``policy``."""
+    with ``policy``; its swaps are counted on ``metrics``."""
     clock = MonotonicClock()
     demand = DemandBook(clock)
     wiring = gpugroups or GPUGroupWiring()
     source = GPUGroupSource(wiring.index, store, demand, history=wiring.history)
     groups = ChainedGroups([source, SharedGroups(policy, store_members(store))], policy)
     arbiter = SharedArbiter(
-        clock=clock, demand=demand, policy=policy, requeue=requeue, groups=groups
+        clock=clock,
+        demand=demand,
+        policy=policy,
+        requeue=requeue,
+        groups=groups,
+        metrics=metrics,
     )
     wiring.source, wiring.arbiter, wiring.clock = source, arbiter, clock
     return arbiter
