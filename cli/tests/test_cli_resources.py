@@ -83,7 +83,7 @@ async def test_apply_get_describe_delete(h: Harness, tmp_path: Path) -> None:
     table = await flexinfer("get", "models", *s)
     assert table.code == 0, table.report()
     header, *rows = table.out.splitlines()
-    assert header.split() == ["NAME", "BACKEND", "PHASE", "READY", "TPS", "AGE"]
+    assert header.split() == ["NAME", "BACKEND", "PHASE", "READY", "RESIDENCY", "GPU", "TPS", "AGE"]
     assert [r.split()[:2] for r in rows] == [["a", "reference"], ["b", "reference"]]
     one = await flexinfer("get", "model", "a", "-o", "json", *s)
     assert json.loads(one.out)["spec"]["serverless"]["maxReplicas"] == 2

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from flexinfer_common.api import Model
+from flexinfer_common.api.operations import PINNED_ANNOTATION
 from flexinfer_common.api.status import GPUStatus
-from flexinfer_controller.core.sharing.arbiter import PINNED_ANNOTATION, GroupSwap, SharedArbiter
+from flexinfer_controller.core.sharing.arbiter import GroupSwap, SharedArbiter
 from flexinfer_controller.core.sharing.clock import ManualClock
 from flexinfer_controller.core.sharing.demand import DemandBook
 from flexinfer_controller.core.sharing.policy import SwapPolicy

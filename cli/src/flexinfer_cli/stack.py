@@ -46,10 +46,18 @@ class _App:
 class EmbeddedStack:
     """Builds and runs proxy, controller, scheduler and registry in one process."""
 
-    def __init__(self, data_dir: Path, host: str, ports: dict[str, int]) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        host: str,
+        ports: dict[str, int],
+        controller: dict[str, Any] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.host = host
         self.ports = ports
+        self.controller = dict(controller or {})
+        """Controller settings from ``flexinfer up``'s flags (``gpus``, ``gpu_sharing``)."""
         self._hooks: list[ReadyHook] = []
         self._settings: _Settings | None = None
         self.admin_token: AdminToken | None = None
@@ -125,6 +133,7 @@ class EmbeddedStack:
             "data_dir": self.data_dir / "controller",
             # Embedded means one process owns everything: its engines go when it goes.
             "stop_engines_on_shutdown": True,
+            **self.controller,
         }
         self.admin_token = embedded_admin_token(
             self.data_dir,

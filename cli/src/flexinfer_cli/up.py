@@ -8,14 +8,17 @@ PostgreSQL instead.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from flexinfer_cli import demo
 from flexinfer_cli.args import parser
+from flexinfer_cli.gpus import GpuSpecError, parse_gpus
 from flexinfer_cli.stack import EmbeddedStack
 from flexinfer_common.malloc import keep_large_buffers
 from flexinfer_common.service import exit_code, run_async
@@ -41,6 +44,9 @@ class UpOptions:
     demo: bool
     idle_timeout: str
     log_level: str
+    controller: dict[str, Any] = field(default_factory=dict)
+    """Controller settings the flags set (``gpus``, ``gpu_sharing``); they win over the
+    environment's ``FLEXINFER_CONTROLLER_*``."""
 
 
 def parse_options(argv: list[str]) -> UpOptions:
@@ -73,9 +79,18 @@ def parse_options(argv: list[str]) -> UpOptions:
         choices=["debug", "info", "warning", "error"],
         help="log level (default info)",
     )
+    _gpu_arguments(p)
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error("--port must be between 0 and 65535")
+    controller: dict[str, Any] = {}
+    if args.gpus is not None:
+        try:
+            controller["gpus"] = parse_gpus(args.gpus)
+        except GpuSpecError as exc:
+            p.error(f"--gpus: {exc}")
+    if args.gpu_sharing is not None:
+        controller["gpu_sharing"] = {"mode": args.gpu_sharing}
     ports = {name: 0 if args.port == 0 else default for name, default in DEFAULT_PORTS.items()}
     ports["proxy"] = args.port
     if args.controller_port is not None:
@@ -89,6 +104,24 @@ def parse_options(argv: list[str]) -> UpOptions:
         demo=not args.no_demo,
         idle_timeout=args.idle_timeout,
         log_level=args.log_level,
+        controller=controller,
+    )
+
+
+def _gpu_arguments(p: argparse.ArgumentParser) -> None:
+    """--gpus and --gpu-sharing: what GPUs this machine has, and who takes turns on them."""
+    p.add_argument(
+        "--gpus",
+        metavar="SPEC",
+        help="declare this machine's GPUs for the local runtime, e.g. '1x nvidia sm_90 24GiB' "
+        "(several: separated by ';'; or FLEXINFER_CONTROLLER_GPUS's JSON list). Without it "
+        "the runtime knows only the CPU (or FLEXINFER_CONTROLLER_GPUS)",
+    )
+    p.add_argument(
+        "--gpu-sharing",
+        choices=["none", "arbiter"],
+        help="arbiter: Models of one spec.gpu.shared group take turns on their GPU by demand "
+        "and priority (default: FLEXINFER_CONTROLLER_GPU_SHARING_MODE, else none)",
     )
 
 
@@ -116,7 +149,7 @@ def _run(options: UpOptions) -> int:
     options.data_dir.mkdir(parents=True, exist_ok=True)
     _configure_logging(options.log_level, options.data_dir / "logs" / "flexinfer.log")
     keep_large_buffers()  # the embedded registry streams model files in 1 MiB messages
-    stack = EmbeddedStack(options.data_dir, options.host, options.ports)
+    stack = EmbeddedStack(options.data_dir, options.host, options.ports, options.controller)
     stack.configure()
     if options.demo:
         model_dir = demo.ensure_demo_model(options.data_dir)

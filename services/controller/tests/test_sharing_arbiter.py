@@ -8,14 +8,16 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from flexinfer_common.api import Model
-from flexinfer_common.api.status import GPUStatus
+from flexinfer_common.api.status import GPUStatus, SharedGroupStatus
 from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
-from flexinfer_controller.core.sharing import Hold
+from flexinfer_controller.core.sharing import EngineChange, EngineKind, Hold
 from flexinfer_controller.core.sharing.arbiter import SharedArbiter
 from flexinfer_controller.core.sharing.clock import ManualClock
 from flexinfer_controller.core.sharing.demand import DemandBook
+from flexinfer_controller.core.sharing.metrics import SwapMetrics
 from flexinfer_controller.core.sharing.policy import SwapPolicy, gpugroup_policy, shared_policy
 from flexinfer_testing.sharing_trace import Trace, TraceModel, every
 
@@ -271,3 +273,132 @@ async def test_a_deleted_member_makes_the_rest_of_its_group_decide_again(
     arbiter.forget("d/a")
     assert requeued == ["d/b"]  # b waits for the GPU a held, and may not be reconciled
     assert (await arbiter.arbitrate(b, GPU, 1)).replicas == 1
+
+
+WALL = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """A sample's value on ``registry`` (0 when it has none yet)."""
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_a_swap_that_fails_falls_back_and_the_swaps_are_counted_and_timed(
+    parts: tuple[ManualClock, list[str]],
+) -> None:
+    clock, requeued = parts
+    registry = CollectorRegistry()
+    lo, hi = model("lo", 1), model("hi", 9)
+
+    async def members(group: str) -> list[Model]:
+        return [lo, hi]
+
+    book = DemandBook(clock)
+    arbiter = SharedArbiter(
+        clock=clock,
+        demand=book,
+        members=members,
+        requeue=requeued.append,
+        metrics=SwapMetrics(registry, clock.now),
+        wall=lambda: WALL,
+    )
+    held = await arbiter.arbitrate(lo, GPU, 1)
+    assert held.group == SharedGroupStatus(group_name="g", state="Active")
+    clock.advance(300)
+    book.served("d/lo")  # lo is busy: only hi's priority takes the GPU from it
+    book.queued("d/hi", 1, "p")
+    lost = await arbiter.arbitrate(lo, GPU, 1)
+    assert lost.verdict is not None
+    assert lost.verdict.drain_s == 30.0  # the loser drains for the policy's grace
+    assert lost.group == SharedGroupStatus(
+        group_name="g", state="Preempted", queue_position=1, preempted_by="d/hi", preempted_at=WALL
+    )
+    swaps = "flexinfer_controller_gpu_swaps_total"
+    assert sample(registry, swaps, group="g", reason="priority") == 1.0
+
+    # hi cannot be placed while lo's engine drains and stops: its status says so.
+    taking = await arbiter.arbitrate(hi, GPUStatus(), 1)
+    assert taking.replicas == 1
+    assert taking.verdict is not None
+    assert (taking.verdict.hold, taking.verdict.reason) == (Hold.QUEUED, "WaitingForSwap")
+    assert "waiting for d/lo to finish its running requests (up to 30s)" in taking.verdict.message
+
+    # hi's engine crashes while loading: lo gets the GPU back at once, hi waits its backoff.
+    requeued.clear()
+    arbiter.engine_event(EngineChange("d/hi", "hi-1", 1, EngineKind.CRASHED, backoff_s=5.0))
+    assert "d/lo" in requeued
+    back = await arbiter.arbitrate(lo, GPU, 1)
+    assert (back.replicas, back.group) == (1, SharedGroupStatus(group_name="g", state="Active"))
+    assert sample(registry, swaps, group="g", reason="fallback") == 1.0
+    waits = await arbiter.arbitrate(hi, GPU, 1)
+    assert waits.replicas == 0
+    assert waits.verdict is not None
+    assert "crashed while loading: it claims the GPU again in 5.0s" in waits.verdict.message
+    assert waits.group == SharedGroupStatus(group_name="g", state="Queued", queue_position=1)
+    assert waits.recheck_s is not None
+    assert 5.0 < waits.recheck_s < 5.1
+
+    # Its backoff over, hi (still queued) preempts again: lo kept no fresh cooldown.
+    clock.advance(5.1)
+    book.served("d/lo")
+    book.queued("d/hi", 1, "p")
+    assert (await arbiter.arbitrate(hi, GPU, 1)).replicas == 1
+    assert sample(registry, swaps, group="g", reason="priority") == 2.0
+    clock.advance(2.0)
+    arbiter.engine_event(EngineChange("d/hi", "hi-2", 1, EngineKind.READY, took_s=1.5))
+    steps = "flexinfer_controller_gpu_swap_step_seconds_sum"
+    assert sample(registry, steps, group="g", step="start") == 1.5
+    assert sample(registry, "flexinfer_controller_gpu_swap_seconds_sum", group="g") == 2.0
+
+
+async def test_a_crash_looping_holder_leaves_the_gpu_until_its_spec_changes(
+    parts: tuple[ManualClock, list[str]],
+) -> None:
+    clock, requeued = parts
+    a, b = model("a", 9), model("b", 1)
+
+    async def members(group: str) -> list[Model]:
+        return [a, b]
+
+    arbiter = SharedArbiter(
+        clock=clock, demand=DemandBook(clock), members=members, requeue=requeued.append
+    )
+    assert (await arbiter.arbitrate(a, GPU, 1)).replicas == 1
+    assert (await arbiter.arbitrate(b, GPU, 1)).replicas == 0
+    requeued.clear()
+    arbiter.engine_event(EngineChange("d/a", "a-1", 1, EngineKind.CRASHED, backoff_s=float("inf")))
+    assert requeued == ["d/b"]
+    clock.advance(1)
+    assert (await arbiter.arbitrate(b, GPU, 1)).replicas == 1
+    assert arbiter.holders("g") == ["d/b"]
+    waits = await arbiter.arbitrate(a, GPU, 1)
+    assert waits.verdict is not None
+    assert "once its spec changes" in waits.verdict.message
+    fixed = a.model_copy(update={"metadata": a.metadata.model_copy(update={"generation": 2})})
+    clock.advance(1)
+    queued = await arbiter.arbitrate(fixed, GPU, 1)  # b holds it now; a waits for it again
+    assert queued.verdict is not None
+    assert "crashed" not in queued.verdict.message
+
+
+async def test_shared_group_status_tells_each_members_state_and_place_in_line(
+    parts: tuple[ManualClock, list[str]],
+) -> None:
+    clock, _ = parts
+    a, b, c, idle = model("a", 5), model("b", 5), model("c", 5), model("idle", 5)
+    arbiter = SharedArbiter(clock=clock, demand=DemandBook(clock))
+    assert (await arbiter.arbitrate(a, GPU, 1)).group == SharedGroupStatus(
+        group_name="g", state="Active"
+    )
+    clock.advance(1)
+    first = await arbiter.arbitrate(b, GPU, 1)
+    clock.advance(1)
+    second = await arbiter.arbitrate(c, GPU, 1)
+    assert first.group == SharedGroupStatus(group_name="g", state="Queued", queue_position=1)
+    assert second.group == SharedGroupStatus(group_name="g", state="Queued", queue_position=2)
+    assert second.verdict is not None
+    assert "(1 ahead)" in second.verdict.message
+    assert second.verdict.drain_s == 0.0  # only a preempted member's engines drain
+    none = await arbiter.arbitrate(idle, GPU, 0)
+    assert (none.replicas, none.verdict) == (0, None)
+    assert none.group == SharedGroupStatus(group_name="g", state="Idle")

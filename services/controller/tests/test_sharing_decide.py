@@ -106,3 +106,67 @@ def test_a_standing_want_without_queued_requests_takes_only_a_free_gpu() -> None
     assert out.released == ("a",)
     assert out.granted == ("b",)
     assert out.swaps == ()
+
+
+def swap_to_hi(state: GroupState) -> dict[str, Member]:
+    """lo held the GPU from 0; hi (higher priority, queued since 10) took it at 400."""
+    members = {"lo": member("lo", 1, since=0), "hi": member("hi", 9, since=10)}
+    decide({"lo": members["lo"]}, state, POLICY, None, 0.0)
+    out = decide(members, state, POLICY, None, 400.0)
+    assert [(s.winner, s.losers, s.reason) for s in out.swaps] == [("hi", ("lo",), "priority")]
+    assert state.loading == {"hi": {"lo": 0.0}}
+    return members
+
+
+def test_a_winner_that_crashes_while_loading_hands_the_gpu_back_without_a_cooldown() -> None:
+    state = GroupState()
+    members = swap_to_hi(state)
+    crashed = {**members, "hi": member("hi", 9, since=10, blocked_until=402.0)}
+    out = decide(crashed, state, POLICY, None, 401.0)
+    assert [(s.winner, s.losers, s.reason) for s in out.swaps] == [("lo", ("hi",), "fallback")]
+    assert out.released == ("hi",)
+    assert out.granted == ("lo",)
+    # lo holds as it held before the swap: since 0, so no fresh cooldown protects it...
+    assert state.residents == {"lo": 0.0}
+    assert state.preempted == {}
+    assert state.loading == {}
+    # ...and hi, waiting out its crash backoff, is told to look again when it ends.
+    assert list(state.waiting) == ["hi"]
+    assert out.recheck_s is not None
+    assert 1.0 < out.recheck_s < 1.1
+    assert decide(crashed, state, POLICY, None, 401.5).swaps == ()
+    retried = decide(members, state, POLICY, None, 402.0)
+    assert [(s.winner, s.losers) for s in retried.swaps] == [("hi", ("lo",))]
+
+
+def test_a_winner_that_served_keeps_the_gpu_through_a_crash() -> None:
+    state = GroupState()
+    members = swap_to_hi(state)
+    state.loading.pop("hi")  # its engine was Ready: the swap stands
+    crashed = {**members, "hi": member("hi", 9, since=10, blocked_until=402.0)}
+    out = decide(crashed, state, POLICY, None, 401.0)
+    assert out.swaps == ()
+    assert list(state.residents) == ["hi"]
+
+
+def test_a_crash_looping_holder_releases_the_gpu_and_claims_nothing() -> None:
+    state = GroupState()
+    looping = member("a", 9, since=0, blocked_until=float("inf"))
+    other = member("b", 1, since=0)
+    decide({"a": member("a", 9, since=0)}, state, POLICY, None, 0.0)
+    out = decide({"a": looping, "b": other}, state, POLICY, None, 5.0)
+    assert out.released == ("a",)
+    assert out.granted == ("b",)
+    assert list(state.residents) == ["b"]
+    assert out.recheck_s is None or out.recheck_s > 100  # no gate of a's to wait for
+
+
+def test_a_fallback_skips_a_loser_that_no_longer_wants_the_gpu() -> None:
+    state = GroupState()
+    members = swap_to_hi(state)
+    gone = {"lo": Member("lo", 1), "hi": member("hi", 9, since=10, blocked_until=402.0)}
+    out = decide(gone, state, POLICY, None, 401.0)
+    assert out.released == ("hi",)
+    assert out.swaps == ()
+    assert state.residents == {}
+    assert members["lo"].wants

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from flexinfer_common.api.gpugroup import AntiThrashing
+from flexinfer_common.api.gpugroup import AntiThrashing, ScalingPolicy
 from flexinfer_controller.core.sharing.policy import SwapPolicy, gpugroup_policy, shared_policy
 
 
@@ -53,3 +53,17 @@ def test_a_policy_refuses_nonsense() -> None:
         SwapPolicy("x", 0, 1.0, 0.0, 0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="negative"):
         SwapPolicy("x", 1, 1.0, 0.0, -1.0, 0.0, 0.0)
+
+
+def test_the_drain_grace_is_30s_shared_and_a_gpugroups_scaling_policy() -> None:
+    assert shared_policy().drain_timeout_s == 30.0
+    assert shared_policy(drain_timeout_s=5.0).drain_timeout_s == 5.0
+    assert gpugroup_policy().drain_timeout_s == 60.0  # drainTimeoutSeconds' default
+    graceful = ScalingPolicy(drain_timeout_seconds=120)
+    assert gpugroup_policy(scaling=graceful).drain_timeout_s == 120.0
+    immediate = ScalingPolicy(preemption_policy="Immediate", drain_timeout_seconds=120)
+    assert gpugroup_policy(scaling=immediate).drain_timeout_s == 0.0
+    off = gpugroup_policy(AntiThrashing(enabled=False), scaling=graceful)
+    assert off.drain_timeout_s == 120.0  # draining is no anti-thrashing gate
+    with pytest.raises(ValueError, match="negative"):
+        shared_policy(drain_timeout_s=-1.0)

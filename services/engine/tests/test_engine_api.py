@@ -11,7 +11,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from flexinfer_engine.api.metrics import kv_cache_gauge
+from flexinfer_engine.api.metrics import kv_cache_gauge, request_gauges
 from flexinfer_engine.core.engine import InferenceEngine
 from flexinfer_engine.core.weights import generate_model
 from flexinfer_engine.settings import EngineSettings
@@ -227,3 +227,22 @@ def test_kv_cache_gauge_is_the_share_of_admitted_positions() -> None:
 async def test_metrics_expose_the_kv_cache_usage(client: httpx.AsyncClient) -> None:
     metrics = (await client.get("/metrics")).text
     assert "flexinfer_engine_kv_cache_usage_perc 0.0" in metrics
+
+
+def test_request_gauges_count_running_and_waiting_requests() -> None:
+    registry = CollectorRegistry()
+    counts = {"running": 2, "waiting": 5}
+    request_gauges(registry, lambda: counts["running"], lambda: counts["waiting"])
+    assert registry.get_sample_value("flexinfer_engine_num_requests_running") == 2.0
+    assert registry.get_sample_value("flexinfer_engine_num_requests_waiting") == 5.0
+    counts["running"] = 0
+    assert registry.get_sample_value("flexinfer_engine_num_requests_running") == 0.0
+
+
+async def test_metrics_expose_no_request_in_flight_once_a_completion_ended(
+    client: httpx.AsyncClient,
+) -> None:
+    await client.post("/v1/completions", json={"model": NAME, "prompt": "a", "max_tokens": 3})
+    metrics = (await client.get("/metrics")).text
+    assert "flexinfer_engine_num_requests_running 0.0" in metrics
+    assert "flexinfer_engine_num_requests_waiting 0.0" in metrics

@@ -1,4 +1,5 @@
-"""kubectl-like resource commands: apply, get, describe, delete, scale and logs.
+"""kubectl-like resource commands: apply, get, describe, delete, scale and logs, and the
+operator's pin, unpin and unload.
 
 They speak to one ``ResourceClient`` (``client``): the controller's admin API (``local``)
 or the Kubernetes apiserver (``kubernetes``). Exit codes: 0 ok; 1 the server refused (401,
@@ -30,6 +31,9 @@ def commands() -> dict[str, Callable[[list[str]], int]]:
         "delete": _lazy("commands", "delete_main"),
         "scale": _lazy("ops", "scale_main"),
         "logs": _lazy("ops", "logs_main"),
+        "pin": _lazy("operate", "pin_main"),
+        "unpin": _lazy("operate", "unpin_main"),
+        "unload": _lazy("operate", "unload_main"),
     }
 
 
@@ -40,5 +44,7 @@ USAGE = (
     ("delete KIND NAME", "delete by name (or -f FILE)"),
     ("scale model NAME", "--replicas N: pin N replicas, or 0 to scale to zero when idle"),
     ("logs model NAME", "a replica's output (-f follows, --tail N)"),
+    ("pin MODEL", "never evict it from a shared GPU (unpin MODEL undoes it)"),
+    ("unload MODEL", "scale it to zero now; its next request brings it back"),
 )
 """(synopsis, what it does) for ``flexinfer --help``."""

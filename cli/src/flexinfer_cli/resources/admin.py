@@ -121,6 +121,18 @@ class AdminClient(ResourceClient):
         """DELETE /v1/admin/<plural>/<name>."""
         self._send("DELETE", f"/v1/admin/{kind.plural}/{name}", params=self._params(namespace))
 
+    def pin(self, namespace: str | None, name: str, pinned: bool) -> Obj:
+        """POST /v1/admin/models/<name>/pin (or /unpin)."""
+        path = f"/v1/admin/models/{name}/{'pin' if pinned else 'unpin'}"
+        stored: Obj = self._send("POST", path, params=self._params(namespace)).json()
+        return stored
+
+    def unload(self, namespace: str | None, name: str) -> Obj:
+        """POST /v1/admin/models/<name>/unload: answers once the engines stopped."""
+        path = f"/v1/admin/models/{name}/unload"
+        stored: Obj = self._send("POST", path, params=self._params(namespace)).json()
+        return stored
+
     def logs(self, namespace: str | None, model: str, options: LogOptions) -> Iterator[bytes]:
         """GET /v1/admin/models/<model>/logs, streamed."""
         params: dict[str, str] = self._params(namespace)

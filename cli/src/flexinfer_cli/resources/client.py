@@ -55,6 +55,16 @@ class ResourceClient(ABC):
         """Delete the object (404 if absent)."""
 
     @abstractmethod
+    def pin(self, namespace: str | None, name: str, pinned: bool) -> Obj:
+        """Set (``pinned``) or remove the Model's ``flexinfer.ai/pinned`` annotation; the
+        stored Model."""
+
+    @abstractmethod
+    def unload(self, namespace: str | None, name: str) -> Obj:
+        """Scale the Model to zero now (``flexinfer.ai/unloaded-at``); the stored Model.
+        409 when its spec keeps replicas up (minReplicas > 0 and the like)."""
+
+    @abstractmethod
     def logs(self, namespace: str | None, model: str, options: LogOptions) -> Iterator[bytes]:
         """A replica's output of Model ``model``, as it arrives."""
 

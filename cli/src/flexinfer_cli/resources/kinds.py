@@ -1,8 +1,10 @@
 """The kinds the resource commands know: names, REST plurals and table columns.
 
 Names and columns come from the CRDs' own descriptions (``flexinfer_common.crd``), so
-``flexinfer get`` and ``kubectl get`` show the same columns; the CLI adds READY to Model
-(ready/desired replicas), which local clients have no Deployment to read from.
+``flexinfer get`` and ``kubectl get`` show the same columns; the CLI adds to Model READY
+(ready/desired replicas), which local clients have no Deployment to read from, RESIDENCY
+and GPU (where its weights are, and the GPU its engine holds, as llama-swap's /running
+shows them), and, in ``-o wide``, PINNED.
 """
 
 from __future__ import annotations
@@ -54,14 +56,26 @@ class Kind:
         """The table columns after NAME (``wide`` adds the priority-1 ones)."""
         columns = [c for c in self.desc.columns if wide or c.priority == 0]
         for position, column in self.extra:
-            columns.insert(min(position, len(columns)), column)
+            if wide or column.priority == 0:
+                columns.insert(min(position, len(columns)), column)
         return columns
 
 
 READY = Column("Ready", "ready", ".status")
 """readyReplicas/desiredReplicas (a CLI-only column type)."""
 
-MODEL = Kind(kind_description("Model"), Model, extra=((2, READY),))
+RESIDENCY = Column("Residency", "string", ".status.residency")
+"""Resident, Sleeping or Stopped."""
+GPU = Column("GPU", "gpu", ".status.gpu")
+"""node/device of the GPU a Resident or Sleeping engine holds (a CLI-only column type)."""
+PINNED = Column("Pinned", "pinned", ".metadata.annotations", 1)
+"""``true`` when the flexinfer.ai/pinned annotation pins it (a CLI-only column type)."""
+
+MODEL = Kind(
+    kind_description("Model"),
+    Model,
+    extra=((2, READY), (3, RESIDENCY), (4, GPU), (7, PINNED)),
+)
 LORA_ADAPTER = Kind(kind_description("LoRAAdapter"), LoRAAdapter)
 MODEL_CATALOG = Kind(kind_description("ModelCatalog"), ModelCatalog)
 KINDS = (MODEL, LORA_ADAPTER, MODEL_CATALOG)

@@ -10,11 +10,14 @@ from typing import Any
 import yaml
 
 from flexinfer_cli.resources.kinds import Kind
+from flexinfer_common.api.operations import UNLOADED_AT_ANNOTATION, pinned_in
 from flexinfer_common.crd import Column
 
 Obj = dict[str, Any]
 NONE = "<none>"
 FORMATS = ("table", "wide", "yaml", "json", "name")
+HOLDING = ("Resident", "Sleeping")
+"""Residencies whose engine holds its GPU."""
 
 
 def lookup(obj: Obj, json_path: str) -> Any:
@@ -44,9 +47,14 @@ def age(timestamp: str | None, now: datetime | None = None) -> str:
 
 def cell(obj: Obj, column: Column) -> str:
     """One table cell."""
+    status = obj.get("status") or {}
     if column.type == "ready":
-        status = obj.get("status") or {}
         return f"{status.get('readyReplicas', 0)}/{status.get('desiredReplicas', 0)}"
+    if column.type == "gpu":
+        return held_gpu(status)
+    if column.type == "pinned":
+        annotations = lookup(obj, ".metadata.annotations") or {}
+        return "true" if pinned_in(annotations) else NONE
     value = lookup(obj, column.json_path)
     if column.type == "date":
         return age(value if isinstance(value, str) else None)
@@ -55,6 +63,16 @@ def cell(obj: Obj, column: Column) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return str(value)
+
+
+def held_gpu(status: Obj) -> str:
+    """``node/device`` of the GPU an engine holds (Resident, or Sleeping: its process keeps
+    a context on the device); ``<none>`` when stopped or on CPU. status.gpu alone also
+    names where a stopped Model would be placed, which it does not hold."""
+    gpu = status.get("gpu") or {}
+    if status.get("residency") not in HOLDING or not gpu.get("device"):
+        return NONE
+    return f"{gpu.get('node') or NONE}/{gpu['device']}"
 
 
 def table(kind: Kind, items: Sequence[Obj], *, wide: bool) -> str:
@@ -107,6 +125,18 @@ def _conditions(conditions: list[Obj]) -> list[str]:
     return ["Conditions:", *pad(rows, indent="  ")]
 
 
+def _residency(status: Obj, annotations: dict[str, str]) -> list[str]:
+    """Residency (and the GPU held), pinned, and the last unload by hand."""
+    gpu = held_gpu(status)
+    where = f" on {gpu}" if gpu != NONE else ""
+    pinned = pinned_in(annotations)
+    return [
+        f"Residency:    {status.get('residency') or NONE}{where}",
+        f"Pinned:       {'true' if pinned else 'false'}",
+        f"Unloaded at:  {annotations.get(UNLOADED_AT_ANNOTATION) or NONE}",
+    ]
+
+
 def describe(kind: Kind, obj: Obj) -> str:
     """A Model (or adapter) for people: metadata, spec, status and its conditions."""
     meta = obj.get("metadata") or {}
@@ -130,6 +160,7 @@ def describe(kind: Kind, obj: Obj) -> str:
             f"Replicas:     {status.get('readyReplicas', 0)} ready / "
             f"{status.get('desiredReplicas', 0)} desired / {status.get('replicas', 0)} running"
         )
+        lines += _residency(status, meta.get("annotations") or {})
     lines += _block("Annotations", meta.get("annotations"))
     lines += _block("Spec", obj.get("spec"))
     lines += _block("Status", status)

@@ -24,6 +24,7 @@ from flexinfer_controller.adapters.registry.factory import create_model_cache
 from flexinfer_controller.api.admin import install_admin
 from flexinfer_controller.api.benchmarks import benchmarks_router
 from flexinfer_controller.api.logs import logs_router
+from flexinfer_controller.api.operations import operations_router
 from flexinfer_controller.backends import BackendRegistry, LaunchContext, default_backends
 from flexinfer_controller.catalog.client import ClientOptions
 from flexinfer_controller.catalog.service import CatalogService
@@ -39,15 +40,33 @@ from flexinfer_controller.core.models import ModelService
 from flexinfer_controller.core.placement import CorePlacer, LogMalformed, StoreBenchmarks
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
+from flexinfer_controller.core.sharing.clock import MonotonicClock
+from flexinfer_controller.core.sharing.drain import Drainer
+from flexinfer_controller.core.sharing.gpugroups import GPUGroupWiring
+from flexinfer_controller.core.sharing.metrics import SwapMetrics
 from flexinfer_controller.core.sharing.policy import shared_policy
 from flexinfer_controller.core.sharing.wiring import running_arbiter
 from flexinfer_controller.runtime import create_inventory, create_prestart, create_runtime
-from flexinfer_controller.runtime.registry import RuntimePlugin, runtime_plugin
+from flexinfer_controller.runtime.registry import Loops, RuntimePlugin, runtime_plugin
 from flexinfer_controller.settings import ControllerSettings
 from flexinfer_controller.sharing_settings import GPUSharingSettings
 
 Requeue = Callable[[str], object]
-SharingFactory = Callable[[GPUSharingSettings, ModelStore, Requeue], SharedGPUHook]
+
+
+@dataclass(frozen=True)
+class SharingParts:
+    """What a shared-GPU hook is built from besides its settings."""
+
+    store: ModelStore
+    requeue: Requeue
+    """Reconcile a Model now (the members whose hold changed)."""
+    gpugroups: GPUGroupWiring
+    """The GPUGroups the runtime's GPUGroup loop follows (empty without one)."""
+    metrics: SwapMetrics | None = None
+
+
+SharingFactory = Callable[[GPUSharingSettings, SharingParts], SharedGPUHook]
 
 log = logging.getLogger(__name__)
 
@@ -81,28 +100,36 @@ def create_placer(settings: ControllerSettings, store: ModelStore) -> Placer:
     return CorePlacer(deps=deps, benchmarks=StoreBenchmarks(store), sink=LogMalformed())
 
 
-def _arbiter(settings: GPUSharingSettings, store: ModelStore, requeue: Requeue) -> SharedGPUHook:
+def _arbiter(settings: GPUSharingSettings, parts: SharingParts) -> SharedGPUHook:
     policy = shared_policy(
         starvation_s=settings.starvation_s,
         demand_window_s=settings.demand_window_s,
         swap_cooldown_s=settings.swap_cooldown_s,
+        drain_timeout_s=settings.drain_timeout_s,
     )
-    return running_arbiter(store, policy, requeue)
+    return running_arbiter(parts.store, policy, parts.requeue, parts.gpugroups, parts.metrics)
 
 
 SHARING_MODES: Mapping[str, SharingFactory] = {
-    "none": lambda settings, store, requeue: NoSharing(),
+    "none": lambda settings, parts: NoSharing(),
     "arbiter": _arbiter,
 }
 """``gpu_sharing.mode`` -> the shared-GPU hook it builds."""
 
 
 def create_shared_gpu(
-    settings: ControllerSettings, store: ModelStore, requeue: Requeue
+    settings: ControllerSettings,
+    store: ModelStore,
+    requeue: Requeue,
+    gpugroups: GPUGroupWiring | None = None,
+    metrics: SwapMetrics | None = None,
 ) -> SharedGPUHook:
-    """Step 4's shared-GPU hook by ``gpu_sharing.mode``; it reconciles Models via ``requeue``."""
+    """Step 4's shared-GPU hook by ``gpu_sharing.mode``; it reconciles Models via ``requeue``,
+    arbitrates the GPUGroups of ``gpugroups`` (shared with the GPUGroup loop) and counts its
+    swaps on ``metrics``."""
     sharing = settings.gpu_sharing
-    return SHARING_MODES[sharing.mode](sharing, store, requeue)
+    parts = SharingParts(store, requeue, gpugroups or GPUGroupWiring(), metrics)
+    return SHARING_MODES[sharing.mode](sharing, parts)
 
 
 @dataclass(frozen=True)
@@ -196,6 +223,16 @@ def create_app(
     engine_metrics = HttpEngineMetrics()
     backends = default_backends()
     queue = WorkQueue()  # the arbiter reconciles the members it moves through it
+    gpugroups = GPUGroupWiring()  # filled by the runtime's GPUGroup loop, read by the arbiter
+    clock = MonotonicClock()
+    swap_metrics = SwapMetrics(telemetry.registry, clock.now)
+    drainer = Drainer(
+        in_flight=engine_metrics,
+        clock=clock,
+        requeue=queue.add_after,
+        metrics=swap_metrics,
+        poll_s=settings.gpu_sharing.drain_poll_s,
+    )
     controller = Controller(
         controller_config(settings),
         store=store,
@@ -209,8 +246,10 @@ def create_app(
         kv_check=KVCacheCheck(engine_metrics),
         sources=plugin.sources,
         placer=placer or create_placer(settings, store),
-        shared_gpu=shared_gpu or create_shared_gpu(settings, store, queue.add),
+        shared_gpu=shared_gpu
+        or create_shared_gpu(settings, store, queue.add, gpugroups, swap_metrics),
         queue=queue,
+        drainer=drainer,
     )
     controller_ = controller
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)
@@ -223,12 +262,15 @@ def create_app(
     app.state.adapter_loop = adapter_loop
     app.state.adapter_service = adapters
     adapter_feed = plugin.adapters(settings, store)
-    legacy = plugin.legacy(settings, store)  # v1alpha1 ModelDeployments and ModelCaches
+    legacy = Loops(  # v1alpha1 ModelDeployments and ModelCaches, then GPUGroups
+        plugin.legacy(settings, store), plugin.gpugroups(settings, store, gpugroups, queue.add)
+    )
     sources = catalog_sources or plugin.catalogs(settings, store)
     catalogs = catalog_controller(settings.catalog, store, sources, catalog_client)
     app.state.catalogs = catalogs
     app.state.catalog_service = CatalogService(store, catalogs.enqueue)
     app.state.metrics = metrics
+    app.state.drainer = drainer
 
     async def ready() -> bool:
         return controller_.ready and await bus.healthy()
@@ -237,5 +279,6 @@ def create_app(
     install_admin(app)
     app.include_router(benchmarks_router())
     app.include_router(logs_router())
+    app.include_router(operations_router())
     app.include_router(health_router(ready))
     return app

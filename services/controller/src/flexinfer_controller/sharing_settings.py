@@ -8,7 +8,9 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from flexinfer_controller.core.sharing.policy import (
+    DRAIN_POLL_S,
     SHARED_DEMAND_WINDOW_S,
+    SHARED_DRAIN_S,
     SHARED_STARVATION_S,
     SHARED_SWAP_COOLDOWN_S,
 )
@@ -38,3 +40,12 @@ class GPUSharingSettings(BaseSettings):
 
     starvation_s: float = Field(default=SHARED_STARVATION_S, ge=0)
     """Aging: demand unserved this long may preempt any priority (0: never, the seed's)."""
+
+    drain_timeout_s: float = Field(default=SHARED_DRAIN_S, ge=0)
+    """A preempted Model's engine stops once it runs no request, or after this grace
+    (0: at once). 30 s lets a typical completion finish; requests that arrive meanwhile
+    queue in the proxy for the winner. GPUGroups set theirs in ``scalingPolicy``."""
+
+    drain_poll_s: float = Field(default=DRAIN_POLL_S, gt=0)
+    """How often a draining engine's metrics are read: the swap goes on within this
+    long of its last request ending."""

@@ -36,7 +36,7 @@ from flexinfer_controller.runtime.local import runtime_id
 from flexinfer_controller.settings import ControllerSettings
 
 FAKE_ENGINE = r"""
-import argparse, json, os, sys, time
+import argparse, json, os, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 p = argparse.ArgumentParser()
@@ -60,8 +60,30 @@ if mode == "crash":
     print("fake engine: crashing on purpose", flush=True)
     sys.exit(3)
 started = time.time()
+in_flight = [0]
+counting = threading.Lock()
 
 class H(BaseHTTPRequestHandler):
+    def do_POST(self):
+        # A streamed completion of max_tokens chunks, token_delay_s apart; it counts in
+        # flight (the /metrics gauge) until its last chunk is written.
+        size = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(size) or b"{}")
+        with counting:
+            in_flight[0] += 1
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for i in range(int(body.get("max_tokens", 1))):
+                time.sleep(float(cfg.get("token_delay_s", 0.05)))
+                chunk = {"object": "text_completion", "choices": [{"index": 0, "text": f"t{i} "}]}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+        finally:
+            with counting:
+                in_flight[0] -= 1
     def do_GET(self):
         if self.path == "/readyz" and mode == "unready":
             self.send_response(503); self.end_headers(); return
@@ -71,6 +93,8 @@ class H(BaseHTTPRequestHandler):
                     text = fh.read()
             except FileNotFoundError:
                 text = b""
+            text += b"" if text.endswith(b"\n") or not text else b"\n"
+            text += f"flexinfer_engine_num_requests_running {in_flight[0]}\n".encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(text)))

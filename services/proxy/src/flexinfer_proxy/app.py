@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -16,6 +16,7 @@ from flexinfer_common.errors import ConfigError
 from flexinfer_common.store import ModelStore
 from flexinfer_common.telemetry import METRICS_PATH, setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers, openai_error
+from flexinfer_proxy.core.queue_mirror import QueueSink
 from flexinfer_proxy.core.service import ProxyCore
 from flexinfer_proxy.core.surface import default_surface
 from flexinfer_proxy.openapi import document_proxied_routes
@@ -74,6 +75,20 @@ def guard_metrics(app: FastAPI, settings: ProxySettings) -> None:
     guard_paths(app, tokens, lambda path: path == METRICS_PATH)
 
 
+def _kube_queue_sink(settings: ProxySettings) -> QueueSink:
+    from flexinfer_common.kube.client import KubeClient
+    from flexinfer_proxy.adapters.kube_queue import ApiServerQueueSink
+
+    return ApiServerQueueSink(KubeClient(settings.kubernetes_host), settings.resync_interval_s)
+
+
+QUEUE_SINKS: Mapping[str, Callable[[ProxySettings], QueueSink | None]] = {
+    "bus": lambda settings: None,
+    "kubernetes": _kube_queue_sink,
+}
+"""``queue_signals`` -> where queues are written besides the bus."""
+
+
 def create_app(settings: ProxySettings, *, bus: EventBus, store: ModelStore) -> ProxyApp:
     """Build the proxy app; ``bus`` and ``store`` stay owned (and closed) by the caller."""
 
@@ -92,7 +107,8 @@ def create_app(settings: ProxySettings, *, bus: EventBus, store: ModelStore) -> 
     guard_metrics(app, settings)
     # Requests are counted by the pipeline itself: no per-request middleware on the hot path.
     telemetry = setup_telemetry(app, "proxy", settings.telemetry, instrument_requests=False)
-    core = ProxyCore(settings, bus=bus, store=store, registry=telemetry.registry)
+    sink = QUEUE_SINKS[settings.queue_signals](settings)
+    core = ProxyCore(settings, bus=bus, store=store, registry=telemetry.registry, queue_sink=sink)
     transport = create_transport(settings.upstream, transport_settings(settings))
     app.pipeline = Proxy(core, transport, default_surface())
     document_proxied_routes(app, app.pipeline.surface)

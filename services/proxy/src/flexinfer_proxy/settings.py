@@ -279,6 +279,21 @@ class ProxySettings(BaseSettings):
     health_interval_s: Seconds = Field(default=10.0, gt=0)
     """Seconds between active health checks (GET /v1/models) of external endpoints."""
 
+    queue_signals: Literal["bus", "kubernetes"] = "bus"
+    """Where the proxy tells its queues: ``bus`` (DemandEvents only, the default: a local
+    controller, or one on Kubernetes that reads the bus); ``kubernetes`` also writes them on
+    the apiserver as the seed's proxy does (a GPUGroup's ``flexinfer.ai/queue.<model>``
+    annotations, a v1alpha2 Model's ``status.lastActiveTime``), so a controller without
+    the bus sees the demand too (docs/gpu-sharing.md)."""
+
+    queue_signal_interval_s: Seconds = Field(default=1.0, gt=0)
+    """Seconds between two apiserver writes of one Model's queue: a burst of requests is one
+    write per second, not one per request, yet a GPUGroup's hysteresis (10 s) still sees it."""
+
+    kubernetes_host: str | None = None
+    """The apiserver's URL for ``queue_signals=kubernetes``; unset: the pod's service account
+    (in a cluster), else $KUBECONFIG or ~/.kube/config."""
+
     bus: BusSettings = Field(default_factory=BusSettings)
     """The event bus (``FLEXINFER_BUS_*``): in memory embedded, Redis distributed."""
     store: StoreSettings = Field(default_factory=StoreSettings)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import urllib3.exceptions
@@ -19,15 +20,25 @@ from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from pydantic import ValidationError
 
 from flexinfer_cli.resources.client import LogOptions, Obj, ResourceClient
-from flexinfer_cli.resources.errors import api_error, usage_error
+from flexinfer_cli.resources.errors import CliError, api_error, is_conflict, usage_error
 from flexinfer_cli.resources.kinds import MODEL, Kind
+from flexinfer_common.api.model import ModelSpec
+from flexinfer_common.api.operations import (
+    PINNED_ANNOTATION,
+    UNLOADED_AT_ANNOTATION,
+    unload_refusal,
+    unload_stamp,
+)
 from flexinfer_common.placement import benchmark_key, device_class
 from flexinfer_common.placement.tps import GLOBAL_RESULTS_CONFIGMAP
 
 MODEL_LABEL = "flexinfer.ai/model"
 TIMEOUT = (5.0, 60.0)
+ANNOTATE_ATTEMPTS = 3
+"""Reads and conditional writes of an annotation before a 409 is the user's to retry."""
 
 
 def _reason(exc: ApiException) -> str:
@@ -129,6 +140,62 @@ class KubeResourceClient(ResourceClient):
                 kind.group, kind.version, self._ns(namespace), kind.plural, name,
                 _request_timeout=TIMEOUT,
             )  # fmt: skip
+
+    def pin(self, namespace: str | None, name: str, pinned: bool) -> Obj:
+        """Set or remove the ``flexinfer.ai/pinned`` annotation (what the controller's
+        admin API does, here through the apiserver)."""
+
+        def change(model: Obj) -> dict[str, str]:
+            annotations = dict((model.get("metadata") or {}).get("annotations") or {})
+            if pinned:
+                annotations[PINNED_ANNOTATION] = "true"
+            else:
+                annotations.pop(PINNED_ANNOTATION, None)
+            return annotations
+
+        return self._annotate(namespace, name, change)
+
+    def unload(self, namespace: str | None, name: str) -> Obj:
+        """Stamp ``flexinfer.ai/unloaded-at`` with this machine's clock (the controller
+        compares it with the proxies' activity: keep the clocks in sync, as Kubernetes
+        does anyway); refused when the Model's spec keeps replicas up."""
+        stamp = unload_stamp()
+
+        def change(model: Obj) -> dict[str, str]:
+            try:
+                spec = ModelSpec.model_validate(model.get("spec") or {})
+            except ValidationError as exc:
+                raise CliError(f"model {name}: its spec does not validate: {exc}", 1) from exc
+            refusal = unload_refusal(spec)
+            if refusal is not None:
+                raise CliError(
+                    f"model {name} cannot be unloaded: {refusal}; let it scale to zero first "
+                    f"(flexinfer scale model {name} --replicas 0)", 1,
+                )  # fmt: skip
+            annotations = dict((model.get("metadata") or {}).get("annotations") or {})
+            return {**annotations, UNLOADED_AT_ANNOTATION: stamp}
+
+        return self._annotate(namespace, name, change)
+
+    def _annotate(
+        self, namespace: str | None, name: str, change: Callable[[Obj], dict[str, str]]
+    ) -> Obj:
+        """Replace the Model's annotations with ``change(model)``, conditional on the
+        resourceVersion read; read again when the controller wrote in between."""
+        for attempt in range(ANNOTATE_ATTEMPTS):
+            current = self.get(MODEL, namespace, name)
+            body = copy.deepcopy(current)
+            meta = body.setdefault("metadata", {})
+            annotations = change(current)
+            if annotations == (meta.get("annotations") or {}):
+                return current
+            meta["annotations"] = annotations
+            try:
+                return self.replace(MODEL, namespace, body)
+            except CliError as exc:
+                if not is_conflict(exc) or attempt + 1 == ANNOTATE_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
 
     def _pod(self, namespace: str, model: str, replica: str | None) -> str:
         with _errors(self.host):

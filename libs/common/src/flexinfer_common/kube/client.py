@@ -42,6 +42,7 @@ MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT = (5.0, 30.0)
 """(connect, read) seconds per call: an unreachable apiserver fails fast."""
 POOL_SIZE = 16
+"""HTTP connections kept per client, unless the caller needs more (bursts of claims)."""
 RETRY_S = 2.0
 """The delay of a StoreError without Retry-After: the apiserver overloaded, restarting or
 unreachable is seldom back within a second."""
@@ -77,7 +78,10 @@ class Resource:
 
 
 def configuration(
-    host: str | None = None, token: str | None = None, kubeconfig: str | None = None
+    host: str | None = None,
+    token: str | None = None,
+    kubeconfig: str | None = None,
+    pool_size: int = POOL_SIZE,
 ) -> Any:
     """Client settings: ``host`` if given, else in-cluster, else ``kubeconfig``, $KUBECONFIG
     or ~/.kube/config."""
@@ -95,7 +99,7 @@ def configuration(
                 kube_config.load_kube_config(config_file=path, client_configuration=config)
             except (ConfigException, OSError) as exc:
                 raise ConfigError(f"no Kubernetes configuration found: {exc}") from exc
-    config.connection_pool_maxsize = POOL_SIZE
+    config.connection_pool_maxsize = pool_size
     config.retries = 1
     return config
 
@@ -211,9 +215,14 @@ class KubeClient:
     """One API client (connection pool) for custom objects, core objects and Jobs."""
 
     def __init__(
-        self, host: str | None = None, token: str | None = None, kubeconfig: str | None = None
+        self,
+        host: str | None = None,
+        token: str | None = None,
+        kubeconfig: str | None = None,
+        *,
+        pool_size: int = POOL_SIZE,
     ) -> None:
-        self._api_client = kube_client.ApiClient(configuration(host, token, kubeconfig))
+        self._api_client = kube_client.ApiClient(configuration(host, token, kubeconfig, pool_size))
         self.custom = kube_client.CustomObjectsApi(self._api_client)
         self.core = kube_client.CoreV1Api(self._api_client)
         self.batch = kube_client.BatchV1Api(self._api_client)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +30,8 @@ from flexinfer_controller.core.prestart import PreStart
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.reconciler import Reconciler
-from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
+from flexinfer_controller.core.sharing import EngineChange, EngineKind, NoSharing, SharedGPUHook
+from flexinfer_controller.core.sharing.drain import Drainer
 from flexinfer_controller.core.sleepbook import SleepPolicy
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.core.workers import Backoff, run_worker
@@ -104,12 +106,14 @@ class Controller:
         shared_gpu: SharedGPUHook | None = None,
         reported: ReportedNodes | None = None,
         queue: WorkQueue | None = None,
+        drainer: Drainer | None = None,
     ) -> None:
         """``placer`` picks the GPUs of a replica (step 3; default: the placement core
         without benchmarks); ``shared_gpu`` arbitrates shared GPUs (step 4; default: no
         sharing) and hears the proxies' demand; ``reported`` holds the nodes the agents
         report on the bus, which join the fleet (default: a fresh one); ``queue`` is the
-        work queue (given when the hook must reconcile Models through it)."""
+        work queue (given when the hook must reconcile Models through it); ``drainer``
+        drains a preempted Model's engines before they stop (default: they stop at once)."""
         self._config = config
         self._store = store
         self._bus = bus
@@ -157,6 +161,7 @@ class Controller:
             placer=placer,
             shared_gpu=self.shared_gpu,
             sleep=config.sleep,
+            drainer=drainer,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._loops: list[EventLoop] = []
@@ -279,10 +284,25 @@ class Controller:
             self._crashes.record(replica.model, replica.generation, time.monotonic(), event.message)
             if self._metrics is not None:
                 self._metrics.engine_crashes.inc()
+        self.shared_gpu.engine_event(self._engine_change(event))
         self.queue.add(replica.model)
         self.watcher.replica_changed(event)
         if event.kind in ("exited", "slept") and replica.gpus is not None:
             self.gpus_changed()  # its GPUs are free: a waiting Model may take them
+
+    def _engine_change(self, event: ReplicaEvent) -> EngineChange:
+        """What the shared-GPU hook learns of a replica event (a crash: its backoff)."""
+        replica = event.replica
+        key, generation = replica.model, replica.generation
+        if event.kind != "exited":
+            took = None if replica.ready_at is None else replica.ready_at - replica.started_at
+            return EngineChange(key, replica.id, generation, EngineKind.READY, took_s=took)
+        if event.expected:
+            return EngineChange(key, replica.id, generation, EngineKind.STOPPED)
+        now = time.monotonic()
+        looping = self._crashes.crash_looping(key, generation, now)
+        backoff = math.inf if looping else self._crashes.restart_delay(key, generation, now)
+        return EngineChange(key, replica.id, generation, EngineKind.CRASHED, backoff_s=backoff)
 
     def gpus_changed(self) -> None:
         """GPUs freed or joined: reconcile the Models waiting for one now, not in 30 s."""

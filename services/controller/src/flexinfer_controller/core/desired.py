@@ -43,18 +43,34 @@ def desired_replicas(spec: ModelSpec, last_active: datetime | None, now: datetim
     return Desired(replicas=wanted, idle_at=idle_at)
 
 
-def busy_until(last_active: datetime | None, replicas: Sequence[Replica]) -> datetime | None:
+def busy_until(
+    last_active: datetime | None,
+    replicas: Sequence[Replica],
+    unloaded_at: datetime | None = None,
+) -> datetime | None:
     """The moment the idle timeout counts from: the last request, or a replica coming up.
 
     A replica that is still starting was asked for by requests that wait in a proxy queue,
     so the model is busy now; a replica that just became ready gets a whole idle timeout
     to serve them. Counting only from the last request would let a slow engine start eat
     the idle timeout and stop the engine before the queued requests reach it.
+
+    ``unloaded_at`` (the ``flexinfer.ai/unloaded-at`` annotation: an unload by hand) hides
+    everything up to it: requests before it, and replicas started or ready before it, so
+    the model goes to zero now; activity after it counts again. Being a stored moment, not
+    an event, it holds across controller restarts.
     """
     moments = [last_active] if last_active is not None else []
     for replica in replicas:
         if replica.state is ReplicaState.STARTING:
-            moments.append(datetime.now(UTC))
+            if not _before(datetime.fromtimestamp(replica.started_at, UTC), unloaded_at):
+                moments.append(datetime.now(UTC))
         elif replica.ready_at is not None:
             moments.append(datetime.fromtimestamp(replica.ready_at, UTC))
+    moments = [m for m in moments if not _before(m, unloaded_at)]
     return max(moments) if moments else None
+
+
+def _before(moment: datetime, cutoff: datetime | None) -> bool:
+    """Whether ``moment`` is at or before ``cutoff`` (never, when there is no cutoff)."""
+    return cutoff is not None and moment <= cutoff

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 from flexinfer_common.api import Model
+from flexinfer_common.api.operations import (
+    PINNED_ANNOTATION,
+    UNLOADED_AT_ANNOTATION,
+    unload_refusal,
+    unload_stamp,
+)
 from flexinfer_common.bus import EventBus, topics
 from flexinfer_common.errors import BusError, ConflictError, NotFoundError
 from flexinfer_common.store import EndpointRecord, ModelStore
@@ -14,6 +21,13 @@ from flexinfer_controller.core.finalizer import MODEL_FINALIZER
 from flexinfer_controller.runtime import LogRequest, Replica
 
 log = logging.getLogger(__name__)
+
+Annotate = Callable[[Model], dict[str, str]]
+"""The annotations a Model should have (given the stored one); may raise to refuse."""
+
+
+class UnloadRefusedError(ConflictError):
+    """The Model's spec keeps replicas running, so an unload would undo itself (409)."""
 
 
 class ModelService:
@@ -75,6 +89,69 @@ class ModelService:
         key = f"{namespace}/{name}"
         await self._publish(topics.ModelChangedEvent(model=key, generation=0, deleted=True))
         await self._controller.sync(key, self._delete_wait_s)
+
+    async def pin(self, namespace: str, name: str, pinned: bool) -> Model:
+        """Set (``pinned``) or remove ``flexinfer.ai/pinned``: the arbiter never evicts a
+        pinned Model."""
+
+        def change(model: Model) -> dict[str, str]:
+            annotations = dict(model.metadata.annotations)
+            if pinned:
+                annotations[PINNED_ANNOTATION] = "true"
+            else:
+                annotations.pop(PINNED_ANNOTATION, None)
+            return annotations
+
+        return await self._annotate(namespace, name, change)
+
+    async def unload(self, namespace: str, name: str) -> Model:
+        """Scale the Model to zero now (``flexinfer.ai/unloaded-at``) and wait (briefly)
+        until the reconcile that stops its engines ran; UnloadRefusedError when its spec
+        keeps replicas up regardless."""
+        stamp = unload_stamp()  # this process's clock: the one activity is compared on
+
+        def change(model: Model) -> dict[str, str]:
+            refusal = unload_refusal(model.spec)
+            if refusal is not None:
+                raise UnloadRefusedError(
+                    f"model {model.key} cannot be unloaded: {refusal}; let it scale to "
+                    f"zero first (flexinfer scale model {model.metadata.name} --replicas 0)"
+                )
+            return {**model.metadata.annotations, UNLOADED_AT_ANNOTATION: stamp}
+
+        stored = await self._annotate(namespace, name, change)
+        await self._stopped(stored.key)
+        return await self._store.get_model(namespace, name)
+
+    async def _stopped(self, key: str) -> None:
+        """Reconcile ``key`` (which stops its engines), wait for them to exit, as llama-swap's
+        /unload does, then reconcile again so that its status says Stopped."""
+        runtime, deadline = self._controller.runtime, time.monotonic() + self._delete_wait_s
+        running = runtime.list(key)
+        await self._controller.sync(key, self._delete_wait_s)
+        for replica in running:
+            await runtime.wait_stopped(replica.id, max(0.0, deadline - time.monotonic()))
+        await self._controller.sync(key, max(0.0, deadline - time.monotonic()))
+
+    async def _annotate(
+        self, namespace: str, name: str, change: Annotate, attempts: int = 5
+    ) -> Model:
+        """Replace the Model's annotations with ``change(model)``, conditional on the
+        version read; read again when the controller's status write came in between."""
+        for _ in range(attempts):
+            current = await self._store.get_model(namespace, name)
+            annotations = change(current)
+            if annotations == current.metadata.annotations:
+                return current
+            updated = current.model_copy(deep=True)
+            updated.metadata.annotations = annotations
+            try:
+                stored = await self._store.replace_model(updated)
+            except ConflictError:
+                continue
+            await self._changed(stored)
+            return stored
+        raise ConflictError(f"model {namespace}/{name} is being changed concurrently; retry")
 
     async def endpoints(self, model: str | None = None) -> list[EndpointRecord]:
         """The store's endpoint records (for debugging)."""

@@ -181,7 +181,9 @@ class Planner:
         shared = await self.sharing.arbitrate(model, gpu, wanted.replicas)
         if shared.recheck_s is not None:
             self.queue.add_after(model.key, shared.recheck_s)
-        verdict = Verdict(cached=cached, cache=detail, gpu=gpu, shared=shared.verdict)
+        verdict = Verdict(
+            cached=cached, cache=detail, gpu=gpu, shared=shared.verdict, shared_group=shared.group
+        )
         return Plan(verdict, launch_spec, max(0, shared.replicas), source.path, context=ctx)
 
     async def _shared_hold(
@@ -189,14 +191,17 @@ class Planner:
     ) -> Verdict:
         """An unplaced member of a shared group, with what the hook says of it: the GPU its
         group holds is what keeps it off, so it shows Preempted or queued, not just Pending.
+        Every unplaced Model is asked: the hook knows the groups (a GPUGroup's members need
+        no ``gpu.shared``), and says nothing of a Model in none.
         """
-        if model.spec.gpu_or_default.shared is None:
-            return unplaced
+        looping = self._crash_loop(model)
+        if looping is not None:  # Failed, as when placed: only a new spec retries it
+            return replace(unplaced, crash_loop=looping)
         wanted = desired_replicas(model.spec, active_at, utcnow())
         shared = await self.sharing.arbitrate(model, GPUStatus(), wanted.replicas)
         if shared.recheck_s is not None:
             self.queue.add_after(model.key, shared.recheck_s)
-        return replace(unplaced, shared=shared.verdict)
+        return replace(unplaced, shared=shared.verdict, shared_group=shared.group)
 
     def _crash_loop(self, model: Model) -> str | None:
         """Why the Model's engine is not started again (it crashed too often), or None."""

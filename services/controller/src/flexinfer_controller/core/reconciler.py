@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from flexinfer_common.api import Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import utcnow
+from flexinfer_common.api.operations import unloaded_at
 from flexinfer_common.api.status import blocked_reason
 from flexinfer_common.errors import (
     ConflictError,
@@ -55,6 +56,7 @@ from flexinfer_controller.core.prestart import NoPreStart, PreStart, PreStartRef
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
+from flexinfer_controller.core.sharing.drain import Drainer
 from flexinfer_controller.core.sleep import SleepKeeper
 from flexinfer_controller.core.sleepbook import SleepPolicy
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
@@ -96,8 +98,11 @@ class Reconciler:
         backoff: Backoff | None = None,
         shared_gpu: SharedGPUHook | None = None,
         sleep: SleepPolicy | None = None,
+        drainer: Drainer | None = None,
     ) -> None:
         self._store = store
+        self._drainer = drainer
+        """Drains a preempted Model's engines before they stop (None: they stop at once)."""
         # The workers' backoff: a failure's status tells the delay the worker will use.
         self._failures = Failures(backoff or Backoff(max_s=30.0))
         self._cache: ModelCache = cache or NoRegistryCache()
@@ -206,7 +211,7 @@ class Reconciler:
         if model.spec.is_external:
             await self._reconcile_external(model, replicas, last_active)
             return
-        active_at = busy_until(last_active, replicas)
+        active_at = busy_until(last_active, replicas, unloaded_at(model.metadata))
         await self.sleep.tend(model)
         plan = await self._planner.plan(model, active_at)
         verdict, desired = plan.verdict, plan.desired
@@ -236,6 +241,8 @@ class Reconciler:
             if stale and (ready_now >= desired or not stale_ready):
                 to_stop += stale
                 stale = []
+        to_stop, draining = await self._hold_back(model, plan, to_stop)
+        leaving = {r.id for r in to_stop} | draining
         running = current + [r for r in stale if r not in to_stop]
         status = build_status(
             model,
@@ -247,8 +254,10 @@ class Reconciler:
         )
         ready = [r for r in running if r.state is ReplicaState.READY]
         status = await self._with_kv_cache(model, status, ready)
+        # Replicas on their way out serve no new request: withdrawn before they stop.
+        serving = [r for r in ready if r.id not in leaving]
         await self._publisher.sync(
-            key, ready, status.phase.value, blocked_reason(status), adapters=self._takes(model)
+            key, serving, status.phase.value, blocked_reason(status), adapters=self._takes(model)
         )
         held = plan.verdict.shared is not None
         self._report_progress(model, status, ready, active_at, plan.download, held)
@@ -260,6 +269,16 @@ class Reconciler:
         await self._runtime.ensure(model, verdict.gpu)
         await self._write_status(model, status)
         await self._prune(key)
+
+    async def _hold_back(
+        self, model: Model, plan: Plan, to_stop: list[Replica]
+    ) -> tuple[list[Replica], set[str]]:
+        """The replicas to stop now, and those a preempted Model keeps while they drain."""
+        if self._drainer is None:
+            return to_stop, set()
+        backend = self._backends.get(model.spec.backend)
+        path = backend.metrics_path if backend is not None else None
+        return await self._drainer.hold_back(model.key, plan.verdict.shared, to_stop, path)
 
     def _takes(self, model: Model) -> bool:
         """Whether ``model``'s engines take LoRA adapters (its endpoints say which)."""
@@ -397,6 +416,8 @@ class Reconciler:
         await self._prestart.release(key)
         await self._cache.release(key)
         self._activity.pop(key, None)
+        if self._drainer is not None:
+            self._drainer.forget(key)
         self._planner.forget(key)
         self._failures.forget(key)
         self._crashes.forget(key)

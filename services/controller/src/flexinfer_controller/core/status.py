@@ -8,7 +8,13 @@ from datetime import datetime
 
 from flexinfer_common.api import Condition, Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import ConditionStatus, set_condition
-from flexinfer_common.api.status import CacheStatus, ConditionType, GPUStatus, Residency
+from flexinfer_common.api.status import (
+    CacheStatus,
+    ConditionType,
+    GPUStatus,
+    Residency,
+    SharedGroupStatus,
+)
 from flexinfer_controller.core.sharing import Hold, SharedVerdict
 from flexinfer_controller.runtime import Replica, ReplicaState
 
@@ -37,6 +43,8 @@ class Verdict:
     """Where detectGPU placed the model; None when it was not placed."""
     shared: SharedVerdict | None = None
     """Why the shared-GPU hook runs fewer replicas than desired (Preempted, queued)."""
+    shared_group: SharedGroupStatus | None = None
+    """status.sharedGroup of a member of a shared group, as the hook answered."""
 
 
 def phase_of(verdict: Verdict, desired: int, running: int, ready: int) -> ModelPhase:
@@ -102,6 +110,7 @@ def build_status(
             "endpoint": ready[0].url if ready else None,
             "residency": _residency(replicas, sleeping),
             "gpu": verdict.gpu,
+            "shared_group": verdict.shared_group,
             "last_active_time": last_active,
             "message": summary,
             "cache": verdict.cache if verdict.cache is not None else model.status.cache,

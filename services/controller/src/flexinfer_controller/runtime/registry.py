@@ -34,6 +34,7 @@ from flexinfer_controller.core.gpu import (
 from flexinfer_controller.core.lora.roots import AdapterRoots
 from flexinfer_controller.core.lora.sources import AdapterCache
 from flexinfer_controller.core.prestart import NoPreStart, PreStart, PreStartChain
+from flexinfer_controller.core.sharing.gpugroups import GPUGroupWiring
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.runtime.base import ReplicaListener, Runtime
 from flexinfer_controller.settings import ControllerSettings
@@ -84,6 +85,11 @@ class Loops:
 
 LegacyLoopFactory = Callable[[ControllerSettings, ModelStore], BackgroundLoop]
 """What serves the legacy v1alpha1 kinds (ModelDeployment, ModelCache), given the store."""
+GroupLoopFactory = Callable[
+    [ControllerSettings, ModelStore, GPUGroupWiring, Callable[[str], object]], BackgroundLoop
+]
+"""What feeds v1alpha1 GPUGroups to the arbiter and writes their status (given the store,
+what the arbiter shares, and how to reconcile a Model)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +112,9 @@ class RuntimePlugin:
     """Where HuggingFace and OCI LoRAAdapters are fetched for the engines."""
     adapter_roots: AdapterRootsFactory
     """The directories engines may load LoRAAdapters from (the checks and ``--lora-root``)."""
+    gpugroups: GroupLoopFactory = lambda settings, store, wiring, requeue: Loops()
+    """What serves v1alpha1 GPUGroups (none without an apiserver: the SQL store has no
+    GPUGroup kind)."""
 
 
 def _local(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
@@ -235,6 +244,22 @@ def _kube_legacy(settings: ControllerSettings, store: ModelStore) -> BackgroundL
     return Loops(bridge, modelcache_controller(store.client, kube, informers=store.informers))
 
 
+def _kube_gpugroups(
+    settings: ControllerSettings,
+    store: ModelStore,
+    wiring: GPUGroupWiring,
+    requeue: Callable[[str], object],
+) -> BackgroundLoop:
+    from flexinfer_controller.adapters.kube.gpugroups import gpugroup_loop
+    from flexinfer_controller.adapters.kube.store import KubernetesModelStore
+
+    if not isinstance(store, KubernetesModelStore):  # a test's SQL store under this runtime
+        return Loops()
+    namespaces = settings.kubernetes.watched()
+    loop = gpugroup_loop(store.client, namespaces, store.informers, store, wiring, requeue)
+    return loop if loop is not None else Loops()
+
+
 def _kubernetes(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
     from flexinfer_controller.runtime.kubernetes.factory import kubernetes_runtime
 
@@ -284,6 +309,7 @@ def _plugins() -> dict[str, RuntimePlugin]:
             _kube_legacy,
             _job_adapters,
             _pod_roots,
+            _kube_gpugroups,
         ),
     }
 

@@ -33,3 +33,21 @@ def kv_cache_gauge(
         registry=registry,
     )
     gauge.set_function(lambda: min(1.0, positions() / capacity))
+
+
+def request_gauges(
+    registry: CollectorRegistry, running: Callable[[], int], waiting: Callable[[], int]
+) -> None:
+    """``flexinfer_engine_num_requests_running`` and ``..._waiting``, as vLLM's
+    ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``: the controller drains
+    an engine it preempts until both are 0."""
+    Gauge(
+        "flexinfer_engine_num_requests_running",
+        "Requests generating now",
+        registry=registry,
+    ).set_function(running)
+    Gauge(
+        "flexinfer_engine_num_requests_waiting",
+        "Requests admitted and waiting for a generation slot",
+        registry=registry,
+    ).set_function(waiting)

@@ -103,6 +103,11 @@ class AsyncRunner:
         if engine.loaded:
             self._loaded.set()
 
+    @property
+    def running(self) -> int:
+        """Generations running now (their slot taken, their thread not yet released)."""
+        return self._active
+
     async def load(self) -> LoadInfo | None:
         """Load the weights in a thread; on failure the state becomes FAILED."""
         try:

@@ -24,6 +24,7 @@ from flexinfer_proxy.core.errors import ModelUnavailableError
 from flexinfer_proxy.core.metrics import ProxyMetrics
 from flexinfer_proxy.core.progress import ProgressBoard
 from flexinfer_proxy.core.queue import ColdStartQueue
+from flexinfer_proxy.core.queue_mirror import QueueMirror, QueueSink
 from flexinfer_proxy.core.ratelimit import RateLimiter
 from flexinfer_proxy.core.routing.base import LoadTracker, RoutingStrategy, StrategyDeps
 from flexinfer_proxy.core.routing.registry import Router
@@ -55,8 +56,13 @@ class ProxyCore:
         bus: EventBus,
         store: ModelStore,
         registry: CollectorRegistry,
+        queue_sink: QueueSink | None = None,
     ) -> None:
+        """``queue_sink``: where queues are written besides the bus (None: nowhere)."""
         self.settings = settings
+        self.mirror = (
+            QueueMirror(queue_sink, settings.queue_signal_interval_s) if queue_sink else None
+        )
         self.bus = bus
         self.store = store
         self.activity = ActivityTracker(self._publish_activity)
@@ -105,7 +111,7 @@ class ProxyCore:
             retry_after_s=settings.retry_after_s,
             publish_demand=self._publish_demand,
             refresh_endpoints=self._refresh_waiting,
-            on_depth=lambda m, n: self.metrics.queue_depth.labels(m).set(n),
+            on_depth=self._on_depth,
             on_cold_start=self._cold_start,
             backoff=backoff,
         )
@@ -166,6 +172,13 @@ class ProxyCore:
         """Stop demand loops and flush activity events."""
         await self.queue.aclose()
         await self.activity.aclose()
+        if self.mirror is not None:
+            await self.mirror.aclose()
+
+    def _on_depth(self, model: str, depth: int) -> None:
+        self.metrics.queue_depth.labels(model).set(depth)
+        if self.mirror is not None:
+            self.mirror.depth(model, depth)
 
     def _models_changed(self, models: dict[str, Model], read_started: float) -> None:
         # External models (spec.endpoints) are routed to their URLs with no runtime.

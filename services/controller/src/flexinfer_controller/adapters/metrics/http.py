@@ -1,4 +1,5 @@
-"""``core.kvcache.EngineMetrics`` over HTTP, parsed by prometheus_client's own parser."""
+"""``core.kvcache.EngineMetrics`` and ``core.sharing.drain.InFlight`` over HTTP, parsed
+by prometheus_client's own parser."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from flexinfer_controller.core.kvcache import USAGE_METRICS
+from flexinfer_controller.core.sharing.drain import IN_FLIGHT_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +26,16 @@ class HttpEngineMetrics:
 
     async def kv_cache_usage(self, url: str) -> float | None:
         """The largest KV-cache usage sample on the page, None without one."""
+        text = await self._page(url)
+        return usage_from_text(text) if text is not None else None
+
+    async def requests_in_flight(self, url: str) -> int | None:
+        """The requests the engine runs or queues, None without a reading."""
+        text = await self._page(url)
+        return in_flight_from_text(text) if text is not None else None
+
+    async def _page(self, url: str) -> str | None:
+        """The metrics page's text; None when it cannot be read now."""
         try:
             async with self._client.stream("GET", url) as response:
                 if response.status_code != 200:
@@ -36,7 +48,7 @@ class HttpEngineMetrics:
         except httpx.HTTPError as exc:
             log.debug("cannot read %s: %s", url, exc)
             return None
-        return usage_from_text(body.decode("utf-8", "replace"))
+        return body.decode("utf-8", "replace")
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -54,3 +66,17 @@ def usage_from_text(text: str) -> float | None:
     except ValueError:  # not Prometheus text: no reading
         return None
     return max(values) if values else None
+
+
+def in_flight_from_text(text: str) -> int | None:
+    """The requests running or queued in an engine (the sum of its in-flight gauges, over
+    their label sets), None when the page has none of them."""
+    total: float | None = None
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in IN_FLIGHT_METRICS and sample.value >= 0:
+                    total = (total or 0.0) + sample.value
+    except ValueError:  # not Prometheus text: no reading
+        return None
+    return None if total is None else round(total)

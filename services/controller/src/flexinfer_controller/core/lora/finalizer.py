@@ -6,26 +6,17 @@ from __future__ import annotations
 from flexinfer_common.api import LoRAAdapter
 from flexinfer_common.api.lora import LORA_FINALIZER
 from flexinfer_common.store import ModelStore
+from flexinfer_controller.core.finalizer import add_finalizer, remove_finalizer
 
 
 async def hold(store: ModelStore, adapter: LoRAAdapter) -> LoRAAdapter:
     """The adapter with the cleanup finalizer, written first when it lacks it."""
-    if LORA_FINALIZER in adapter.metadata.finalizers:
-        return adapter
-    held = adapter.model_copy(deep=True)
-    held.metadata.finalizers = [*adapter.metadata.finalizers, LORA_FINALIZER]
-    # Conditional on resourceVersion: a concurrent edit is a ConflictError, and the
-    # reconcile starts over from a fresh read.
-    return await store.replace_adapter(held)
+    return await add_finalizer(adapter, LORA_FINALIZER, store.replace_adapter)
 
 
 async def release(store: ModelStore, adapter: LoRAAdapter) -> None:
     """Remove the cleanup finalizer; with no other finalizer left, the adapter is gone."""
-    if LORA_FINALIZER not in adapter.metadata.finalizers:
-        return
-    released = adapter.model_copy(deep=True)
-    released.metadata.finalizers = [f for f in adapter.metadata.finalizers if f != LORA_FINALIZER]
-    await store.replace_adapter(released)
+    await remove_finalizer(adapter, LORA_FINALIZER, store.replace_adapter)
 
 
 def keep_finalizer(adapter: LoRAAdapter, current: LoRAAdapter) -> LoRAAdapter:

@@ -7,6 +7,8 @@ Every time is read from an injected ``Clock`` (``clock``), so traces run on a si
 """
 
 from flexinfer_controller.core.sharing.hook import (
+    EngineChange,
+    EngineKind,
     Hold,
     NoSharing,
     SharedGPUHook,
@@ -14,4 +16,12 @@ from flexinfer_controller.core.sharing.hook import (
     Sharing,
 )
 
-__all__ = ["Hold", "NoSharing", "SharedGPUHook", "SharedVerdict", "Sharing"]
+__all__ = [
+    "EngineChange",
+    "EngineKind",
+    "Hold",
+    "NoSharing",
+    "SharedGPUHook",
+    "SharedVerdict",
+    "Sharing",
+]

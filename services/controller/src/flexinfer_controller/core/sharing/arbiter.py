@@ -6,36 +6,43 @@ On every reconcile of a member (``handleSharedGPU``) it decides the whole group 
 changed are reconciled at once through ``requeue`` (the loser scales to 0, the winner to
 1), and a member left waiting is looked at again when its next gate opens (``recheck_s``).
 
-It learns the group's members from their reconciles, and from ``members`` (the store's
-Models of a group) when given, so that a member that cannot be placed while the GPU is
-full still claims it. A Model is pinned by the annotation ``flexinfer.ai/pinned: "true"``
-(the API has no ``spec.gpu.pinned``): it is never evicted.
+It learns the group's members from their reconciles, and from ``groups`` (each Model's
+group, the group's members and its policy: ``groups.SharedGroups`` over the store's Models
+of a ``gpu.shared`` group by default, v1alpha1 GPUGroups through ``gpugroups``) when it
+lists them, so that a member that cannot be placed while the GPU is full still claims it.
+A Model is pinned by the annotation ``flexinfer.ai/pinned: "true"`` (the API has no
+``spec.gpu.pinned``): it is never evicted.
 
 Queued requests for a member (``observe``) make its group's holders decide again at once,
 and so does a deleted member (``forget``): a claimant that cannot be placed beside them is
 never reconciled into a decision of its own.
+
+Engine events (``engine_event``) end a swap: the winner's Ready settles it; a crash puts
+the member in crash backoff (``Member.blocked_until``), and a winner that crashed while
+loading hands the GPU back to the members it evicted (``decide``'s fallback). Swaps and
+their steps are counted on ``metrics`` when given.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from flexinfer_common.api import Model
+from flexinfer_common.api.meta import utcnow
+from flexinfer_common.api.operations import is_pinned
 from flexinfer_common.api.status import GPUStatus
 from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
+from flexinfer_controller.core.sharing.answer import Asked, answer
 from flexinfer_controller.core.sharing.clock import Clock
 from flexinfer_controller.core.sharing.decide import GroupState, Member, Outcome, Swap, decide
 from flexinfer_controller.core.sharing.demand import DemandBook
-from flexinfer_controller.core.sharing.hook import Hold, SharedVerdict, Sharing
+from flexinfer_controller.core.sharing.groups import GroupMembers, GroupSource, SharedGroups
+from flexinfer_controller.core.sharing.hook import EngineChange, EngineKind, Sharing
+from flexinfer_controller.core.sharing.metrics import SwapMetrics
 from flexinfer_controller.core.sharing.policy import SwapPolicy, shared_policy
-
-PINNED_ANNOTATION = "flexinfer.ai/pinned"
-"""``"true"`` on a Model: never evicted from its shared GPU."""
-
-GroupMembers = Callable[[str], Awaitable[Sequence[Model]]]
-"""The Models whose ``gpu.shared`` is the given group."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,8 @@ class _Group:
     seen: dict[str, tuple[Model, int]]
     """Members the arbiter was asked about: the Model and the replicas it wanted."""
     budget_mb: int | None = None
+    facts: dict[str, Member] = field(default_factory=dict)
+    """What the latest decision knew of each member."""
 
 
 class SharedArbiter:
@@ -66,21 +75,34 @@ class SharedArbiter:
         members: GroupMembers | None = None,
         requeue: Callable[[str], object] | None = None,
         history: int = 256,
+        groups: GroupSource | None = None,
+        metrics: SwapMetrics | None = None,
+        wall: Callable[[], datetime] = utcnow,
     ) -> None:
+        """``groups`` (default: ``SharedGroups(policy, members)``) says each Model's group,
+        its members and its policy; ``policy`` is the v1alpha2 one."""
         self._clock = clock
         self.demand = demand
         self.policy = policy or shared_policy()
-        self._members = members
+        self._sources = groups or SharedGroups(self.policy, members)
         self._requeue = requeue
         self._groups: dict[str, _Group] = {}
         self._group_of: dict[str, str] = {}
         """The group each member was last decided in."""
         self.swaps: deque[GroupSwap] = deque(maxlen=history)
         """The latest swaps, oldest first."""
+        self._metrics = metrics
+        self._wall = wall
+        self._preempted_at: dict[str, datetime] = {}
+        """When each preempted member was evicted, on the wall clock (status.sharedGroup)."""
+        self._failed: dict[str, tuple[int, float]] = {}
+        """Members whose engine crashed: the generation, and the end of its backoff."""
 
     async def arbitrate(self, model: Model, placement: GPUStatus, desired: int) -> Sharing:
         """The replicas ``model`` runs now: 1 while it holds its group's GPU, else 0."""
-        name = model.spec.gpu_or_default.shared
+        membership = await self._sources.group_of(model)
+        name = membership.group if membership is not None else None
+        model = membership.model if membership is not None else model
         self._leave_others(model.key, name)
         if not name:
             self._group_of.pop(model.key, None)
@@ -94,7 +116,8 @@ class SharedArbiter:
         for key in outcome.changed:
             if key != model.key and self._requeue is not None:
                 self._requeue(key)
-        return self._answer(name, group, model.key, outcome)
+        placed = placement != GPUStatus()
+        return self._answer(name, group, model.key, outcome, placed)
 
     def holders(self, group: str) -> list[str]:
         """The members holding ``group``'s GPU now, in the order they got it."""
@@ -122,6 +145,32 @@ class SharedArbiter:
             self._poke({*state.residents, *state.waiting, *group.seen}, key)
         self._leave_others(key, None)
         self.demand.forget(key)
+        self._failed.pop(key, None)
+        self._preempted_at.pop(key, None)
+        if self._metrics is not None:
+            self._metrics.forget(key)
+
+    def engine_event(self, change: EngineChange) -> None:
+        """A member's engine became ready (its swap stands), stopped, or crashed (it waits
+        its backoff; its group decides again, so a swap it won falls back)."""
+        key = change.key
+        name = self._group_of.get(key)
+        group = self._groups.get(name) if name is not None else None
+        if change.kind is EngineKind.STOPPED:
+            if self._metrics is not None:
+                self._metrics.stopped(change.replica)
+            return
+        if change.kind is EngineKind.READY:
+            self._failed.pop(key, None)
+            if group is not None:
+                group.state.loading.pop(key, None)
+            if self._metrics is not None:
+                self._metrics.ready(key, change.took_s)
+            return
+        self._failed[key] = (change.generation, self._clock.now() + change.backoff_s)
+        if group is not None:
+            state = group.state
+            self._poke({*state.residents, *state.waiting, *group.seen}, key)
 
     def _poke(self, keys: Iterable[str], skip: str) -> None:
         """Reconcile ``keys`` (but ``skip``) now."""
@@ -139,19 +188,46 @@ class SharedArbiter:
     async def _decide(self, name: str, group: _Group) -> Outcome:
         now = self._clock.now()
         models = {key: model for key, (model, _) in group.seen.items()}
-        if self._members is not None:
-            listed = {m.key: m for m in await self._members(name)}
+        found = await self._sources.members(name)
+        if found is not None:
+            listed = {m.key: m for m in found}
             for key in [k for k in group.seen if k not in listed]:
                 del group.seen[key]  # deleted, or moved to another group
             models = {**listed, **models}
             models = {k: v for k, v in models.items() if k in listed}
         self._group_of.update(dict.fromkeys(models, name))
-        facts = {key: self._member(key, m, group) for key, m in models.items()}
-        outcome = decide(facts, group.state, self.policy, group.budget_mb, now)
+        policy = self._policy(name)
+        facts = {key: self._member(key, m, group, policy) for key, m in models.items()}
+        group.facts = facts
+        outcome = decide(facts, group.state, policy, group.budget_mb, now)
         self.swaps.extend(GroupSwap(name, swap) for swap in outcome.swaps)
+        self._sources.decided(name, outcome)
+        self._record(name, outcome)
         return outcome
 
-    def _member(self, key: str, model: Model, group: _Group) -> Member:
+    def _policy(self, group: str) -> SwapPolicy:
+        """``group``'s policy: its source's (a GPUGroup's own), else the v1alpha2 one."""
+        return self._sources.policy(group) or self.policy
+
+    def state(self, group: str) -> GroupState | None:
+        """What ``group`` holds now (None: never decided); read it, do not change it."""
+        found = self._groups.get(group)
+        return found.state if found is not None else None
+
+    def _record(self, name: str, outcome: Outcome) -> None:
+        """The swaps' metrics, and when their losers were preempted (wall clock)."""
+        for key in outcome.evicted:
+            self._preempted_at[key] = self._wall()
+        for key in outcome.granted:
+            self._preempted_at.pop(key, None)
+        if self._metrics is None:
+            return
+        for key in outcome.evicted + outcome.released:
+            self._metrics.forget(key)  # it lost the GPU before its engine was Ready
+        for swap in outcome.swaps:
+            self._metrics.swapped(name, swap)
+
+    def _member(self, key: str, model: Model, group: _Group, policy: SwapPolicy) -> Member:
         gpu = model.spec.gpu_or_default
         seen = group.seen.get(key)
         cooldown = gpu.swap_cooldown.total_seconds() if gpu.swap_cooldown is not None else None
@@ -159,27 +235,35 @@ class SharedArbiter:
             key=key,
             priority=gpu.priority,
             vram_mb=gpu.vram_estimate_mb,
-            pinned=model.metadata.annotations.get(PINNED_ANNOTATION, "").lower() == "true",
+            pinned=is_pinned(model.metadata),
             wants=seen is not None and seen[1] > 0,
-            queue=self.demand.queue(key, self.policy.demand_window_s),
+            queue=self.demand.queue(key, policy.demand_window_s),
             last_demand=self.demand.last_demand(key),
             cooldown_s=cooldown,
+            blocked_until=self._blocked_until(key, model),
         )
 
-    def _answer(self, name: str, group: _Group, key: str, outcome: Outcome) -> Sharing:
-        state = group.state
-        if key in state.residents:
-            # A holder looks again when a waiter's gate opens too: the waiter may not be
-            # reconciled at all (unplaced while the GPU is full).
-            return Sharing(1, recheck_s=outcome.recheck_s)
-        if key not in state.waiting:
-            return Sharing(0)
-        holders = ", ".join(sorted(state.residents)) or "nobody"
-        recheck = outcome.recheck_s
-        preempted = state.preempted.get(key)
-        if preempted is not None:
-            message = f"shared GPU group {name!r}: preempted by {preempted[1]}; held by {holders}"
-            return Sharing(0, SharedVerdict(Hold.PREEMPTED, "Preempted", message), recheck)
-        ahead = sorted(state.waiting, key=lambda k: (state.waiting[k], k)).index(key)
-        message = f"shared GPU group {name!r} is held by {holders}; waiting for it ({ahead} ahead)"
-        return Sharing(0, SharedVerdict(Hold.QUEUED, "WaitingForGPU", message), recheck)
+    def _blocked_until(self, key: str, model: Model) -> float | None:
+        """The end of ``key``'s crash backoff (a new spec starts afresh)."""
+        failed = self._failed.get(key)
+        if failed is None:
+            return None
+        if failed[0] != (model.metadata.generation or 1):
+            del self._failed[key]
+            return None
+        return failed[1]
+
+    def _answer(
+        self, name: str, group: _Group, key: str, outcome: Outcome, placed: bool
+    ) -> Sharing:
+        asked = Asked(
+            group=name,
+            key=key,
+            member=group.facts.get(key),
+            now=self._clock.now(),
+            recheck_s=outcome.recheck_s,
+            drain_s=self._policy(name).drain_timeout_s,
+            placed=placed,
+            preempted_at=self._preempted_at.get(key),
+        )
+        return answer(group.state, asked)

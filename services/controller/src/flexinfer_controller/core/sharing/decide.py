@@ -13,6 +13,13 @@ holder is idle (no demand within the demand window), or the claimant is starving
 demand waited ``starvation_s``: aging). Equal priorities therefore never preempt a busy
 holder (no swap loop); the seed's ``demandedPriority >= readyPriority`` lets an equal one
 through only once the holder is idle. Nothing reads a clock: ``now`` is given.
+
+A swap that fails falls back: a member blocked by its crash backoff (``blocked_until``)
+claims nothing until the backoff ends, and while it holds the GPU it got by a swap and has
+not served yet (``GroupState.loading``: it crashed while loading), or while it is
+crash-looping (blocked for ever), it releases the GPU. The members that swap evicted get it
+back when they still want it, with the grant times they had: no fresh cooldown protects
+them, and none traps the failed winner (``fallback`` swaps).
 """
 
 from __future__ import annotations
@@ -43,6 +50,12 @@ class Member:
     last_demand: float | None = None
     cooldown_s: float | None = None
     """Its own swap cooldown (``gpu.swapCooldown``; None: the policy's)."""
+    blocked_until: float | None = None
+    """Its engine crashed: it claims nothing before this time (inf: crash-looping)."""
+
+    def blocked(self, now: float) -> bool:
+        """Whether its crash backoff keeps it off the GPU at ``now``."""
+        return self.blocked_until is not None and now < self.blocked_until
 
 
 @dataclass(slots=True)
@@ -55,6 +68,9 @@ class GroupState:
     """Members evicted while they wanted the GPU: when, and by whom."""
     waiting: dict[str, float] = field(default_factory=dict)
     """Members that want the GPU and do not hold it, since when."""
+    loading: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Winners of a swap that have not served yet: the losers and when each had got the
+    GPU (they get it back, with those times, if the winner crashes while loading)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +81,8 @@ class Swap:
     winner: str
     losers: tuple[str, ...]
     reason: str
-    """``priority`` (higher), ``idle`` (the losers had no demand) or ``aging``."""
+    """``priority`` (higher), ``idle`` (the losers had no demand), ``aging``, or
+    ``fallback`` (the losers had crashed while loading: the winner gets the GPU back)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +121,11 @@ def decide(
     """Move ``state`` on to ``now`` and say what changed (``budget_mb``: the GPU's MiB)."""
     ctx = _Ctx(members, state, policy, budget_mb, now)
     released = _release(ctx)
-    claimants = _claimants(ctx)
-    granted: list[str] = []
+    fallbacks = _fall_back(ctx, released)
+    claimants = [m for m in _claimants(ctx) if not m.blocked(now)]
+    granted: list[str] = [s.winner for s in fallbacks]
     evicted: list[str] = []
-    swaps: list[Swap] = []
+    swaps: list[Swap] = list(fallbacks)
     for claimant in claimants:
         losers = _admit(ctx, claimant)
         if losers is None:
@@ -116,21 +134,48 @@ def decide(
         evicted.extend(losers)
         if losers:
             swaps.append(Swap(now, claimant.key, losers, _reason(ctx, claimant, losers)))
+    for key in [k for k in state.loading if k not in state.residents]:
+        del state.loading[key]
     return Outcome(tuple(granted), tuple(evicted), released, tuple(swaps), _recheck(ctx))
 
 
 def _release(ctx: _Ctx) -> tuple[str, ...]:
-    """Holders that are gone, or want no replica and have no demand, leave the GPU."""
-    gone = [
-        key
-        for key in ctx.state.residents
-        if key not in ctx.members or not (ctx.members[key].wants or ctx.members[key].queue)
-    ]
+    """Holders that are gone, want no replica and have no demand, or failed (crashed while
+    loading after a swap, or crash-looping) leave the GPU."""
+    gone = [key for key in ctx.state.residents if _leaves(ctx, key)]
     for key in gone:
         del ctx.state.residents[key]
     for key in [k for k in ctx.state.preempted if k not in ctx.members]:
         del ctx.state.preempted[key]
     return tuple(gone)
+
+
+def _leaves(ctx: _Ctx, key: str) -> bool:
+    m = ctx.members.get(key)
+    if m is None or not (m.wants or m.queue):
+        return True
+    crashed = m.blocked(ctx.now)
+    return crashed and (key in ctx.state.loading or m.blocked_until == float("inf"))
+
+
+def _fall_back(ctx: _Ctx, released: tuple[str, ...]) -> list[Swap]:
+    """The losers of a swap whose winner failed while loading get the GPU back, each with
+    the grant time it had, when they still want it and fit."""
+    state = ctx.state
+    swaps: list[Swap] = []
+    for failed in released:
+        losers = state.loading.pop(failed, {})
+        for key, since in sorted(losers.items(), key=lambda kv: kv[1]):
+            m = ctx.members.get(key)
+            if m is None or key in state.residents or not (m.wants or m.queue):
+                continue
+            if m.blocked(ctx.now) or not fits(ctx, {*state.residents, key}):
+                continue
+            state.residents[key] = since
+            state.waiting.pop(key, None)
+            state.preempted.pop(key, None)
+            swaps.append(Swap(ctx.now, key, (failed,), "fallback"))
+    return swaps
 
 
 def _claimants(ctx: _Ctx) -> list[Member]:
@@ -227,6 +272,7 @@ def _admit(ctx: _Ctx, c: Member) -> tuple[str, ...] | None:
             continue
         victims.append(key)
         if fits(ctx, holders - set(victims) | {c.key}):
+            state.loading[c.key] = {loser: state.residents[loser] for loser in victims}
             for loser in victims:
                 del state.residents[loser]
                 state.preempted[loser] = (ctx.now, c.key)
@@ -285,6 +331,8 @@ def _recheck(ctx: _Ctx) -> float | None:
             times.append(last + ctx.policy.demand_window_s)
     for key in ctx.state.waiting:
         m = ctx.members[key]
+        if m.blocked_until is not None and m.blocked_until != float("inf"):
+            times.append(m.blocked_until)
         times.append(waiting_since(ctx.state, m) + ctx.policy.starvation_s)
         if m.queue is not None:
             times.append(m.queue.since + ctx.policy.hysteresis_s)

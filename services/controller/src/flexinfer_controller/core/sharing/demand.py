@@ -6,6 +6,11 @@ depth changes, or on its resend interval); it sends no "empty" event, so a queue
 counts until that Model serves (an ActivityEvent), the proxy reports depth 0, or the
 policy's demand window passes without the proxy repeating it. Times are the injected
 clock's seconds at which the book heard of them, not the proxies' wall clocks.
+
+On Kubernetes the proxies also write their queues on a GPUGroup (its ``flexinfer.ai/queue.*``
+annotations), which the controller reads back through ``asserted``: such a queue counts only
+while no proxy reports that Model on the bus, since both say the same thing (a controller
+with the bus would count each request twice, one without it still sees the demand).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class DemandBook:
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._queues: dict[str, dict[str, _Entry]] = {}
+        self._asserted: dict[str, _Entry] = {}
         self._last: dict[str, float] = {}
 
     def queued(self, model: str, depth: int, proxy: str) -> None:
@@ -55,11 +61,25 @@ class DemandBook:
         else:
             entry.depth, entry.seen = depth, now
 
+    def asserted(self, model: str, depth: int) -> None:
+        """An apiserver object says ``depth`` requests wait for ``model`` now (0: none);
+        repeat it while it stands, or it expires with the demand window as a proxy's does."""
+        now = self._clock.now()
+        self._last[model] = now
+        entry = self._asserted.get(model)
+        if depth <= 0:
+            self._asserted.pop(model, None)
+        elif entry is None:
+            self._asserted[model] = _Entry(depth, now, now)
+        else:
+            entry.depth, entry.seen = depth, now
+
     def served(self, model: str) -> None:
         """``model`` served requests now: its queues drained (a proxy that still holds
         requests for it says so again)."""
         self._last[model] = self._clock.now()
         self._queues.pop(model, None)
+        self._asserted.pop(model, None)
 
     def observe(self, event: DemandEvent | ActivityEvent, key: str) -> None:
         """Record a bus event about Model ``key`` (the event's model, namespaced)."""
@@ -72,6 +92,9 @@ class DemandBook:
         """The requests waiting for ``model`` that a proxy reported within ``window_s``."""
         now = self._clock.now()
         live = [e for e in self._queues.get(model, {}).values() if now - e.seen <= window_s]
+        asserted = self._asserted.get(model)
+        if not live and asserted is not None and now - asserted.seen <= window_s:
+            live = [asserted]
         if not live:
             return None
         return Queue(sum(e.depth for e in live), min(e.since for e in live))
@@ -83,4 +106,5 @@ class DemandBook:
     def forget(self, model: str) -> None:
         """The Model is gone."""
         self._queues.pop(model, None)
+        self._asserted.pop(model, None)
         self._last.pop(model, None)

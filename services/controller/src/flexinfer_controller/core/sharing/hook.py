@@ -9,11 +9,16 @@ verdict's reason and message. ``NoSharing``, the default, changes nothing.
 
 The hook is asked on every reconcile of a placed Model that is neither gated by its cache
 nor crash-looping, also when it wants no replica (so that a group can hand the GPU on),
-and of a ``gpu.shared`` Model that waits for a GPU to free (its verdict then wins over
+and of a Model that waits for a GPU to free (a group member's verdict then wins over
 Pending: the GPU its group holds is what keeps it off; ``placement`` is then empty),
 and is built once per controller (``create_app``), so it may keep state across reconciles.
-The controller also tells it of the proxies' demand (``observe``) and of deleted Models
-(``forget``).
+The controller also tells it of the proxies' demand (``observe``), of deleted Models
+(``forget``) and of its engines becoming ready or crashing (``engine_event``: a winner that
+crashes while loading hands the GPU back).
+
+A Preempted verdict carries the drain grace (``drain_s``): the reconcile withdraws the
+loser's endpoints at once and stops its engine only once no request runs on it, or the
+grace passed (``core/sharing/drain.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from flexinfer_common.api import Model
-from flexinfer_common.api.status import GPUStatus
+from flexinfer_common.api.status import GPUStatus, SharedGroupStatus
 from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
 
 
@@ -36,6 +41,31 @@ class Hold(StrEnum):
     """It waits for a GPU another Model holds (phase Pending)."""
 
 
+class EngineKind(StrEnum):
+    """What happened to an engine."""
+
+    READY = "ready"
+    STOPPED = "stopped"
+    """It exited because it was stopped."""
+    CRASHED = "crashed"
+    """It exited unexpectedly (before Ready: it failed to load)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineChange:
+    """An engine of Model ``key`` (replica ``replica``, started from ``generation``)
+    became ready, stopped or crashed."""
+
+    key: str
+    replica: str
+    generation: int
+    kind: EngineKind
+    took_s: float | None = None
+    """READY: seconds from its start to Ready."""
+    backoff_s: float = 0.0
+    """CRASHED: it may not start again for this long (inf: crash-looping)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SharedVerdict:
     """The status a held Model shows: its hold, a condition reason and a message."""
@@ -44,6 +74,11 @@ class SharedVerdict:
     reason: str
     """CamelCase, as condition reasons are (``Preempted``, ``WaitingForGPU``)."""
     message: str
+    drain_s: float = 0.0
+    """Seconds its running engines may take to finish their requests before they stop
+    (0: stop at once)."""
+    group: str | None = None
+    """The shared group (a label of the swap metrics)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +90,8 @@ class Sharing:
     recheck_s: float | None = None
     """Reconcile the Model again after this many seconds (a cooldown ends, say); None:
     its next event or resync is soon enough."""
+    group: SharedGroupStatus | None = None
+    """``status.sharedGroup`` of a member of a shared group (None: no group)."""
 
 
 class SharedGPUHook(Protocol):
@@ -72,6 +109,10 @@ class SharedGPUHook(Protocol):
         """Model ``key`` was deleted."""
         ...
 
+    def engine_event(self, change: EngineChange) -> None:
+        """An engine of a Model became ready, stopped, or crashed."""
+        ...
+
 
 class NoSharing:
     """No arbitration: every Model runs what it wants."""
@@ -85,3 +126,6 @@ class NoSharing:
 
     def forget(self, key: str) -> None:
         """Nothing kept."""
+
+    def engine_event(self, change: EngineChange) -> None:
+        """Engines change nothing."""

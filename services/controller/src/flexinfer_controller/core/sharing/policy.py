@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flexinfer_common.api.gpugroup import AntiThrashing
+from flexinfer_common.api.gpugroup import AntiThrashing, ScalingPolicy
 
 SHARED_DEMAND_WINDOW_S = 120.0
 """``sharedDemandWindow``: a demand signal counts for 2 min after it was last seen."""
@@ -24,6 +24,11 @@ SHARED_STARVATION_S = 600.0
 """Aging (v1alpha2 default): after 10 min of unserved demand, any priority may preempt."""
 GROUP_STARVATION_S = 300.0
 """Aging (GPUGroup default): 5 min, the GPUGroup's windows being shorter."""
+DRAIN_POLL_S = 0.5
+"""How often a draining engine's metrics are read: a request ending is seen within it."""
+SHARED_DRAIN_S = 30.0
+"""A preempted Model's running requests get 30 s to finish before its engine stops: long
+enough for a typical completion, short against a 5 min swap cooldown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +49,15 @@ class SwapPolicy:
     """A preempted Model may not preempt back for this long."""
     starvation_s: float
     """Aging: demand unserved this long passes the priority gate (0: never)."""
+    drain_timeout_s: float = SHARED_DRAIN_S
+    """A loser's engine stops once no request runs on it, or after this long (0: at once;
+    GPUGroup: ``scalingPolicy.drainTimeoutSeconds``)."""
 
     def __post_init__(self) -> None:
         if self.queue_threshold < 1:
             raise ValueError("queue_threshold must be at least 1")
         times = (self.demand_window_s, self.hysteresis_s, self.swap_cooldown_s)
-        if min(*times, self.preemption_cooldown_s, self.starvation_s) < 0:
+        if min(*times, self.preemption_cooldown_s, self.starvation_s, self.drain_timeout_s) < 0:
             raise ValueError("policy durations must not be negative")
 
 
@@ -58,6 +66,7 @@ def shared_policy(
     starvation_s: float = SHARED_STARVATION_S,
     demand_window_s: float = SHARED_DEMAND_WINDOW_S,
     swap_cooldown_s: float = SHARED_SWAP_COOLDOWN_S,
+    drain_timeout_s: float = SHARED_DRAIN_S,
 ) -> SwapPolicy:
     """The v1alpha2 ``spec.gpu.shared`` policy (the seed's constants by default)."""
     return SwapPolicy(
@@ -68,7 +77,17 @@ def shared_policy(
         swap_cooldown_s=swap_cooldown_s,
         preemption_cooldown_s=0.0,
         starvation_s=starvation_s,
+        drain_timeout_s=drain_timeout_s,
     )
+
+
+def gpugroup_drain_s(scaling: ScalingPolicy | None) -> float:
+    """A GPUGroup's drain grace: ``drainTimeoutSeconds`` (60 s by default), or 0 when its
+    ``preemptionPolicy`` is ``Immediate``."""
+    scaling = scaling or ScalingPolicy()
+    if scaling.preemption_policy == "Immediate":
+        return 0.0
+    return float(scaling.drain_timeout_seconds)
 
 
 def gpugroup_policy(
@@ -76,12 +95,15 @@ def gpugroup_policy(
     *,
     starvation_s: float = GROUP_STARVATION_S,
     demand_window_s: float = SHARED_DEMAND_WINDOW_S,
+    scaling: ScalingPolicy | None = None,
 ) -> SwapPolicy:
-    """The v1alpha1 GPUGroup policy from its ``spec.antiThrashing`` (defaults when unset);
-    ``enabled: false`` turns every anti-thrashing gate off, as in the seed."""
+    """The v1alpha1 GPUGroup policy from its ``spec.antiThrashing`` (defaults when unset)
+    and the drain grace of its ``spec.scalingPolicy``; ``enabled: false`` turns every
+    anti-thrashing gate off, as in the seed."""
     anti = anti or AntiThrashing()
+    drain = gpugroup_drain_s(scaling)
     if not anti.enabled:
-        return SwapPolicy("gpugroup", 1, demand_window_s, 0.0, 0.0, 0.0, starvation_s)
+        return SwapPolicy("gpugroup", 1, demand_window_s, 0.0, 0.0, 0.0, starvation_s, drain)
     return SwapPolicy(
         name="gpugroup",
         queue_threshold=anti.request_queue_threshold,
@@ -90,4 +112,5 @@ def gpugroup_policy(
         swap_cooldown_s=float(anti.minimum_run_duration_seconds),
         preemption_cooldown_s=float(anti.cooldown_after_preemption_seconds),
         starvation_s=starvation_s,
+        drain_timeout_s=drain,
     )

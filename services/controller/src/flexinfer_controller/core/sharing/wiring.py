@@ -1,5 +1,6 @@
-"""The SharedArbiter as the running controller builds it: the store's Models as each
-group's members, the process's monotonic clock, and the work queue to reconcile with."""
+"""The SharedArbiter as the running controller builds it: v1alpha1 GPUGroups and the
+store's ``gpu.shared`` Models as its groups, the process's monotonic clock, and the work
+queue to reconcile with."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from collections.abc import Callable, Sequence
 
 from flexinfer_common.api import Model
 from flexinfer_common.store import ModelStore
-from flexinfer_controller.core.sharing.arbiter import GroupMembers, SharedArbiter
+from flexinfer_controller.core.sharing.arbiter import SharedArbiter
 from flexinfer_controller.core.sharing.clock import MonotonicClock
 from flexinfer_controller.core.sharing.demand import DemandBook
+from flexinfer_controller.core.sharing.gpugroups import GPUGroupSource, GPUGroupWiring
+from flexinfer_controller.core.sharing.groups import ChainedGroups, GroupMembers, SharedGroups
+from flexinfer_controller.core.sharing.metrics import SwapMetrics
 from flexinfer_controller.core.sharing.policy import SwapPolicy
 
 
@@ -29,14 +33,27 @@ def store_members(store: ModelStore) -> GroupMembers:
 
 
 def running_arbiter(
-    store: ModelStore, policy: SwapPolicy, requeue: Callable[[str], object]
+    store: ModelStore,
+    policy: SwapPolicy,
+    requeue: Callable[[str], object],
+    gpugroups: GPUGroupWiring | None = None,
+    metrics: SwapMetrics | None = None,
 ) -> SharedArbiter:
-    """An arbiter over ``store``'s groups on the monotonic clock, reconciling via ``requeue``."""
+    """An arbiter over ``store``'s groups on the monotonic clock, reconciling via ``requeue``:
+    the GPUGroups of ``gpugroups.index`` with their own policies, then ``gpu.shared`` groups
+    with ``policy``; its swaps are counted on ``metrics``."""
     clock = MonotonicClock()
-    return SharedArbiter(
+    demand = DemandBook(clock)
+    wiring = gpugroups or GPUGroupWiring()
+    source = GPUGroupSource(wiring.index, store, demand, history=wiring.history)
+    groups = ChainedGroups([source, SharedGroups(policy, store_members(store))], policy)
+    arbiter = SharedArbiter(
         clock=clock,
-        demand=DemandBook(clock),
+        demand=demand,
         policy=policy,
-        members=store_members(store),
         requeue=requeue,
+        groups=groups,
+        metrics=metrics,
     )
+    wiring.source, wiring.arbiter, wiring.clock = source, arbiter, clock
+    return arbiter

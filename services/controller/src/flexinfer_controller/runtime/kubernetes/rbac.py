@@ -7,7 +7,8 @@ a new call fails the test until the table, and then the manifest, grant it.
 OwnerReferencesPermissionEnforcement checks for owner references with ``blockOwnerDeletion``.
 ModelDeployments (v1alpha1) are only read, watched, finalized and given a status by the
 bridge, never created or deleted: their rows are taken from the calls of a bridge run
-against the fake apiserver.
+against the fake apiserver, and so are the GPUGroup loop's (``gpugroups``: listed, watched,
+given a status).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("ai.flexinfer", "modelcaches", frozenset({"list", "watch"})),
     ("ai.flexinfer", "modelcaches/status", frozenset({"patch"})),
     ("ai.flexinfer", "modelcaches/finalizers", frozenset({"update"})),
+    # GPUGroups: read through informers (members, policy, the proxies' queue annotations);
+    # only their status is written.
+    ("ai.flexinfer", "gpugroups", frozenset({"list", "watch"})),
+    ("ai.flexinfer", "gpugroups/status", frozenset({"patch"})),
     ("", "configmaps", frozenset({"get", "list", "create", "update", "patch", "delete"})),
     ("", "secrets", frozenset({"get"})),  # ModelCatalog registries' secretRef
     ("", "services", frozenset({"get", "create", "update", "delete"})),
@@ -46,6 +51,9 @@ RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
 
 BRIDGED = frozenset({"modeldeployments", "modeldeployments/status"})
 """The resources whose rows the bridge's calls give (not the adapters' static scan)."""
+GROUPED = frozenset({"gpugroups", "gpugroups/status"})
+"""The resources whose rows the GPUGroup loop's calls give (it goes through the generic
+custom-object helpers, which the static scan would grant every verb of)."""
 
 
 def grants() -> set[tuple[str, str, str]]:

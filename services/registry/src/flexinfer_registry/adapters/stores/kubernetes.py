@@ -24,7 +24,8 @@ import re
 from typing import Any
 
 from flexinfer_common.errors import ConflictError, NotFoundError, StoreError
-from flexinfer_registry.adapters.kubernetes_api import KubeApi, KubeObjects, Resource
+from flexinfer_common.kube.client import Resource
+from flexinfer_registry.adapters.kubernetes_api import KubeApi, KubeObjects
 from flexinfer_registry.adapters.stores.rfc3339 import format_ts, parse_ts
 from flexinfer_registry.core.records import (
     ModelRecord,

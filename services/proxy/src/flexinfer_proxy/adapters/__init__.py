@@ -1,0 +1,1 @@
+"""The proxy's adapters to outside systems (the Kubernetes apiserver)."""
