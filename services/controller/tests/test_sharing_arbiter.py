@@ -351,6 +351,37 @@ async def test_a_swap_that_fails_falls_back_and_the_swaps_are_counted_and_timed(
     assert sample(registry, "flexinfer_controller_gpu_swap_seconds_sum", group="g") == 2.0
 
 
+async def test_a_sleep_swap_times_the_sleep_and_the_wake_instead_of_stop_and_start(
+    parts: tuple[ManualClock, list[str]],
+) -> None:
+    clock, requeued = parts
+    registry = CollectorRegistry()
+    metrics = SwapMetrics(registry, clock.now)
+    lo, hi = model("lo", 1), model("hi", 9)
+
+    async def members(group: str) -> list[Model]:
+        return [lo, hi]
+
+    book = DemandBook(clock)
+    arbiter = SharedArbiter(
+        clock=clock, demand=book, members=members, requeue=requeued.append, metrics=metrics
+    )
+    await arbiter.arbitrate(lo, GPU, 1)
+    clock.advance(300)
+    book.queued("d/hi", 1, "p")
+    assert (await arbiter.arbitrate(lo, GPU, 1)).replicas == 0
+    metrics.stopping("g", "lo-1")  # drained: the drainer hands the engine on
+    arbiter.engine_event(EngineChange("d/lo", "lo-1", 1, EngineKind.SLEPT, took_s=0.25))
+    # A sleep is no engine start or readiness: hi's swap still waits for hi's engine.
+    assert (await arbiter.arbitrate(hi, GPU, 1)).replicas == 1
+    arbiter.engine_event(EngineChange("d/hi", "hi-1", 1, EngineKind.READY, took_s=0.1, woken=True))
+    steps = "flexinfer_controller_gpu_swap_step_seconds_sum"
+    assert sample(registry, steps, group="g", step="sleep") == 0.25
+    assert sample(registry, steps, group="g", step="wake") == 0.1
+    assert sample(registry, steps, group="g", step="stop") == 0.0
+    assert sample(registry, steps, group="g", step="start") == 0.0
+
+
 async def test_a_crash_looping_holder_leaves_the_gpu_until_its_spec_changes(
     parts: tuple[ManualClock, list[str]],
 ) -> None:

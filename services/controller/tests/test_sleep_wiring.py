@@ -129,6 +129,29 @@ async def test_a_request_wakes_the_sleeper_in_the_same_process(tmp_path: Path, s
         await eventually(lambda: not psutil.pid_exists(pid), timeout_s=20)
 
 
+async def test_an_unload_by_hand_stops_the_engine_rather_than_putting_it_to_sleep(
+    tmp_path: Path, source: str
+) -> None:
+    sleep = {**BUDGET, "stop_after_s": 600.0}
+    async with run_controller(tmp_path, engine_python=sys.executable, sleep=sleep) as h:
+        runtime = h.app.state.controller.runtime
+        await h.put_model(model_doc("a", source, idle_timeout="300s"))
+        _, pid = await serve(h, A)
+        unloaded = await h.client.post("/v1/admin/models/a/unload")
+        assert unloaded.status_code == 200, unloaded.text
+        assert unloaded.json()["status"]["residency"] == "Stopped"
+        await eventually(lambda: not psutil.pid_exists(pid), timeout_s=20)
+        assert runtime.sleepers() == []
+
+        # A sleeper is stopped by an unload too.
+        await h.put_model(model_doc("c", source, idle_timeout="2s"))
+        _, pid = await serve(h, "default/c")
+        await until(h, "default/c", sleeping)
+        assert (await h.client.post("/v1/admin/models/c/unload")).status_code == 200
+        await eventually(lambda: not psutil.pid_exists(pid), timeout_s=20)
+        await until(h, "default/c", lambda m: m.status.residency == "Stopped")
+
+
 def shared_doc(name: str, source: str) -> dict[str, Any]:
     doc = model_doc(name, source, idle_timeout="300s")
     gpu = {"vendor": "nvidia", "shared": "g", "vramEstimateMB": 16000, "swapCooldown": "1s"}

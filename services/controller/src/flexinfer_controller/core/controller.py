@@ -294,9 +294,14 @@ class Controller:
         """What the shared-GPU hook learns of a replica event (a crash: its backoff)."""
         replica = event.replica
         key, generation = replica.model, replica.generation
+        if event.kind == "slept":
+            return EngineChange(key, replica.id, generation, EngineKind.SLEPT, took_s=event.took_s)
         if event.kind != "exited":
-            took = None if replica.ready_at is None else replica.ready_at - replica.started_at
-            return EngineChange(key, replica.id, generation, EngineKind.READY, took_s=took)
+            took = event.took_s
+            if not event.woken and replica.ready_at is not None:
+                took = replica.ready_at - replica.started_at
+            ready = EngineKind.READY
+            return EngineChange(key, replica.id, generation, ready, took_s=took, woken=event.woken)
         if event.expected:
             return EngineChange(key, replica.id, generation, EngineKind.STOPPED)
         now = time.monotonic()

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from flexinfer_common.api import Model
+from flexinfer_common.api.operations import unloaded_at
 from flexinfer_controller.backends import SleepEndpoints
 from flexinfer_controller.core.gpu import GPUAssignment, GPURequest, Placement, place
 from flexinfer_controller.core.planner import Planner
@@ -28,6 +29,14 @@ log = logging.getLogger(__name__)
 
 _SLACK_S = 0.01
 """Reconcile just after a sleeper's second timeout so that it has passed."""
+
+
+def unloaded_after(model: Model, replica: Replica) -> bool:
+    """Whether ``model`` was unloaded by hand (``flexinfer.ai/unloaded-at``) since
+    ``replica`` last became ready: an unload stops engines, as llama-swap's does."""
+    stamp = unloaded_at(model.metadata)
+    ready_at = replica.ready_at if replica.ready_at is not None else replica.started_at
+    return stamp is not None and ready_at <= stamp.timestamp()
 
 
 class SleepKeeper:
@@ -60,6 +69,8 @@ class SleepKeeper:
         for sleeper in self._runtime.sleepers(model.key):
             if sleeper.generation != generation:
                 await self._stop(sleeper.id, "its spec changed")
+            elif unloaded_after(model, sleeper):
+                await self._stop(sleeper.id, "its Model was unloaded by hand")
         expired, next_in = self.book.due(model.key)
         for replica in expired:
             await self._stop(replica, f"asleep longer than {self._policy.stop_after_s:g}s")
@@ -76,7 +87,13 @@ class SleepKeeper:
             return to_stop
         generation = model.metadata.generation or 1
         candidate = next(
-            (r for r in to_stop if r.state is ReplicaState.READY and r.generation == generation),
+            (
+                r
+                for r in to_stop
+                if r.state is ReplicaState.READY
+                and r.generation == generation
+                and not unloaded_after(model, r)  # an unload frees the memory: it stops
+            ),
             None,
         )
         if candidate is None:

@@ -58,6 +58,14 @@ class ReplicaEvent:
     expected: bool = True
     """False for a crash, a failed start or a startup timeout."""
     message: str = ""
+    took_s: float | None = None
+    """``slept``: how long the sleep call took; ``ready`` after a wake: how long the wake
+    took (None on a start: ``ready_at - started_at`` tells that)."""
+
+    @property
+    def woken(self) -> bool:
+        """A ``ready`` that ends a wake, not a start."""
+        return self.kind == "ready" and self.took_s is not None
 
 
 ReplicaListener = Callable[[ReplicaEvent], None]

@@ -331,6 +331,7 @@ class LocalRuntime(Runtime):
         if engine is None or replica is None or replica.state is not ReplicaState.READY:
             return None
         assert replica.url is not None  # READY replicas have one
+        began = time.monotonic()
         problem = await post_once(replica.url + routes.sleep, timeout_s, {"level": str(level)})
         if problem is not None:
             log.warning("engine %s did not sleep: POST %s %s", replica_id, routes.sleep, problem)
@@ -339,7 +340,8 @@ class LocalRuntime(Runtime):
             return None  # stopped or exited meanwhile
         self._set_state(engine, ReplicaState.SLEEPING)
         log.info("engine %s of %s sleeps (level %d)", replica_id, replica.model, level)
-        self._listener(ReplicaEvent("slept", engine.replica))
+        took = time.monotonic() - began
+        self._listener(ReplicaEvent("slept", engine.replica, took_s=took))
         return engine.replica
 
     async def wake(
@@ -352,6 +354,7 @@ class LocalRuntime(Runtime):
         # STARTING while the weights come back: it holds its GPUs again from now on.
         self._set_state(engine, ReplicaState.STARTING)
         assert engine.replica.url is not None
+        began = time.monotonic()
         problem = await post_once(engine.replica.url + routes.wake, timeout_s)
         if problem is not None:
             log.warning("engine %s did not wake: POST %s %s", replica_id, routes.wake, problem)
@@ -360,7 +363,8 @@ class LocalRuntime(Runtime):
             return None
         self._set_state(engine, ReplicaState.READY)
         log.info("engine %s of %s woke", replica_id, engine.replica.model)
-        self._listener(ReplicaEvent("ready", engine.replica))
+        took = time.monotonic() - began
+        self._listener(ReplicaEvent("ready", engine.replica, took_s=took))
         return engine.replica
 
     def _serving(self, engine: _Engine) -> bool:

@@ -160,12 +160,16 @@ class SharedArbiter:
             if self._metrics is not None:
                 self._metrics.stopped(change.replica)
             return
+        if change.kind is EngineKind.SLEPT:
+            if self._metrics is not None:
+                self._metrics.slept(change.replica, change.took_s)
+            return
         if change.kind is EngineKind.READY:
             self._failed.pop(key, None)
             if group is not None:
                 group.state.loading.pop(key, None)
             if self._metrics is not None:
-                self._metrics.ready(key, change.took_s)
+                self._metrics.ready(key, change.took_s, woken=change.woken)
             return
         self._failed[key] = (change.generation, self._clock.now() + change.backoff_s)
         if group is not None:

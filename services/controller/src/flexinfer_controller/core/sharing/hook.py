@@ -49,6 +49,8 @@ class EngineKind(StrEnum):
     """It exited because it was stopped."""
     CRASHED = "crashed"
     """It exited unexpectedly (before Ready: it failed to load)."""
+    SLEPT = "slept"
+    """It was put to sleep (its GPU memory is free; a wake brings it back)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,9 @@ class EngineChange:
     generation: int
     kind: EngineKind
     took_s: float | None = None
-    """READY: seconds from its start to Ready."""
+    """READY: seconds from its start (or its wake) to Ready; SLEPT: the sleep's seconds."""
+    woken: bool = False
+    """READY: it woke from sleep rather than started."""
     backoff_s: float = 0.0
     """CRASHED: it may not start again for this long (inf: crash-looping)."""
 

@@ -42,7 +42,8 @@ class SwapMetrics:
         )
         self.steps = Histogram(
             "flexinfer_controller_gpu_swap_step_seconds",
-            "Seconds each step of a swap took, by group and step (drain, stop, start).",
+            "Seconds each step of a swap took, by group and step (drain, stop or sleep, "
+            "start or wake).",
             ["group", "step"],
             buckets=STEP_BUCKETS,
             registry=registry,
@@ -84,14 +85,20 @@ class SwapMetrics:
         if pending is not None:
             self.steps.labels(pending.group, "stop").observe(self._now() - pending.at)
 
-    def ready(self, key: str, took_s: float | None) -> None:
-        """An engine of Model ``key`` is Ready after ``took_s``; timed when ``key`` won a
-        swap that waits for it."""
+    def slept(self, replica: str, took_s: float | None) -> None:
+        """A loser's engine was put to sleep instead of stopped: its ``sleep`` step."""
+        pending = self._stopping.pop(replica, None)
+        if pending is not None and took_s is not None:
+            self.steps.labels(pending.group, "sleep").observe(took_s)
+
+    def ready(self, key: str, took_s: float | None, *, woken: bool = False) -> None:
+        """An engine of Model ``key`` is Ready after ``took_s`` (a start, or a wake when
+        ``woken``); timed when ``key`` won a swap that waits for it."""
         pending = self._winners.pop(key, None)
         if pending is None:
             return
         if took_s is not None:
-            self.steps.labels(pending.group, "start").observe(took_s)
+            self.steps.labels(pending.group, "wake" if woken else "start").observe(took_s)
         self.total.labels(pending.group).observe(self._now() - pending.at)
 
     def step(self, group: str, step: str, seconds: float) -> None:
