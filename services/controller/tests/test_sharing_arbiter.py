@@ -4,6 +4,7 @@ and that nothing starves. No sleeps: the clock is a ManualClock."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -349,6 +350,33 @@ async def test_a_swap_that_fails_falls_back_and_the_swaps_are_counted_and_timed(
     steps = "flexinfer_controller_gpu_swap_step_seconds_sum"
     assert sample(registry, steps, group="g", step="start") == 1.5
     assert sample(registry, "flexinfer_controller_gpu_swap_seconds_sum", group="g") == 2.0
+
+
+async def test_a_restarted_arbiter_keeps_the_holder_its_predecessor_wrote_in_status(
+    parts: tuple[ManualClock, list[str]],
+) -> None:
+    clock, requeued = parts
+    a, b = model("a", 5), model("b", 5)
+    a.status.shared_group = SharedGroupStatus(group_name="g", state="Active")
+    b.status.shared_group = SharedGroupStatus(
+        group_name="g", state="Preempted", queue_position=1, preempted_by="d/a"
+    )
+
+    async def members(group: str) -> list[Model]:
+        return [a, b]
+
+    book = DemandBook(clock)
+    book.queued("d/b", 1, "p")  # b's requests queue; a, of equal priority, is busy
+    book.served("d/a")
+    arbiter = SharedArbiter(clock=clock, demand=book, members=members, requeue=requeued.append)
+    # b is reconciled first after the restart: the GPU is a's engine's, so b waits.
+    first = await arbiter.arbitrate(b, GPU, 1)
+    assert first.replicas == 0
+    assert first.verdict is not None
+    assert first.verdict.hold is Hold.PREEMPTED
+    assert (await arbiter.arbitrate(a, GPU, 1)).replicas == 1
+    assert arbiter.holders("g") == ["d/a"]
+    assert arbiter.swaps == deque()
 
 
 async def test_a_sleep_swap_times_the_sleep_and_the_wake_instead_of_stop_and_start(

@@ -61,6 +61,11 @@ class _Group:
     budget_mb: int | None = None
     facts: dict[str, Member] = field(default_factory=dict)
     """What the latest decision knew of each member."""
+    restored: bool = False
+    """Its holders were read back from the members' stored status (once, at its first
+    decision in this process)."""
+    assumed: set[str] = field(default_factory=set)
+    """Restored holders not reconciled yet: taken to want their replica until they are."""
 
 
 class SharedArbiter:
@@ -110,6 +115,7 @@ class SharedArbiter:
         self._group_of[model.key] = name
         group = self._groups.setdefault(name, _Group(GroupState(), {}))
         group.seen[model.key] = (model, desired)
+        group.assumed.discard(model.key)
         if placement.memory_mb is not None:
             group.budget_mb = placement.memory_mb
         outcome = await self._decide(name, group)
@@ -200,6 +206,9 @@ class SharedArbiter:
             models = {**listed, **models}
             models = {k: v for k, v in models.items() if k in listed}
         self._group_of.update(dict.fromkeys(models, name))
+        if not group.restored:
+            group.restored = True
+            group.assumed = restore(group.state, name, models.values(), now)
         policy = self._policy(name)
         facts = {key: self._member(key, m, group, policy) for key, m in models.items()}
         group.facts = facts
@@ -240,7 +249,7 @@ class SharedArbiter:
             priority=gpu.priority,
             vram_mb=gpu.vram_estimate_mb,
             pinned=is_pinned(model.metadata),
-            wants=seen is not None and seen[1] > 0,
+            wants=seen[1] > 0 if seen is not None else key in group.assumed,
             queue=self.demand.queue(key, policy.demand_window_s),
             last_demand=self.demand.last_demand(key),
             cooldown_s=cooldown,
@@ -271,3 +280,24 @@ class SharedArbiter:
             preempted_at=self._preempted_at.get(key),
         )
         return answer(group.state, asked)
+
+
+def restore(state: GroupState, group: str, models: Iterable[Model], now: float) -> set[str]:
+    """What a previous controller decided for ``group``, from its members' stored
+    ``status.sharedGroup``: Active members hold the GPU (their cooldown starts again now,
+    so a restart swaps nothing by itself), Preempted ones wait from now. Without this, the
+    first member reconciled after a restart would take a GPU another member's engine holds.
+    The holders restored are returned.
+    """
+    holders: set[str] = set()
+    for model in models:
+        shared = model.status.shared_group
+        if shared is None or shared.group_name != group:
+            continue
+        if shared.state == "Active":
+            state.residents.setdefault(model.key, now)
+            holders.add(model.key)
+        elif shared.state == "Preempted" and shared.preempted_by:
+            state.preempted.setdefault(model.key, (now, shared.preempted_by))
+            state.waiting.setdefault(model.key, now)
+    return holders
