@@ -290,15 +290,7 @@ class Planner:
         """One placement decision; a new spec's replicas may take the GPUs of the old
         replicas they replace (those stop once the new ones serve) when nothing else fits."""
         spec = model.spec.gpu_or_default
-        request = GPURequest(
-            namespace=model.metadata.namespace,
-            name=model.metadata.name,
-            backend=backend.name,
-            count=spec.effective_count,
-            vram_estimate_mb=spec.vram_estimate_mb,
-            shared=spec.shared,
-        )
-        fleet = self.inventory.nodes()
+        fleet, request = self.inventory.nodes(), gpu_request(model, backend)
         placed = await place(spec, fleet, backend, self.placer, request, holds)
         if not isinstance(placed, Unplaced) or not holds:
             return placed
@@ -323,6 +315,19 @@ def _assignment(model: Model, placed: Placement) -> GPUAssignment | None:
         reserved_mb=spec.vram_estimate_mb,
         arch=placed.node.arch,
         vram_mb=placed.node.vram_mb,
+    )
+
+
+def gpu_request(model: Model, backend: Backend) -> GPURequest:
+    """What ``model``'s replica asks of the GPUs, for placement."""
+    spec = model.spec.gpu_or_default
+    return GPURequest(
+        namespace=model.metadata.namespace,
+        name=model.metadata.name,
+        backend=backend.name,
+        count=spec.effective_count,
+        vram_estimate_mb=spec.vram_estimate_mb,
+        shared=spec.shared,
     )
 
 

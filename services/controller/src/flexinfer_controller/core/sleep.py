@@ -18,8 +18,8 @@ from pathlib import Path
 from flexinfer_common.api import Model
 from flexinfer_common.api.operations import unloaded_at
 from flexinfer_controller.backends import SleepEndpoints
-from flexinfer_controller.core.gpu import GPUAssignment, GPURequest, Placement, place
-from flexinfer_controller.core.planner import Planner
+from flexinfer_controller.core.gpu import GPUAssignment, Placement, place
+from flexinfer_controller.core.planner import Planner, gpu_request
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sharing.clock import Clock, MonotonicClock
 from flexinfer_controller.core.sleepbook import SleepBook, SleepPolicy, host_cost_mb
@@ -156,14 +156,7 @@ class SleepKeeper:
         own = [n for n in self._planner.inventory.nodes() or () if n.node == gpus.node]
         fleet = [replace(n, count=len(gpus.devices), indices=gpus.devices) for n in own]
         spec = model.spec.gpu_or_default
-        request = GPURequest(
-            namespace=model.metadata.namespace,
-            name=model.metadata.name,
-            backend=backend.name,
-            count=spec.effective_count,
-            vram_estimate_mb=spec.vram_estimate_mb,
-            shared=spec.shared,
-        )
+        request = gpu_request(model, backend)
         placed = await place(spec, fleet, backend, self._planner.placer, request, holds)
         return isinstance(placed, Placement) and set(placed.devices or ()) == set(gpus.devices)
 
