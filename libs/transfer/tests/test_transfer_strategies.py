@@ -24,6 +24,7 @@ from flexinfer_transfer import (
     SourceSelector,
     StrategyParts,
     TransferMetrics,
+    TransferSettings,
     create_selector,
     create_strategy_chain,
     read_safetensors,
@@ -223,3 +224,16 @@ class _FixedOrder(SourceSelector):
     ) -> list[SourceCandidate]:
         """The candidates as listed."""
         return list(candidates)
+
+
+def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults = TransferSettings()
+    assert tuple(defaults.strategies) == DEFAULT_ORDER
+    assert defaults.reader() == ReaderSettings(threads=2, chunk_bytes=16 << 20, hugepages=False)
+    monkeypatch.setenv("FLEXINFER_TRANSFER_SELECTOR", "load_aware")
+    monkeypatch.setenv("FLEXINFER_TRANSFER_READ_THREADS", "4")
+    monkeypatch.setenv("FLEXINFER_TRANSFER_STRATEGIES", '["gds", "default"]')
+    settings = TransferSettings()
+    assert create_selector(settings.selector).name == "load_aware"
+    assert settings.reader().threads == 4
+    assert settings.strategies == ["gds", "default"]
