@@ -9,6 +9,7 @@ lazily mmapped:
 - chain: ``LoadStrategyChain`` with the default order and settings (the strategy it picks
   is printed; on CPU without NIXL it is ``gds``, the POSIX reader);
 - chain+thp: the same with transparent huge pages asked for (informational);
+- chain-1thread: the same with one reader thread (informational: what the second adds);
 - safetensors: ``safetensors.torch.load_file`` per shard, each tensor cloned;
 - ceiling: one ``readinto`` per file into a buffer allocated before the clock starts but
   not yet touched (so it pays the same page faults every loader pays);
@@ -80,9 +81,9 @@ def warm(paths: list[Path]) -> None:
                 pass
 
 
-def chain_loader(root: Path, hugepages: bool) -> Callable[[], Loaded]:
-    """Our chain with default order; returns (bytes, strategy)."""
-    reader = ReaderSettings(hugepages=hugepages)
+def chain_loader(root: Path, hugepages: bool, threads: int = 2) -> Callable[[], Loaded]:
+    """Our chain with default order and the given reader settings."""
+    reader = ReaderSettings(threads=threads, hugepages=hugepages)
     parts = StrategyParts(TransferMetrics(CollectorRegistry()), create_selector("random"), reader)
     chain = create_strategy_chain(DEFAULT_ORDER, parts)
 
@@ -158,6 +159,7 @@ def main() -> None:
         contenders = {
             "chain": chain_loader(root, hugepages=False),
             "chain+thp": chain_loader(root, hugepages=True),
+            "chain-1thread": chain_loader(root, hugepages=False, threads=1),
             "safetensors": safetensors_loader(paths),
             "ceiling": readinto(paths, prefault=False),
             "copy-bound": readinto(paths, prefault=True),
