@@ -25,6 +25,8 @@ class LoadReport:
     seconds: float
     skipped: list[str] = field(default_factory=list)
     """``"name: reason"`` for every strategy that was tried first and fell back."""
+    source: str = ""
+    """Where the weights came from (a peer source id, a directory); empty when unknown."""
 
 
 class LoaderChain(WeightLoader):

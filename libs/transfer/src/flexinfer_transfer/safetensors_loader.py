@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -10,10 +9,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from flexinfer_common.errors import NotFoundError, PermanentError
-from flexinfer_transfer.loader import NotApplicableError, WeightLoader
-
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
+from flexinfer_transfer.checkpoint import INDEX_FILE, check_complete, checkpoint_files
+from flexinfer_transfer.loader import WeightLoader
 
 
 class SafetensorsLoader(WeightLoader):
@@ -23,47 +20,16 @@ class SafetensorsLoader(WeightLoader):
 
     def load(self, model_dir: Path, device: str) -> dict[str, torch.Tensor]:
         """Load ``model.safetensors``, or every shard named by the index file."""
-        if not model_dir.is_dir():
-            raise NotFoundError(f"model directory {model_dir} does not exist")
-        index = model_dir / INDEX_FILE
-        if index.is_file():
-            return self._load_sharded(index, device)
-        single = model_dir / SINGLE_FILE
-        if single.is_file():
-            return _load_one(single, device)
-        raise NotApplicableError(f"no {SINGLE_FILE} or {INDEX_FILE} in {model_dir}")
-
-    def _load_sharded(self, index: Path, device: str) -> dict[str, torch.Tensor]:
-        weight_map = _read_weight_map(index)
         tensors: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(weight_map.values())):
-            path = index.parent / shard
-            # A shard outside the model directory would let an index read arbitrary files.
-            if path.resolve().parent != index.parent.resolve():
-                raise PermanentError(f"{index}: shard {shard!r} is outside the model directory")
-            if not path.is_file():
-                raise NotFoundError(f"shard {path} named by {index} does not exist")
+        for path in checkpoint_files(model_dir):
             for key, tensor in _load_one(path, device).items():
                 if key in tensors:
                     raise PermanentError(f"{path}: tensor {key!r} appears in two shards")
                 tensors[key] = tensor
-        missing = sorted(set(weight_map) - set(tensors))
-        if missing:
-            raise PermanentError(f"{index}: tensors missing from their shards: {missing[:5]}")
+        index = model_dir / INDEX_FILE
+        if index.is_file():
+            check_complete(index, dict(tensors))
         return tensors
-
-
-def _read_weight_map(index: Path) -> dict[str, str]:
-    try:
-        document = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PermanentError(f"{index}: unreadable index: {exc}") from exc
-    weight_map = document.get("weight_map") if isinstance(document, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise PermanentError(f"{index}: no 'weight_map' object")
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
-        raise PermanentError(f"{index}: 'weight_map' must map tensor names to file names")
-    return weight_map
 
 
 def _load_one(path: Path, device: str) -> dict[str, torch.Tensor]:

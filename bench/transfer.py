@@ -1,0 +1,194 @@
+"""Weight loading benchmark: our strategy chain against safetensors and a raw read ceiling.
+
+A safetensors checkpoint of ``--size-mb`` (bf16 tensors in ``--shards`` files) is
+generated under /tmp (never committed), read once so every run finds it in the page cache,
+then loaded ``--rounds`` times by each contender, interleaved and in alternating order so
+the machine's drift hits all alike. "Loaded" means in private memory and touched, not
+lazily mmapped:
+
+- chain: ``LoadStrategyChain`` with the default order and settings (the strategy it picks
+  is printed; on CPU without NIXL it is ``gds``, the POSIX reader);
+- chain+thp: the same with transparent huge pages asked for (informational);
+- chain-1thread: the same with one reader thread (informational: what the second adds);
+- safetensors: ``safetensors.torch.load_file`` per shard, each tensor cloned;
+- ceiling: one ``readinto`` per file into a buffer allocated before the clock starts but
+  not yet touched (so it pays the same page faults every loader pays);
+- copy-bound: the same into buffers already faulted in (what the copy alone costs).
+
+Reports GB/s (decimal) per contender (median, min-max) and the medians of the per-round
+ratios chain/ceiling and chain/safetensors.
+
+    python bench/transfer.py [--size-mb 1200] [--shards 2] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from prometheus_client import CollectorRegistry
+from safetensors.torch import load_file, save_file
+
+from flexinfer_transfer import (
+    DEFAULT_ORDER,
+    LoadContext,
+    ReaderSettings,
+    StrategyParts,
+    TransferMetrics,
+    create_selector,
+    create_strategy_chain,
+)
+
+MIB = 1 << 20
+Loaded = tuple[int, str, object]
+"""(bytes loaded, strategy, what holds the memory until the clock has stopped)."""
+TENSOR_SHAPE = (4096, 4096)  # 32 MiB in bf16: a 7B-class projection
+
+
+def generate(root: Path, size_mb: int, shards: int) -> list[Path]:
+    """A sharded bf16 checkpoint of about ``size_mb`` MiB under ``root``."""
+    per_tensor = TENSOR_SHAPE[0] * TENSOR_SHAPE[1] * 2
+    count = max(shards, size_mb * MIB // per_tensor)
+    base = torch.randint(0, 256, (per_tensor,), dtype=torch.uint8)
+    paths: list[Path] = []
+    weight_map: dict[str, str] = {}
+    for shard in range(shards):
+        name = f"model-{shard + 1:05d}-of-{shards:05d}.safetensors"
+        tensors = {
+            f"layers.{i}.proj.weight": base.roll(i).view(torch.bfloat16).view(TENSOR_SHAPE)
+            for i in range(shard, count, shards)
+        }
+        save_file(tensors, root / name)
+        weight_map |= dict.fromkeys(tensors, name)
+        paths.append(root / name)
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return paths
+
+
+def warm(paths: list[Path]) -> None:
+    """Read every file once so each run finds it page-cached."""
+    for path in paths:
+        with path.open("rb", buffering=0) as handle:
+            while handle.read(64 * MIB):
+                pass
+
+
+def chain_loader(root: Path, hugepages: bool, threads: int = 2) -> Callable[[], Loaded]:
+    """Our chain with default order and the given reader settings."""
+    reader = ReaderSettings(threads=threads, hugepages=hugepages)
+    parts = StrategyParts(TransferMetrics(CollectorRegistry()), create_selector("random"), reader)
+    chain = create_strategy_chain(DEFAULT_ORDER, parts)
+
+    def run() -> Loaded:
+        report = chain.run(LoadContext(root))
+        total = sum(t.numel() * t.element_size() for t in report.tensors.values())
+        return total, report.strategy, report.tensors
+
+    return run
+
+
+def safetensors_loader(paths: list[Path]) -> Callable[[], Loaded]:
+    """load_file per shard, every tensor cloned into private memory."""
+
+    def run() -> Loaded:
+        kept = [t.clone() for path in paths for t in load_file(path).values()]
+        return sum(t.numel() * t.element_size() for t in kept), "safetensors", kept
+
+    return run
+
+
+def readinto(paths: list[Path], prefault: bool) -> Callable[[], Loaded]:
+    """One readinto per file into a buffer allocated before timing (faulted if asked)."""
+    sizes = [p.stat().st_size for p in paths]
+    state: dict[str, list[torch.Tensor]] = {}
+
+    def prepare() -> None:
+        state["bufs"] = [torch.empty(s, dtype=torch.uint8) for s in sizes]
+        if prefault:
+            for buf in state["bufs"]:
+                buf.fill_(1)
+
+    def run() -> Loaded:
+        total = 0
+        bufs = state.pop("bufs")
+        for path, buf in zip(paths, bufs, strict=True):
+            with path.open("rb", buffering=0) as handle:
+                total += handle.readinto(buf.numpy().data) or 0
+        return total, "readinto", bufs
+
+    run.prepare = prepare  # type: ignore[attr-defined]
+    return run
+
+
+def timed(contender: Callable[[], Loaded]) -> tuple[float, str]:
+    """GB/s of one run, and the strategy that ran. What was loaded is freed after the
+    clock stops: unmapping a gigabyte costs about as much as faulting it in."""
+    prepare = getattr(contender, "prepare", None)
+    if prepare is not None:
+        prepare()
+    gc.collect()
+    started = time.perf_counter()
+    nbytes, strategy, kept = contender()
+    seconds = time.perf_counter() - started
+    del kept
+    gc.collect()
+    return nbytes / seconds / 1e9, strategy
+
+
+def main() -> None:
+    """Generate, warm, run interleaved rounds, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-mb", type=int, default=1200)
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="flexinfer-bench-transfer-", dir="/tmp"))
+    try:
+        paths = generate(root, args.size_mb, args.shards)
+        total = sum(p.stat().st_size for p in paths)
+        print(f"checkpoint: {total / 1e9:.2f} GB in {len(paths)} files under {root}")
+        warm(paths)
+        contenders = {
+            "chain": chain_loader(root, hugepages=False),
+            "chain+thp": chain_loader(root, hugepages=True),
+            "chain-1thread": chain_loader(root, hugepages=False, threads=1),
+            "safetensors": safetensors_loader(paths),
+            "ceiling": readinto(paths, prefault=False),
+            "copy-bound": readinto(paths, prefault=True),
+        }
+        report(contenders, args.rounds)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def report(contenders: dict[str, Callable[[], Loaded]], rounds: int) -> None:
+    """Run the rounds and print GB/s and ratios."""
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    strategy = ""
+    for round_ in range(rounds):
+        names = list(contenders) if round_ % 2 == 0 else list(reversed(contenders))
+        for name in names:
+            rate, used = timed(contenders[name])
+            rates[name].append(rate)
+            strategy = used if name == "chain" else strategy
+    print(f"chain picked: {strategy}")
+    for name, values in rates.items():
+        print(
+            f"{name:12s} median {statistics.median(values):5.2f} GB/s "
+            f"(min {min(values):.2f}, max {max(values):.2f})"
+        )
+    for peer in ("ceiling", "safetensors", "copy-bound"):
+        ratios = [c / p for c, p in zip(rates["chain"], rates[peer], strict=True)]
+        print(f"chain / {peer:11s} median {statistics.median(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Load and selection metrics, on a registry the caller owns (no global collectors)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter
+
+
+class TransferMetrics:
+    """Counters named as ModelExpress's ``mx_p2p_*`` where it names them."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.fallbacks = Counter(
+            "mx_p2p_strategy_fallbacks",
+            "Load strategies that failed or did not apply, so the next one was tried",
+            ["strategy", "reason"],
+            registry=registry,
+        )
+        self.selections = Counter(
+            "mx_p2p_source_selections",
+            "Sources tried, by selection policy and source",
+            ["policy", "source"],
+            registry=registry,
+        )
+        self.source_failures = Counter(
+            "mx_p2p_source_failures",
+            "Pulls from one source that failed, by reason",
+            ["reason"],
+            registry=registry,
+        )
+        self.loads = Counter(
+            "mx_p2p_loads",
+            "Completed loads, by the strategy that produced the weights",
+            ["strategy"],
+            registry=registry,
+        )
