@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import ClassVar
 
 from flexinfer_common.api import Model
@@ -167,6 +168,12 @@ class Backend(ABC):
     def lora_disabled(self, model: Model) -> str | None:
         """Why ``model``'s server, as rendered, cannot take adapters now (a flag it must be
         started with); None when it can, or when the backend has no adapter API."""
+        return None
+
+    def vram_estimate_mb(self, model_dir: Path) -> int | None:
+        """What one replica of the model in ``model_dir`` needs of a GPU, in MiB, when the
+        backend can tell from the files (used where the Model sets no ``gpu.vramEstimateMB``);
+        None: unknown."""
         return None
 
     @abstractmethod

@@ -11,6 +11,7 @@ adapter created later loads without a restart.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 from flexinfer_common.backends import backend_facts
@@ -21,6 +22,7 @@ from flexinfer_controller.backends.base import (
     RenderRequest,
     SleepEndpoints,
 )
+from flexinfer_controller.backends.reference_vram import reference_vram_mb
 from flexinfer_controller.backends.render import (
     Config,
     ImageRule,
@@ -48,6 +50,10 @@ class ReferenceBackend(Backend):
     )
     metrics_path: ClassVar[str | None] = "/metrics"
     startup_timeout_s: ClassVar[float] = 300.0
+
+    def vram_estimate_mb(self, model_dir: Path) -> int | None:
+        """Its weights plus the KV cache of its generations (see ``reference_vram``)."""
+        return reference_vram_mb(model_dir)
 
     def render(self, request: RenderRequest) -> EngineSpec:
         """``python -m flexinfer_engine serve --model-dir D --served-model-name N``."""

@@ -52,6 +52,7 @@ from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sharing import SharedGPUHook
 from flexinfer_controller.core.sources import SourceResolution, SourceState, source_hold
 from flexinfer_controller.core.status import Verdict
+from flexinfer_controller.core.vram import VramEstimates
 
 REGISTRY_STRATEGY = "Registry"
 """status.cache.strategy of a source the local runtime fetches through the registry."""
@@ -92,6 +93,8 @@ class Planner:
     sharing: SharedGPUHook
     holds: Callable[[], list[Hold] | None] = lambda: None
     """The GPUs the runtime's replicas hold (None: the runtime does not pin GPUs)."""
+    estimates: VramEstimates = field(default_factory=VramEstimates)
+    """VRAM estimates from the Models' files, for those whose spec sets none."""
     waiting: set[str] = field(default_factory=set)
     """Models waiting for a GPU: queued again when one frees or a node joins
     (``Controller.gpus_changed``)."""
@@ -121,6 +124,9 @@ class Planner:
             return await self._cache_failed(model, backend, cache, detail)
         if source.state is SourceState.INVALID:
             return Plan(Verdict(config_valid=(False, source.reason, source.message)))
+        if source.state is SourceState.READY:
+            self.estimates.learn(model, backend, source.path)
+        model = self.estimates.apply(model)
         gpu = await self._place(model, backend)
         if isinstance(gpu, Verdict) and gpu.placement_pending:
             gpu = await self._shared_hold(model, active_at, gpu)
@@ -265,6 +271,7 @@ class Planner:
     async def assign(self, model: Model) -> GPUAssignment | Unplaced | None:
         """The GPUs of one more replica of ``model`` now (None: the runtime pins none, or
         the Model runs on the CPU), or why no GPU can take it."""
+        model = self.estimates.apply(model)
         backend = self.backends.get(model.spec.backend)
         holds = self.holds()
         if backend is None or holds is None:
@@ -279,6 +286,7 @@ class Planner:
         """The Model is gone: it waits for no GPU, and leaves its shared group."""
         self.waiting.discard(key)
         self.sharing.forget(key)
+        self.estimates.forget(key)
 
     def _wait(self, key: str) -> None:
         self.waiting.add(key)

@@ -155,6 +155,7 @@ class SleepKeeper:
             return True  # not pinned: nothing of the GPUs' to check
         own = [n for n in self._planner.inventory.nodes() or () if n.node == gpus.node]
         fleet = [replace(n, count=len(gpus.devices), indices=gpus.devices) for n in own]
+        model = self._planner.estimates.apply(model)
         spec = model.spec.gpu_or_default
         request = gpu_request(model, backend)
         placed = await place(spec, fleet, backend, self._planner.placer, request, holds)
