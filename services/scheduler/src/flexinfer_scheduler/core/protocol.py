@@ -10,7 +10,6 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -135,10 +134,16 @@ def _node_items(value: Any) -> list[Obj] | None:
 def _names(value: Any) -> list[str] | None:
     if value is None:
         return None
-    # map(isinstance, ...) checks a thousand names without a Python frame per name.
-    if not isinstance(value, list) or not all(map(isinstance, value, repeat(str))):
-        raise BadExtenderArgsError("nodenames must be an array of strings")
-    return value
+    if isinstance(value, list):
+        try:
+            # join type-checks every item in C: a thousand names in microseconds, where an
+            # isinstance per name costs several times more.
+            "".join(value)
+        except TypeError:
+            pass
+        else:
+            return value
+    raise BadExtenderArgsError("nodenames must be an array of strings")
 
 
 def parse_args(body: Any, sink: Malformed) -> ExtenderRequest:
