@@ -9,11 +9,14 @@ each latency is from the first byte sent to the last byte read.
 
 The ceiling is a second process on the same stack (FastAPI, the same ``serve_app``) whose
 routes read the request and answer a precomputed body: the real service's own answer to the
-same request, so both move the same bytes. No answer is cached across requests in the
-service; each is computed from the request. ``--tps kubernetes`` (default) gives the pod a
-backend, model and benchmark ConfigMaps, so each /prioritize looks them up (in the
-service's ConfigMap informer since 2026-12-03; before, two GETs to the apiserver);
-``--tps none`` measures the placement alone.
+same request, so both move the same bytes. The two take turns within each round (since
+2026-12-03 evening: before, all of the service's rounds ran, then all of the ceiling's, and
+the load of the shared machine could differ between the halves). No answer is cached
+across requests in the service; each is computed from the request (what it keeps is per
+node and per benchmark ConfigMap, refreshed by the informers). ``--tps kubernetes``
+(default) gives the pod a backend, model and benchmark ConfigMaps, so each /prioritize
+looks them up (in the service's ConfigMap informer since 2026-12-03; before, two GETs to
+the apiserver); ``--tps none`` measures the placement alone.
 
     python bench/scheduler.py [--sizes 10,100,1000,5000] [--requests 400] [--tps none]
 """
@@ -139,23 +142,30 @@ def post(conn: http.client.HTTPConnection, path: str, body: bytes) -> tuple[floa
     return elapsed, data
 
 
-def measure(port: int, paths: list[tuple[str, bytes]], requests: int) -> dict[str, list[float]]:
-    """Latencies per path (and of the pair) over ``requests`` rounds, after a warm-up."""
-    conn = http.client.HTTPConnection("127.0.0.1", port)
+def measure(
+    ports: tuple[int, int], paths: tuple[list[tuple[str, bytes]], ...], requests: int
+) -> tuple[dict[str, list[float]], ...]:
+    """Latencies per path (and of the pair) of each server over ``requests`` rounds, after a
+    warm-up. The servers take turns within each round (who goes first alternates), so both
+    see the same machine: on a shared one the load moves within seconds."""
+    conns = [http.client.HTTPConnection("127.0.0.1", port) for port in ports]
     for _ in range(max(requests // 10, 5)):
-        for path, body in paths:
-            post(conn, path, body)
-    out: dict[str, list[float]] = {path: [] for path, _ in paths}
-    out["pair"] = []
-    for _ in range(requests):
-        pair = 0.0
-        for path, body in paths:
-            elapsed, _ = post(conn, path, body)
-            out[path].append(elapsed)
-            pair += elapsed
-        out["pair"].append(pair)
-    conn.close()
-    return out
+        for conn, calls in zip(conns, paths, strict=True):
+            for path, body in calls:
+                post(conn, path, body)
+    out: list[dict[str, list[float]]] = [{"pair": []} for _ in ports]
+    for i in range(requests):
+        turns = list(zip(conns, paths, out, strict=True))
+        for conn, calls, times in turns if i % 2 == 0 else reversed(turns):
+            pair = 0.0
+            for path, body in calls:
+                elapsed, _ = post(conn, path, body)
+                times.setdefault(path, []).append(elapsed)
+                pair += elapsed
+            times["pair"].append(pair)
+    for conn in conns:
+        conn.close()
+    return tuple(out)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -198,16 +208,6 @@ def main() -> None:
         }
         requests: dict[int, list[tuple[str, bytes]]] = {}
         results: dict[int, dict[str, list[float]]] = {}
-        with process([sys.executable, "-m", "flexinfer_scheduler"], env, sched_port, "/readyz"):
-            for size in sizes:
-                names = [f"node-{i:05d}" for i in range(size)]
-                body = json.dumps({"pod": pod(tps), "nodenames": names}).encode()
-                requests[size] = [("/filter", body), ("/prioritize", body)]
-                conn = http.client.HTTPConnection("127.0.0.1", sched_port)
-                for path, b in requests[size]:
-                    (bodies / f"{size}{path.replace('/', '-')}").write_bytes(post(conn, path, b)[1])
-                conn.close()
-                results[size] = measure(sched_port, requests[size], args.requests)
         ceiling: dict[int, dict[str, list[float]]] = {}
         ceiling_args = [
             sys.executable,
@@ -217,15 +217,27 @@ def main() -> None:
             "--port",
             str(ceil_port),
         ]
-        with process(ceiling_args, {}, ceil_port, ""):
+        with process([sys.executable, "-m", "flexinfer_scheduler"], env, sched_port, "/readyz"):
             for size in sizes:
-                paths = [(f"/{size}{p.replace('/', '-')}", b) for p, b in requests[size]]
-                measured = measure(ceil_port, paths, args.requests)
-                ceiling[size] = {
-                    "/filter": measured[paths[0][0]],
-                    "/prioritize": measured[paths[1][0]],
-                    "pair": measured["pair"],
-                }
+                names = [f"node-{i:05d}" for i in range(size)]
+                body = json.dumps({"pod": pod(tps), "nodenames": names}).encode()
+                requests[size] = [("/filter", body), ("/prioritize", body)]
+                conn = http.client.HTTPConnection("127.0.0.1", sched_port)
+                for path, b in requests[size]:
+                    (bodies / f"{size}{path.replace('/', '-')}").write_bytes(post(conn, path, b)[1])
+                conn.close()
+            with process(ceiling_args, {}, ceil_port, ""):
+                for size in sizes:
+                    paths = [(f"/{size}{p.replace('/', '-')}", b) for p, b in requests[size]]
+                    service, measured = measure(
+                        (sched_port, ceil_port), (requests[size], paths), args.requests
+                    )
+                    results[size] = service
+                    ceiling[size] = {
+                        "/filter": measured[paths[0][0]],
+                        "/prioritize": measured[paths[1][0]],
+                        "pair": measured["pair"],
+                    }
     report(sizes, results, ceiling, requests, args)
 
 
@@ -237,7 +249,8 @@ def report(
     args: argparse.Namespace,
 ) -> None:
     """The Markdown table: p50/p99 of each call and of the pair, service and ceiling."""
-    print(f"requests per size: {args.requests}; tps source: {args.tps}\n")
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"requests per size: {args.requests}; tps source: {args.tps}; load after: {load}\n")
     print(
         "| nodes | request bytes | call | service p50 (ms) | service p99 (ms) "
         "| ceiling p50 (ms) | ceiling p99 (ms) | p99 / ceiling p99 |"

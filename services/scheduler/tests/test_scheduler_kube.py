@@ -119,6 +119,16 @@ async def test_tps_comes_from_the_configmaps_in_order(
     await sources.configmaps.wait_until(lambda i: len(i.keys()) == 2)
     scores = (await http.post("/prioritize", json=args)).json()
     assert scores == [{"host": "a", "score": 10}, {"host": "b", "score": 0}]
+    # The lookups kept for this pod's model end with the next ConfigMap change: a's entry
+    # no longer parses, so a falls back to the deployment's TPS, as b does, and b's larger
+    # free ratio (its 16Gi) ranks it first; kept lookups would still rank a first.
+    (key,) = table
+    kube_apiserver.patch("configmaps", "ns", "flexinfer-benchmark-results", {"data": {key: "?"}})
+    await sources.configmaps.wait_until(
+        lambda i: (i.get("ns/flexinfer-benchmark-results") or {}).get(key) == "?"
+    )
+    scores = (await http.post("/prioritize", json=args)).json()
+    assert scores == [{"host": "a", "score": 0}, {"host": "b", "score": 10}]
     metrics = (await http.get("/metrics")).text
     assert 'flexinfer_scheduler_tenant_usage_ratio{namespace="ns",tenant="ns"} 1.0' in metrics
     # Decisions read memory: no ConfigMap or Pod call since the first lists and watches.

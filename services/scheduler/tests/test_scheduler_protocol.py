@@ -1,4 +1,4 @@
-"""The HostPriorityList encoder: the same bytes ``json.dumps`` writes, for any host name."""
+"""The answers' encoders: the same bytes ``json.dumps`` writes, for any host name or reason."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from flexinfer_scheduler.core.protocol import host_priority_list
+from flexinfer_scheduler.core.protocol import filter_result, host_priority_list
+
+HOSTILE = ["a", 'quote"d', "back\\slash", "tab\there", "ñode", "节点", "emoji-\U0001f680", "\x00"]
 
 
 @pytest.mark.parametrize(
@@ -14,7 +16,7 @@ from flexinfer_scheduler.core.protocol import host_priority_list
     [
         [],
         ["node-00001"],
-        ["a", 'quote"d', "back\\slash", "tab\there", "ñode", "节点", "emoji-\U0001f680", "\x00"],
+        HOSTILE,
     ],
 )
 def test_the_encoding_is_json_dumps_byte_for_byte(hosts: list[str]) -> None:
@@ -27,5 +29,15 @@ def test_the_encoding_is_json_dumps_byte_for_byte(hosts: list[str]) -> None:
 
 
 def test_hosts_and_scores_must_align() -> None:
-    with pytest.raises(ValueError, match="shorter"):
+    with pytest.raises(ValueError, match="2 hosts but 1 scores"):
         host_priority_list(["a", "b"], [1])
+
+
+@pytest.mark.parametrize("passed", [[], ["node-00001"], HOSTILE])
+def test_the_filter_result_is_json_dumps_byte_for_byte(passed: list[str]) -> None:
+    failed = {name[::-1] + "x": f"reason {name}" for name in HOSTILE[: len(passed)]}
+    expected = json.dumps(
+        {"nodenames": passed, "failedNodes": failed, "failedAndUnresolvableNodes": {}},
+        separators=(",", ":"),
+    ).encode()
+    assert filter_result([json.dumps(name) for name in passed], failed) == expected

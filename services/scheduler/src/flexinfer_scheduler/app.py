@@ -31,7 +31,6 @@ from flexinfer_scheduler.core.nodes import NodeCache, NodeLookup
 from flexinfer_scheduler.core.protocol import (
     BadExtenderArgsError,
     ExtenderRequest,
-    host_priority_list,
     parse_args,
 )
 from flexinfer_scheduler.settings import SchedulerSettings
@@ -147,7 +146,7 @@ def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any, gate: Syn
             # The protocol's own error field: kube-scheduler reports it as the extender's.
             failed: dict[str, Any] = {"failedNodes": {}, "failedAndUnresolvableNodes": {}}
             return _json({"nodenames": [], **failed, "error": gate.error()})
-        return _json(extender().filter(args))
+        return Response(extender().filter(args), media_type="application/json")
 
     async def prioritize(request: Request) -> Response:
         """ExtenderArgs -> HostPriorityList (scores 0..10)."""
@@ -157,8 +156,7 @@ def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any, gate: Syn
         if not await gate.passes():
             # A HostPriorityList has no error field: a non-200 is kube-scheduler's error.
             return openai_error(503, gate.error(), code="not_synced", headers={"Retry-After": "1"})
-        hosts, scores = await extender().prioritize(args)
-        return Response(host_priority_list(hosts, scores), media_type="application/json")
+        return Response(await extender().prioritize(args), media_type="application/json")
 
     app.post("/prioritize", **openapi.PRIORITIZE)(prioritize)
     app.post("/score", **openapi.SCORE)(prioritize)

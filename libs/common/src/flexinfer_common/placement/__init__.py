@@ -6,14 +6,19 @@ framework or a Kubernetes client (an import-linter contract keeps it so): nodes 
 arrive as plain facts (``facts``), benchmark results and tenant usage through small
 interfaces (``tps``, ``tenant``), and the filters and scorers are plugins behind one-method
 interfaces with a name -> factory registry (``plugins``), combined by ``engine.Placement``.
+For requests over many nodes the same plugins decide over node columns (``columns``,
+``columnar``): facts laid out once per node change, filters and scores vectorised.
 """
 
 from flexinfer_common.placement.arch import ArchSupport, VendorArchRule, default_arch_support
+from flexinfer_common.placement.columnar import ColumnOutcome, ColumnPlacement
+from flexinfer_common.placement.columns import NodeColumns
 from flexinfer_common.placement.engine import (
     FilterOutcome,
     Placement,
     default_placement,
     normalise,
+    normalise_columns,
 )
 from flexinfer_common.placement.facts import (
     IgnoreMalformed,
@@ -25,6 +30,8 @@ from flexinfer_common.placement.facts import (
     pod_facts,
 )
 from flexinfer_common.placement.plugins import (
+    ColumnFilter,
+    ColumnScorer,
     Filter,
     PluginDeps,
     PluginRegistry,
@@ -50,12 +57,17 @@ __all__ = [
     "ArchSupport",
     "BenchmarkResults",
     "BenchmarkSource",
+    "ColumnFilter",
+    "ColumnOutcome",
+    "ColumnPlacement",
+    "ColumnScorer",
     "Filter",
     "FilterOutcome",
     "IgnoreMalformed",
     "InMemoryBenchmarks",
     "InMemoryTenantPods",
     "Malformed",
+    "NodeColumns",
     "NodeFacts",
     "Placement",
     "PlacementWeights",
@@ -74,6 +86,7 @@ __all__ = [
     "device_class",
     "node_facts",
     "normalise",
+    "normalise_columns",
     "pod_facts",
     "tenant_share",
 ]

@@ -7,10 +7,16 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from flexinfer_common.placement.columnar import ColumnPlacement
+from flexinfer_common.placement.columns import Floats
 from flexinfer_common.placement.facts import NodeFacts, PodFacts
 from flexinfer_common.placement.plugins import (
     DEFAULT_FILTERS,
     DEFAULT_SCORERS,
+    ColumnFilter,
+    ColumnScorer,
     Filter,
     PluginDeps,
     PluginRegistry,
@@ -37,6 +43,15 @@ class Placement:
     def __init__(self, filters: Sequence[Filter], scorers: Sequence[Scorer]) -> None:
         self._filters = tuple(filters)
         self._scorers = tuple(scorers)
+
+    def columnar(self) -> ColumnPlacement | None:
+        """This profile over node columns, when every plugin has a vectorised form; else None
+        (the caller decides per node)."""
+        filters = [f for f in self._filters if isinstance(f, ColumnFilter)]
+        scorers = [s for s in self._scorers if isinstance(s, ColumnScorer)]
+        if len(filters) < len(self._filters) or len(scorers) < len(self._scorers):
+            return None
+        return ColumnPlacement(filters, scorers)
 
     def filter(self, pod: PodFacts, nodes: Sequence[NodeFacts]) -> FilterOutcome:
         """Run each filter on the nodes the previous ones passed (the seed's order)."""
@@ -87,6 +102,25 @@ def normalise(scores: Sequence[float], top: int = MAX_EXTENDER_PRIORITY) -> list
         return [top] * len(scores)
     scale = top / span
     return [math.floor((s - low) * scale + 0.5) for s in scores]
+
+
+def normalise_columns(scores: Floats, top: int = MAX_EXTENDER_PRIORITY) -> list[int]:
+    """``normalise`` over an array, with the same operations on finite scores.
+
+    Anything else (a NaN, whose min and max depend on the order Python's builtins meet it,
+    or a span so small that the scale overflows) is handed to ``normalise`` itself.
+    """
+    if not len(scores) or not np.isfinite(scores).all():
+        return normalise(scores.tolist(), top)
+    low, high = float(scores.min()), float(scores.max())
+    span = high - low
+    if span <= 0 or not math.isfinite(span):
+        return [top] * len(scores)
+    scale = top / span
+    if not math.isfinite(scale):
+        return normalise(scores.tolist(), top)
+    normalised: list[int] = np.floor((scores - low) * scale + 0.5).astype(np.intp).tolist()
+    return normalised
 
 
 def default_placement(

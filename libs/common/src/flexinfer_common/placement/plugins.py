@@ -6,33 +6,73 @@ than thousands of calls. A filter answers, per node, None (pass) or the reason i
 the node; the reason starts with the seed's failure text (``No vendor label``,
 ``Insufficient VRAM``, ``Unsupported arch``). A scorer answers its signed, weighted term of
 the seed's score; the score is their sum.
+
+A plugin may also offer a vectorised form over ``NodeColumns`` rows (``ColumnFilter``,
+``ColumnScorer``); its per-node form stays the reference, and the two must agree exactly.
+A profile whose plugins all have one decides over columns (``Placement.columnar``). The
+seed's plugins live in ``filters`` and ``scorers``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from flexinfer_common.placement.arch import ArchSupport, default_arch_support
+from flexinfer_common.placement.columns import Floats, NodeColumns, Rows
 from flexinfer_common.placement.facts import NodeFacts, PodFacts
-from flexinfer_common.placement.tenant import TenantShare
-from flexinfer_common.placement.tps import BenchmarkResults
+from flexinfer_common.placement.filters import (
+    INSUFFICIENT_VRAM,
+    NO_VENDOR_LABEL,
+    UNSUPPORTED_ARCH,
+    ArchFilter,
+    FreeVRAMFilter,
+    Rejections,
+    VendorLabelFilter,
+)
+from flexinfer_common.placement.scorers import (
+    KV_PRESSURE_SLOPE,
+    KV_PRESSURE_WATERMARK,
+    CacheUsageScorer,
+    CostScorer,
+    FreeVRAMScorer,
+    KVPressureScorer,
+    ScoreContext,
+    TenantScorer,
+    TPSScorer,
+    UtilScorer,
+)
 from flexinfer_common.placement.weights import PlacementWeights
 
-NO_VENDOR_LABEL = "No vendor label"
-INSUFFICIENT_VRAM = "Insufficient VRAM"
-UNSUPPORTED_ARCH = "Unsupported arch"
-KV_PRESSURE_WATERMARK = 0.85
-KV_PRESSURE_SLOPE = 20.0
-
-
-@dataclass(slots=True)
-class ScoreContext:
-    """What a decision read once for all nodes: benchmark results and the tenant's share."""
-
-    benchmarks: BenchmarkResults = field(default_factory=BenchmarkResults)
-    tenant: TenantShare | None = None
+__all__ = [
+    "DEFAULT_FILTERS",
+    "DEFAULT_SCORERS",
+    "INSUFFICIENT_VRAM",
+    "KV_PRESSURE_SLOPE",
+    "KV_PRESSURE_WATERMARK",
+    "NO_VENDOR_LABEL",
+    "UNSUPPORTED_ARCH",
+    "ArchFilter",
+    "CacheUsageScorer",
+    "ColumnFilter",
+    "ColumnScorer",
+    "CostScorer",
+    "Filter",
+    "FreeVRAMFilter",
+    "FreeVRAMScorer",
+    "KVPressureScorer",
+    "PluginDeps",
+    "PluginRegistry",
+    "Rejections",
+    "ScoreContext",
+    "Scorer",
+    "TPSScorer",
+    "TenantScorer",
+    "UtilScorer",
+    "VendorLabelFilter",
+    "default_registry",
+]
 
 
 class Filter(Protocol):
@@ -49,6 +89,27 @@ class Scorer(Protocol):
         """Per node: this term's signed, weighted contribution."""
 
 
+@runtime_checkable
+class ColumnFilter(Filter, Protocol):
+    """A filter that also decides over node columns, as ``reasons`` would for those nodes.
+
+    Its verdict on a node depends on the pod and that node alone (so a profile may run it
+    on the rows the previous filters passed, in any grouping)."""
+
+    def column_reasons(self, pod: PodFacts, table: NodeColumns, rows: Rows) -> Rejections:
+        """Which of ``rows`` it rejects, and the rejected rows' reasons in row order."""
+
+
+@runtime_checkable
+class ColumnScorer(Scorer, Protocol):
+    """A scorer that also scores node columns: the same floats ``scores`` gives."""
+
+    def column_scores(
+        self, pod: PodFacts, table: NodeColumns, rows: Rows, ctx: ScoreContext
+    ) -> Floats:
+        """Per row: this term's signed, weighted contribution."""
+
+
 @dataclass(frozen=True, slots=True)
 class PluginDeps:
     """What factories may build a plugin from."""
@@ -59,141 +120,6 @@ class PluginDeps:
 
 FilterFactory = Callable[[PluginDeps], Filter]
 ScorerFactory = Callable[[PluginDeps], Scorer]
-
-
-class VendorLabelFilter:
-    """Check 1: the node carries a ``flexinfer.ai/gpu.vendor`` label."""
-
-    def reasons(self, pod: PodFacts, nodes: Sequence[NodeFacts]) -> list[str | None]:
-        """``No vendor label`` for nodes without one."""
-        return [None if node.vendor else NO_VENDOR_LABEL for node in nodes]
-
-
-class FreeVRAMFilter:
-    """Check 2: free VRAM >= the pod's estimate x its GPUs, when both are known."""
-
-    def reasons(self, pod: PodFacts, nodes: Sequence[NodeFacts]) -> list[str | None]:
-        """``Insufficient VRAM: ...`` for nodes with too little free memory."""
-        estimate = pod.vram_estimate_mb
-        if estimate is None:
-            return [None] * len(nodes)
-        # A pod that names an estimate but no GPU resource still needs one GPU's worth.
-        gpus = max(pod.gpu_count, 1)
-        needed = estimate * gpus
-        return [
-            None
-            if node.free_mb is None or node.free_mb >= needed
-            else f"{INSUFFICIENT_VRAM}: {node.free_mb:g} MB free, {needed:g} MB needed "
-            f"({estimate:g} MB x {gpus} GPU{'s' if gpus > 1 else ''})"
-            for node in nodes
-        ]
-
-
-class ArchFilter:
-    """Check 3: the pod's backend runs on the node's GPU architecture, when both are known."""
-
-    def __init__(self, arch: ArchSupport) -> None:
-        self._arch = arch
-
-    def reasons(self, pod: PodFacts, nodes: Sequence[NodeFacts]) -> list[str | None]:
-        """``Unsupported arch: ...`` for nodes whose architecture the backend lacks."""
-        backend = pod.backend
-        if backend is None:
-            return [None] * len(nodes)
-        # A fleet has few distinct (vendor, arch) pairs: decide each once per call.
-        verdicts: dict[tuple[str | None, str | None], str | None] = {}
-        out: list[str | None] = []
-        for node in nodes:
-            pair = (node.vendor, node.arch)
-            if pair not in verdicts:
-                verdicts[pair] = self._verdict(backend, *pair)
-            out.append(verdicts[pair])
-        return out
-
-    def _verdict(self, backend: str, vendor: str | None, arch: str | None) -> str | None:
-        if vendor is None or arch is None or self._arch.supports(backend, vendor, arch):
-            return None
-        return f"{UNSUPPORTED_ARCH}: backend {backend} does not run on {vendor} {arch}"
-
-
-class TPSScorer:
-    """+ tps x SCHED_TPS_WEIGHT."""
-
-    def __init__(self, weight: float) -> None:
-        self._w = weight
-
-    def scores(self, pod: PodFacts, nodes: Sequence[NodeFacts], ctx: ScoreContext) -> list[float]:
-        """Benchmarked tokens/s on each node's device class, weighted."""
-        tps = ctx.benchmarks.tps
-        classes = {node.device_class for node in nodes}
-        by_class = {dc: tps(pod.backend, pod.model, dc) * self._w for dc in classes}
-        return [by_class[node.device_class] for node in nodes]
-
-
-class UtilScorer:
-    """- util x SCHED_UTIL_WEIGHT."""
-
-    def __init__(self, weight: float) -> None:
-        self._w = weight
-
-    def scores(self, pod: PodFacts, nodes: Sequence[NodeFacts], ctx: ScoreContext) -> list[float]:
-        """GPU utilisation (percent), weighted, as a penalty."""
-        return [-node.util * self._w for node in nodes]
-
-
-class CostScorer:
-    """- cost x SCHED_COST_WEIGHT."""
-
-    def __init__(self, weight: float) -> None:
-        self._w = weight
-
-    def scores(self, pod: PodFacts, nodes: Sequence[NodeFacts], ctx: ScoreContext) -> list[float]:
-        """The node's cost, weighted, as a penalty."""
-        return [-node.cost * self._w for node in nodes]
-
-
-class CacheUsageScorer:
-    """- cacheUsage x SCHED_CACHE_WEIGHT."""
-
-    def __init__(self, weight: float) -> None:
-        self._w = weight
-
-    def scores(self, pod: PodFacts, nodes: Sequence[NodeFacts], ctx: ScoreContext) -> list[float]:
-        """KV-cache usage, weighted, as a penalty."""
-        return [-node.cache_usage * self._w for node in nodes]
-
-
-class FreeVRAMScorer:
-    """+ freeRatio x SCHED_VRAM_FREE_WEIGHT."""
-
-    def __init__(self, weight: float) -> None:
-        self._w = weight
-
-    def scores(self, pod: PodFacts, nodes: Sequence[NodeFacts], ctx: ScoreContext) -> list[float]:
-        """The free share of the node's VRAM, weighted."""
-        return [node.free_ratio * self._w for node in nodes]
-
-
-class KVPressureScorer:
-    """- kvPressurePenalty: (cacheUsage - 0.85) x 20 above the 0.85 watermark, else 0."""
-
-    def scores(self, pod: PodFacts, nodes: Sequence[NodeFacts], ctx: ScoreContext) -> list[float]:
-        """The penalty, negated."""
-        return [
-            -(node.cache_usage - KV_PRESSURE_WATERMARK) * KV_PRESSURE_SLOPE
-            if node.cache_usage > KV_PRESSURE_WATERMARK
-            else 0.0
-            for node in nodes
-        ]
-
-
-class TenantScorer:
-    """+ tenantAdjustment (the same for every node; 0 when fair share is off)."""
-
-    def scores(self, pod: PodFacts, nodes: Sequence[NodeFacts], ctx: ScoreContext) -> list[float]:
-        """The tenant's adjustment for each node."""
-        adjustment = ctx.tenant.adjustment if ctx.tenant is not None else 0.0
-        return [adjustment] * len(nodes)
 
 
 class PluginRegistry:

@@ -44,7 +44,9 @@ class BenchmarkResults:
     deployment_tps: float | None = None
     sink: Malformed = field(default_factory=IgnoreMalformed)
     _memo: dict[str, float] = field(default_factory=dict)
-    """Per decision only (this object lives for one request): nodes share device classes."""
+    """Device class -> TPS, for as long as this object lives: one decision, or (the
+    scheduler's ConfigMap informer) until a benchmark ConfigMap changes. Keyed by the device
+    class alone, so one object serves one (backend, model, deployment)."""
 
     def tps(self, backend: str | None, model: str | None, device_class: str) -> float:
         """Tokens/s of ``model`` on ``backend`` on this device class; 0.0 when unknown."""

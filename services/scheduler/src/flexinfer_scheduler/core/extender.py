@@ -1,8 +1,16 @@
-"""The extender's two verbs over the placement core: filter and prioritize."""
+"""The extender's two verbs over the placement core: filter and prioritize.
+
+Node names (kube-scheduler's ``nodeCacheCapable`` mode, the usual case) are decided over
+the node cache's columns by the profile's vectorised plugins, and the answer is written
+from each node's pre-encoded JSON name. Node objects, and a profile with a plugin that has
+no vectorised form, take the per-node reference path; both give the same answers.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from flexinfer_common.placement import (
@@ -11,21 +19,28 @@ from flexinfer_common.placement import (
     NodeFacts,
     Placement,
     PlacementWeights,
+    PodFacts,
     ScoreContext,
     TenantPods,
     TenantShare,
     normalise,
+    normalise_columns,
     tenant_share,
 )
 from flexinfer_scheduler.core.nodes import NodeLookup
 from flexinfer_scheduler.core.parsed import ParsedNodes
-from flexinfer_scheduler.core.protocol import ExtenderRequest
+from flexinfer_scheduler.core.protocol import (
+    ExtenderRequest,
+    filter_result,
+    host_priority_list,
+    host_priority_list_json,
+)
 
 UNKNOWN_NODE = "Unknown node: not in the extender's node cache"
 
 
 class Extender:
-    """Answers ExtenderArgs with ExtenderFilterResult and HostPriorityList bodies."""
+    """Answers ExtenderArgs with ExtenderFilterResult and HostPriorityList bodies (JSON)."""
 
     def __init__(
         self,
@@ -38,6 +53,7 @@ class Extender:
         on_tenant: Callable[[str, TenantShare], None] = lambda namespace, share: None,
     ) -> None:
         self._placement = placement
+        self._columnar = placement.columnar()
         self._nodes = nodes
         self._benchmarks = benchmarks
         self._tenants = tenants
@@ -60,18 +76,27 @@ class Extender:
         """The known nodes' facts (objects win over names) and the names not in the cache."""
         if request.node_meta is not None:
             return self._parsed.facts(request.node_meta), []
-        return self._nodes.split(request.node_names or [])
+        table = self._nodes.columns
+        rows, unknown = table.rows(request.node_names or [])
+        return table.facts_of(rows), unknown
 
-    def filter(self, request: ExtenderRequest) -> dict[str, Any]:
+    def filter(self, request: ExtenderRequest) -> bytes:
         """An ExtenderFilterResult: the passing nodes and each failed node's reason."""
+        if request.node_meta is None and self._columnar is not None:
+            table = self._nodes.columns
+            rows, unknown = table.rows(request.node_names or [])
+            columns = self._columnar.filter(request.pod, table, rows)
+            failed = columns.failed
+            for name in unknown:
+                failed[name] = UNKNOWN_NODE
+            return filter_result(table.name_json[columns.passed].tolist(), failed)
         facts, unknown = self._facts(request)
         outcome = self._placement.filter(request.pod, facts)
-        failed = outcome.failed
         for name in unknown:
-            failed[name] = UNKNOWN_NODE
+            outcome.failed[name] = UNKNOWN_NODE
         result: dict[str, Any] = {
             "nodenames": [node.name for node in outcome.passed],
-            "failedNodes": failed,
+            "failedNodes": outcome.failed,
             "failedAndUnresolvableNodes": {},
         }
         if request.nodes is not None:
@@ -83,16 +108,30 @@ class Extender:
                     if node.name in passed
                 ]
             }
-        return result
+        return json.dumps(result, separators=(",", ":")).encode()
 
-    async def prioritize(self, request: ExtenderRequest) -> tuple[list[str], list[int]]:
-        """A HostPriorityList as (hosts, scores): every node's score on 0..10 (unknown 0)."""
+    async def prioritize(self, request: ExtenderRequest) -> bytes:
+        """A HostPriorityList: every node's score on 0..10 (unknown nodes 0)."""
+        # Everything awaited comes first: the rows read below are decided without a pause.
+        ctx = await self._context(request.pod)
+        if request.node_meta is None and self._columnar is not None:
+            table = self._nodes.columns
+            rows, unknown = table.rows(request.node_names or [])
+            scores = normalise_columns(self._columnar.score(request.pod, table, rows, ctx))
+            hosts = table.name_json[rows].tolist()
+            if unknown:
+                hosts += map(encode_basestring_ascii, unknown)
+                scores += [0] * len(unknown)
+            return host_priority_list_json(hosts, scores)
         facts, unknown = self._facts(request)
-        ctx = ScoreContext(await self._benchmarks.results(request.pod, self._sink))
-        if self._weights.tenant_fairshare_enabled:
-            others = await self._tenants.pods(request.pod.namespace)
-            ctx.tenant = tenant_share(request.pod, others, self._weights)
-            if ctx.tenant is not None:
-                self._on_tenant(request.pod.namespace, ctx.tenant)
         scores = normalise(self._placement.score(request.pod, facts, ctx))
-        return [n.name for n in facts] + unknown, scores + [0] * len(unknown)
+        return host_priority_list([n.name for n in facts] + unknown, scores + [0] * len(unknown))
+
+    async def _context(self, pod: PodFacts) -> ScoreContext:
+        ctx = ScoreContext(await self._benchmarks.results(pod, self._sink))
+        if self._weights.tenant_fairshare_enabled:
+            others = await self._tenants.pods(pod.namespace)
+            ctx.tenant = tenant_share(pod, others, self._weights)
+            if ctx.tenant is not None:
+                self._on_tenant(pod.namespace, ctx.tenant)
+        return ctx

@@ -1,0 +1,60 @@
+"""A placement decision over node columns: ``engine.Placement``'s filter and score, vectorised.
+
+Built by ``Placement.columnar`` from a profile whose plugins all have vectorised forms. It
+gives exactly what the per-node ``Placement`` gives for the same nodes in the same order:
+the same passing nodes, the same first-failing reason per rejected node (in the same
+insertion order), the same raw scores to the bit and the same 0..10 scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from flexinfer_common.placement.columns import Floats, NodeColumns, Rows
+from flexinfer_common.placement.facts import PodFacts
+from flexinfer_common.placement.plugins import ColumnFilter, ColumnScorer, ScoreContext
+
+
+@dataclass(slots=True)
+class ColumnOutcome:
+    """The rows that passed every filter (in order), and each rejected node's first reason."""
+
+    passed: Rows
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+class ColumnPlacement:
+    """The filters and scorers of one profile, over ``NodeColumns`` rows."""
+
+    def __init__(self, filters: Sequence[ColumnFilter], scorers: Sequence[ColumnScorer]) -> None:
+        self._filters = tuple(filters)
+        self._scorers = tuple(scorers)
+
+    def filter(self, pod: PodFacts, table: NodeColumns, rows: Rows) -> ColumnOutcome:
+        """Run each filter on the rows the previous ones passed (the seed's order)."""
+        outcome = ColumnOutcome(passed=rows)
+        for check in self._filters:
+            if not len(outcome.passed):
+                break
+            rejected, reasons = check.column_reasons(pod, table, outcome.passed)
+            if reasons:
+                names = table.name[outcome.passed[rejected]].tolist()
+                outcome.failed.update(zip(names, reasons, strict=True))
+                outcome.passed = outcome.passed[~rejected]
+        return outcome
+
+    def score(self, pod: PodFacts, table: NodeColumns, rows: Rows, ctx: ScoreContext) -> Floats:
+        """Each row's raw score: the sum of every scorer's term, added in the scorers' order."""
+        totals = np.zeros(len(rows))
+        # Huge annotation values may overflow to inf, as the per-node sums do: not an error.
+        with np.errstate(all="ignore"):
+            for scorer in self._scorers:
+                terms = scorer.column_scores(pod, table, rows, ctx)
+                if terms.shape != totals.shape:
+                    name = type(scorer).__name__
+                    raise ValueError(f"{name} scored {len(terms)} of {len(totals)}")
+                totals = totals + terms
+        return totals
