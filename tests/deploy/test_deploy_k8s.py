@@ -11,7 +11,6 @@ are checked instead.
 from __future__ import annotations
 
 import functools
-
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +78,9 @@ def test_the_topology_is_complete(rendered: list[Obj]) -> None:
     assert names <= set(by_kind(rendered, "Service"))
     assert set(by_kind(rendered, "DaemonSet")) == {"flexinfer-agent"}
     assert names <= set(by_kind(rendered, "PodDisruptionBudget"))
-    crds = {o["spec"]["names"]["kind"] for o in by_kind(rendered, "CustomResourceDefinition").values()}
+    crds = {
+        o["spec"]["names"]["kind"] for o in by_kind(rendered, "CustomResourceDefinition").values()
+    }
     assert {"Model", "LoRAAdapter", "ModelCatalog", "GPUGroup"} <= crds
     assert {"flexinfer-config", "flexinfer-kube-scheduler-config"} <= set(
         by_kind(rendered, "ConfigMap")
@@ -100,7 +101,8 @@ def test_containers_are_bounded_probed_and_locked_down(rendered: list[Obj]) -> N
         for container in pod["containers"]:
             assert {"cpu", "memory"} <= set(container["resources"]["requests"]), name
             assert "memory" in container["resources"]["limits"], name
-            assert container["livenessProbe"] and container["readinessProbe"], name
+            assert container["livenessProbe"], name
+            assert container["readinessProbe"], name
             context = container["securityContext"]
             assert context["allowPrivilegeEscalation"] is False, name
             assert context["readOnlyRootFilesystem"] is True, name
@@ -113,13 +115,17 @@ def test_services_and_budgets_select_their_pods(rendered: list[Obj]) -> None:
 
     def matching(selector: Obj) -> list[str]:
         return [
-            n for n, w in pods.items() if selects(selector, w["spec"]["template"]["metadata"]["labels"])
+            n
+            for n, w in pods.items()
+            if selects(selector, w["spec"]["template"]["metadata"]["labels"])
         ]
 
     for service in by_kind(rendered, "Service").values():
         (target,) = matching({"matchLabels": service["spec"]["selector"]})
         container_ports = {
-            p["name"] for c in pods[target]["spec"]["template"]["spec"]["containers"] for p in c["ports"]
+            p["name"]
+            for c in pods[target]["spec"]["template"]["spec"]["containers"]
+            for p in c["ports"]
         }
         assert {p["targetPort"] for p in service["spec"]["ports"]} <= container_ports
     for name, pdb in by_kind(rendered, "PodDisruptionBudget").items():
@@ -137,7 +143,8 @@ def test_each_service_account_has_only_its_own_role(rendered: list[Obj]) -> None
     for binding in bindings:
         role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
         for subject in binding["subjects"]:
-            assert subject["kind"] == "ServiceAccount" and subject["namespace"] == "flexinfer"
+            assert subject["kind"] == "ServiceAccount"
+            assert subject["namespace"] == "flexinfer"
             bound.setdefault(subject["name"], []).append(role["metadata"]["name"])
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs"):
@@ -162,7 +169,10 @@ def test_dev_brings_the_backing_services_the_config_points_at() -> None:
     objects = render(K8S / "overlays/dev")
     data = by_kind(objects, "ConfigMap")["flexinfer-config"]["data"]
     services = by_kind(objects, "Service")
-    for url, name in ((data["FLEXINFER_BUS_URL"], "redis"), (data["FLEXINFER_STORE_URL"], "postgres")):
+    for url, name in (
+        (data["FLEXINFER_BUS_URL"], "redis"),
+        (data["FLEXINFER_STORE_URL"], "postgres"),
+    ):
         port = services[name]["spec"]["ports"][0]["port"]
         assert f"@{name}:{port}/" in url or f"//{name}:{port}/" in url
     assert data["FLEXINFER_LOG_JSON_FORMAT"] == "false"
@@ -180,7 +190,10 @@ def test_prod_reads_the_store_url_from_a_secret_only() -> None:
     proxy = by_kind(objects, "Deployment")["flexinfer-proxy"]
     assert proxy["spec"]["replicas"] >= 3
     spread = proxy["spec"]["template"]["spec"]["topologySpreadConstraints"]
-    assert {c["topologyKey"] for c in spread} == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+    assert {c["topologyKey"] for c in spread} == {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    }
 
 
 def test_monitors_scrape_named_ports_that_exist(tmp_path: Path) -> None:
@@ -191,20 +204,26 @@ def test_monitors_scrape_named_ports_that_exist(tmp_path: Path) -> None:
     assert set(monitors) == {f"flexinfer-{c}" for c in COMPONENTS}
     for monitor in monitors.values():
         (service,) = [
-            s for s in services.values() if selects(monitor["spec"]["selector"], s["metadata"]["labels"])
+            s
+            for s in services.values()
+            if selects(monitor["spec"]["selector"], s["metadata"]["labels"])
         ]
         ports = {p["name"] for p in service["spec"]["ports"]}
         assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports
     pod_monitors = by_kind(objects, "PodMonitor")
     agent = pod_monitors["flexinfer-agent"]
-    (agent_pod,) = [t for t in pods.values() if selects(agent["spec"]["selector"], t["metadata"]["labels"])]
+    (agent_pod,) = [
+        t for t in pods.values() if selects(agent["spec"]["selector"], t["metadata"]["labels"])
+    ]
     agent_ports = {p["name"] for c in agent_pod["spec"]["containers"] for p in c["ports"]}
     assert {e["port"] for e in agent["spec"]["podMetricsEndpoints"]} <= agent_ports
     # Engine pods are the controller's: the port name is the one its renderer gives them.
     engines = pod_monitors["flexinfer-engines"]
     assert selects(engines["spec"]["selector"], {"flexinfer.ai/model": "tiny"})
     assert [e["port"] for e in engines["spec"]["podMetricsEndpoints"]] == [PORT_NAME]
-    assert not any(selects(engines["spec"]["selector"], t["metadata"]["labels"]) for t in pods.values())
+    assert not any(
+        selects(engines["spec"]["selector"], t["metadata"]["labels"]) for t in pods.values()
+    )
 
 
 # ---------------------------------------------------------------------------- examples
