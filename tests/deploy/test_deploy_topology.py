@@ -130,3 +130,25 @@ def test_the_admin_apis_need_the_token_from_env(topology: ComposeProcesses) -> N
     response = httpx.get(models, headers={"Authorization": f"Bearer {token}"}, timeout=10)
     assert response.status_code == 200
     assert "tiny" in response.text  # applied by the model-pool one-shot
+
+
+def test_prometheus_finds_the_engines_through_the_controller(topology: ComposeProcesses) -> None:
+    proxy = _url(topology, "controller", 8080)
+    with openai.OpenAI(base_url=f"{proxy}/v1", api_key="unused", max_retries=0, timeout=120) as sdk:
+        sdk.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+        )
+    # deploy/prometheus/prometheus.yml's engines job, from compose's Prometheus, which is on
+    # the controller's network: the URL is the same here.
+    url = f"{_url(topology, 'controller', 8090)}/v1/sd/engines"
+    token = {"Authorization": f"Bearer {topology.secrets['FLEXINFER_ADMIN_TOKEN']}"}
+    if httpx.get(url, headers=token, timeout=10).status_code == 404:
+        pytest.skip("this controller has no /v1/sd/engines yet (docs/observability.md)")
+    sd = httpx.get(url, timeout=10)  # compose's Prometheus sends no token
+    assert sd.status_code == 200, sd.text
+    (group,) = sd.json()
+    assert group["labels"]["model"].endswith("tiny")
+    (target,) = group["targets"]
+    metrics = httpx.get(f"http://{target}{group['labels']['__metrics_path__']}", timeout=10)
+    assert metrics.status_code == 200
+    assert "# TYPE" in metrics.text
