@@ -140,8 +140,11 @@ def test_volumes_and_network_namespaces_resolve() -> None:
             else:
                 assert source in compose["volumes"], f"{name}: volume {source} undeclared"
             mounts.setdefault(source, {})[name] = mode_[0] if mode_ else "rw"
-    # The model cache: written once by the generator, read by whoever loads weights.
+    # The model cache: written once by the generator, read by whoever loads weights, and
+    # mounted first by the generator (a fresh volume takes the first mount point's owner).
     assert mounts["model-cache"] == {"models": "rw", "controller": "ro", "registry": "ro"}
+    for reader in ("controller", "registry"):
+        assert "models" in services[reader]["depends_on"], f"{reader} may mount it first"
     published = [p.split(":")[0] for s in services.values() for p in s.get("ports", [])]
     assert len(published) == len(set(published)), f"published ports collide: {published}"
 
