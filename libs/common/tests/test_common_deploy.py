@@ -1,4 +1,7 @@
-"""Deployment files: k8s manifests, compose.yaml, Dockerfiles, Prometheus/Grafana, Taskfile.
+"""Deployment files: k8s manifests (k8s/base) and the Taskfile.
+
+compose.yaml, the Dockerfiles, Prometheus and Grafana are checked in tests/deploy, which
+also renders every k8s overlay.
 
 There is no Docker engine or kube-apiserver here, so these are schema checks (the official
 Kubernetes schemas from kubernetes-validate, the compose-spec and Taskfile schemas vendored
@@ -9,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import shutil
 import subprocess
 from importlib import resources
@@ -25,7 +27,11 @@ from flexinfer_common.crd import render_crds
 from flexinfer_testing.repo import repo_root
 
 ROOT = repo_root()
-K8S_FILES = sorted((ROOT / "k8s").rglob("*.yaml"))
+# Overlays hold partial objects (strategic-merge patches): tests/deploy/test_deploy_k8s.py
+# validates what they render to.
+K8S_FILES = sorted(
+    p for p in (ROOT / "k8s").rglob("*.yaml") if "overlays" not in p.relative_to(ROOT).parts
+)
 SERVICE_PORTS = {
     "proxy": [8080],
     "controller": [8090],
@@ -33,9 +39,6 @@ SERVICE_PORTS = {
     "registry": [8011, 8001],
     "agent": [9100],
     "engine": [8000],
-}
-DOCKERFILES = {svc: ROOT / "services" / svc / "Dockerfile" for svc in SERVICE_PORTS} | {
-    "cli": ROOT / "cli" / "Dockerfile"
 }
 # Custom kinds have no schema in kubernetes-validate; test_common_crd validates them.
 CUSTOM_KINDS = {
@@ -46,6 +49,10 @@ CUSTOM_KINDS = {
     "ModelCache",
     "GPUGroup",
     "Kustomization",
+    "Component",
+    # The Prometheus Operator's (k8s/components/servicemonitors): tests/deploy checks them.
+    "ServiceMonitor",
+    "PodMonitor",
 }
 
 
@@ -99,7 +106,7 @@ def test_k8s_yaml_is_valid(path: Path) -> None:
         assert doc.get("kind"), f"{path}: kind missing"
         # Tool configurations, not API objects (no metadata); the scheduler's own test checks
         # the KubeSchedulerConfiguration's field names.
-        if doc["kind"] in ("Kustomization", "KubeSchedulerConfiguration"):
+        if doc["kind"] in ("Kustomization", "Component", "KubeSchedulerConfiguration"):
             continue
         assert doc.get("metadata", {}).get("name"), f"{path}: metadata.name missing"
         if doc["kind"] not in CUSTOM_KINDS:
@@ -220,153 +227,6 @@ def test_controller_role_covers_what_it_reconciles() -> None:
         if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"] == "flexinfer-controller"
     ]
     assert binding["subjects"][0]["name"] == "flexinfer-controller"
-
-
-# ---------------------------------------------------------------------------- compose
-
-
-def _compose() -> dict[str, Any]:
-    compose: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text())
-    return compose
-
-
-STANDARD_ENV = ("FLEXINFER_", "POSTGRES_", "GF_")
-
-
-def test_compose_matches_the_compose_spec() -> None:
-    schema = _vendored_schema("compose-spec.json")
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    validator.validate(_compose())
-    with pytest.raises(jsonschema.ValidationError):
-        validator.validate({"services": {"x": {"image": "i", "ports": {"bad": 1}}}})
-
-
-def test_compose_services_are_the_topology() -> None:
-    services = _compose()["services"]
-    assert set(services) == {
-        "redis",
-        "postgres",
-        "proxy",
-        "controller",
-        "scheduler",
-        "registry",
-        "agent",
-        "prometheus",
-        "grafana",
-    }
-
-
-def test_compose_cross_references() -> None:
-    compose = _compose()
-    services: dict[str, Any] = compose["services"]
-    host_ports: list[str] = []
-    for name, svc in services.items():
-        assert ("image" in svc) != ("build" in svc), f"{name}: needs exactly one of image/build"
-        if "image" in svc:
-            assert re.search(r":[vV]?\d+(\.\d+)+", svc["image"]), f"{name}: pin the image tag"
-        if "build" in svc:
-            context = ROOT / svc["build"]["context"]
-            assert context.resolve() == ROOT, f"{name}: build context must be the repo root"
-            assert (context / svc["build"]["dockerfile"]).is_file(), name
-        depends = svc.get("depends_on", [])
-        for dep in depends:
-            assert dep in services, f"{name} depends on unknown {dep}"
-        mode = svc.get("network_mode", "")
-        if mode.startswith("service:"):
-            assert mode.removeprefix("service:") in services
-        host_ports += [p.split(":")[0] for p in svc.get("ports", [])]
-        for key in svc.get("environment", {}):
-            assert key.startswith(STANDARD_ENV), f"{name}: unexpected env {key}"
-        for volume in svc.get("volumes", []):
-            source = volume.split(":")[0]
-            if source.startswith("."):
-                assert (ROOT / source).exists(), f"{name}: {source} is missing"
-            else:
-                assert source in compose["volumes"], f"{name}: volume {source} undeclared"
-    assert len(host_ports) == len(set(host_ports)), f"published ports collide: {host_ports}"
-
-
-def test_compose_services_use_the_shared_backing_services() -> None:
-    services = _compose()["services"]
-    for name in ("proxy", "controller", "scheduler", "registry", "agent"):
-        env = services[name]["environment"]
-        assert env["FLEXINFER_BUS_URL"] == "redis://redis:6379/0", name
-        assert env["FLEXINFER_STORE_URL"].startswith("postgresql+psycopg://postgres@postgres")
-
-
-def test_prometheus_scrapes_every_service() -> None:
-    config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
-    services = _compose()["services"]
-    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    assert set(jobs) == {"proxy", "controller", "scheduler", "registry", "agent"}
-    for job in jobs.values():
-        for target in job["static_configs"][0]["targets"]:
-            host, port = target.rsplit(":", 1)
-            assert host in services
-            assert int(port) in SERVICE_PORTS[job["job_name"]]
-
-
-def test_grafana_is_provisioned_with_the_dashboard() -> None:
-    datasource = yaml.safe_load(
-        (ROOT / "deploy/grafana/provisioning/datasources/prometheus.yaml").read_text()
-    )
-    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
-    dashboard = json.loads((ROOT / "deploy/grafana/dashboards/flexinfer-overview.json").read_text())
-    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
-    for metric in (
-        "flexinfer_proxy_requests_total",
-        "flexinfer_proxy_active_connections",
-        "flexinfer_proxy_cold_starts_total",
-    ):
-        assert metric in exprs
-    ids = [p["id"] for p in dashboard["panels"]]
-    assert len(ids) == len(set(ids))
-
-
-# ---------------------------------------------------------------------------- Dockerfiles
-
-
-def _instructions(path: Path) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
-    text = re.sub(r"\\\n", " ", path.read_text(encoding="utf-8"))
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.append((word.upper(), rest.strip()))
-    return out
-
-
-@pytest.mark.parametrize("svc", sorted(DOCKERFILES))
-def test_dockerfile(svc: str) -> None:
-    path = DOCKERFILES[svc]
-    assert path.is_file(), f"{path} is missing"
-    steps = _instructions(path)
-    assert steps[0][0] == "FROM"
-    assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", steps[0][1]), "pin the base image"
-    by_word: dict[str, list[str]] = {}
-    for word, args in steps:
-        by_word.setdefault(word, []).append(args)
-    for args in by_word["COPY"]:
-        source = shlex.split(args)[0]
-        assert (ROOT / source).exists(), f"{path}: COPY {source} does not exist"
-    assert by_word["USER"][-1].split(":")[0] not in ("0", "root")
-    assert "HEALTHCHECK" in by_word
-    module = "flexinfer_cli" if svc == "cli" else f"flexinfer_{svc}"
-    cmd = json.loads(by_word["CMD"][-1])
-    assert cmd[:3] == ["python", "-m", module]
-    exposed = [int(p) for args in by_word["EXPOSE"] for p in args.split()]
-    assert exposed == ([8080] if svc == "cli" else SERVICE_PORTS[svc])
-    wants_torch = svc in ("engine", "cli")
-    runs = " ".join(by_word["RUN"])
-    assert ("download.pytorch.org/whl/cpu" in runs) == wants_torch
-
-
-def test_dockerignore_keeps_the_venv_out() -> None:
-    ignored = (ROOT / ".dockerignore").read_text().split()
-    assert ".venv" in ignored
-    assert ".git" in ignored
 
 
 # ---------------------------------------------------------------------------- Taskfile

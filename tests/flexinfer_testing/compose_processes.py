@@ -1,0 +1,197 @@
+"""compose.yaml's FlexInfer services as local processes: the same commands, environment,
+start order and healthchecks, without a Docker engine.
+
+The translation is mechanical, so that compose.yaml is what is tested: ``host:port`` of a
+compose service becomes ``127.0.0.1:<a free port>``, listen hosts become loopback, a named
+volume's mount path becomes a directory of the test's own, ``${VAR}`` becomes the test's
+secret, and the bus and store URLs point at the test's Redis prefix and PostgreSQL database.
+Images are not built: each service runs the ``CMD`` of its Dockerfile (its compose
+``command`` where it has one) with this interpreter, where ``pip install`` put the same
+packages.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flexinfer_testing.dockerfiles import stage_instructions
+from flexinfer_testing.ports import free_port
+from flexinfer_testing.repo import repo_root
+from flexinfer_testing.stack import stop_process
+
+ROOT = repo_root()
+EXTERNAL = {"redis", "postgres", "prometheus", "grafana"}
+"""Not FlexInfer processes: the machine's Redis and PostgreSQL stand in for the first two."""
+INTERPOLATION = re.compile(r"\$\{(\w+)(?::?[?-][^}]*)?\}")
+
+
+def load_compose() -> dict[str, Any]:
+    """compose.yaml, parsed (YAML merge keys resolved)."""
+    compose: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
+    return compose
+
+
+def start_order(services: dict[str, Any]) -> list[str]:
+    """The FlexInfer services in an order that honours every depends_on."""
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in order or name in EXTERNAL:
+            return
+        for dep in services[name].get("depends_on", {}):
+            visit(dep)
+        order.append(name)
+
+    for name in services:
+        visit(name)
+    return order
+
+
+def image_command(svc: dict[str, Any]) -> list[str]:
+    """The service's compose ``command``, else its Dockerfile's CMD (of the built target)."""
+    if "command" in svc:
+        return list(svc["command"])
+    cmds: dict[str | None, list[str]] = {}
+    for name, steps in stage_instructions(ROOT / svc["build"]["dockerfile"]):
+        cmd = cmds.get(steps[0][1].split()[0], [])  # a stage inherits its parent's CMD
+        for word, args in steps:
+            if word == "CMD":
+                cmd = yaml.safe_load(args)
+        cmds[name] = cmd
+    return cmds[svc["build"].get("target")] if "target" in svc["build"] else cmd
+
+
+def swap_path(text: str, target: str, local: Path) -> str:
+    """``target`` (a container path) as ``local`` wherever it starts a path in ``text``,
+    a ``file://`` URL's included."""
+    return re.sub(rf"(?:(?<=://)|(?<![\w/.])){re.escape(target)}(?=/|$|\s)", str(local), text)
+
+
+@dataclass
+class ComposeProcesses:
+    """The translation context and the processes started under it."""
+
+    root: Path
+    secrets: dict[str, str]
+    overrides: dict[str, str]
+    compose: dict[str, Any] = field(default_factory=load_compose)
+    ports: dict[tuple[str, int], int] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def port(self, service: str, port: int) -> int:
+        """The local port standing for ``service:port``."""
+        return self.ports.setdefault((service, port), free_port())
+
+    def _owner(self, service: str) -> str:
+        """Whose network ``service`` is on (network_mode: service:X shares X's ports)."""
+        mode: str = self.compose["services"][service].get("network_mode", "")
+        return mode.removeprefix("service:") or service
+
+    def _paths(self, service: str) -> dict[str, Path]:
+        """Mount path -> local directory: named volumes under the test's directory, bind
+        mounts as translated copies (their files name container paths too)."""
+        mounts = {}
+        for volume in self.compose["services"][service].get("volumes", []):
+            source, target = volume.split(":")[:2]
+            mounts[target] = self._bind(source) if source.startswith(".") else self.root / source
+        return mounts
+
+    def _bind(self, source: str) -> Path:
+        copy = self.root / "binds" / source.removeprefix("./").replace("/", "_")
+        if not copy.exists():
+            copy.mkdir(parents=True)
+            named = {
+                target: self.root / src
+                for svc in self.compose["services"].values()
+                for src, target in (v.split(":")[:2] for v in svc.get("volumes", []))
+                if not src.startswith(".")
+            }
+            for path in (ROOT / source).iterdir():
+                text = path.read_text(encoding="utf-8")
+                for target, local in named.items():
+                    text = swap_path(text, target, local)
+                (copy / path.name).write_text(text, encoding="utf-8")
+        return copy
+
+    def translate(self, service: str, value: str) -> str:
+        """One string of compose.yaml as the local process sees it."""
+        value = INTERPOLATION.sub(lambda m: self.secrets[m.group(1)], value)
+        names = "|".join(re.escape(n) for n in self.compose["services"])
+
+        def address(m: re.Match[str]) -> str:
+            return f"127.0.0.1:{self.port(self._owner(m.group(1)), int(m.group(2)))}"
+
+        value = re.sub(rf"\b({names}):(\d+)\b", address, value)
+        for target, local in sorted(self._paths(service).items(), key=lambda kv: -len(kv[0])):
+            value = swap_path(value, target, local)
+        return value
+
+    def environment(self, service: str) -> dict[str, str]:
+        """The service's compose environment, translated, with the test's overrides."""
+        env: dict[str, str] = {}
+        for key, raw in self.compose["services"][service].get("environment", {}).items():
+            value = self.translate(service, str(raw))
+            if key.endswith("_HOST"):
+                value = "127.0.0.1"
+            elif key.endswith("_PORT"):
+                value = str(self.port(self._owner(service), int(value)))
+            env[key] = value
+        return env | self.overrides
+
+    def command(self, service: str) -> list[str]:
+        """The service's command, translated, run by this interpreter."""
+        cmd = [
+            self.translate(service, part)
+            for part in image_command(self.compose["services"][service])
+        ]
+        return [sys.executable, *cmd[1:]] if cmd[0] == "python" else cmd
+
+    def start(self, service: str, base_env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """Start one service with its log in the test's directory."""
+        for local in self._paths(service).values():
+            local.mkdir(parents=True, exist_ok=True)
+        log = (self.root / f"{service}.log").open("ab")
+        proc = subprocess.Popen(
+            self.command(service), env={**base_env, **self.environment(service)},
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        log.close()
+        self.procs[service] = proc
+        return proc
+
+    def wait_healthy(self, service: str, timeout: float) -> None:
+        """Run the service's compose healthcheck (translated) until it passes."""
+        test = self.compose["services"][service]["healthcheck"]["test"]
+        assert test[0] == "CMD", f"{service}: only exec-form healthchecks translate"
+        # The container's own loopback port: the port that stands for it here.
+        check = [
+            re.sub(r"127\.0\.0\.1:(\d+)", lambda m: self._local(service, m), t) for t in test[1:]
+        ]
+        check = [sys.executable, *check[1:]] if check[0] == "python" else check
+        deadline = time.monotonic() + timeout
+        while subprocess.run(check, capture_output=True, check=False).returncode != 0:
+            proc = self.procs[service]
+            assert proc.poll() is None, f"{service} exited {proc.returncode}: {self.log(service)}"
+            assert time.monotonic() < deadline, f"{service} unhealthy: {shlex.join(check)}"
+            time.sleep(0.2)
+
+    def _local(self, service: str, m: re.Match[str]) -> str:
+        return f"127.0.0.1:{self.port(self._owner(service), int(m.group(1)))}"
+
+    def log(self, service: str) -> str:
+        """The tail of a service's output."""
+        return (self.root / f"{service}.log").read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        """Stop every process, last started first."""
+        for proc in reversed(list(self.procs.values())):
+            stop_process(proc)
