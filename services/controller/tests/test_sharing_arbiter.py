@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from flexinfer_common.api import Model
+from flexinfer_common.api.operations import UNLOADED_AT_ANNOTATION
 from flexinfer_common.api.status import GPUStatus, SharedGroupStatus
 from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
 from flexinfer_controller.core.sharing import EngineChange, EngineKind, Hold
@@ -377,6 +378,26 @@ async def test_a_restarted_arbiter_keeps_the_holder_its_predecessor_wrote_in_sta
     assert (await arbiter.arbitrate(a, GPU, 1)).replicas == 1
     assert arbiter.holders("g") == ["d/a"]
     assert arbiter.swaps == deque()
+
+
+async def test_an_unload_drops_the_demand_reported_before_it(
+    parts: tuple[ManualClock, list[str]],
+) -> None:
+    clock, requeued = parts
+    a = model("a", 5)
+
+    async def members(group: str) -> list[Model]:
+        return [a]
+
+    book = DemandBook(clock)
+    arbiter = SharedArbiter(clock=clock, demand=book, members=members, requeue=requeued.append)
+    book.queued("d/a", 1, "p")  # the cold start's queue report, still within its window
+    assert (await arbiter.arbitrate(a, GPU, 1)).replicas == 1
+    a.metadata.annotations[UNLOADED_AT_ANNOTATION] = "2026-01-02T03:04:05Z"
+    assert (await arbiter.arbitrate(a, GPU, 0)).replicas == 0  # the report kept it before
+    assert arbiter.holders("g") == []
+    book.queued("d/a", 1, "p")  # a request after the unload brings it back
+    assert (await arbiter.arbitrate(a, GPU, 0)).replicas == 1
 
 
 async def test_a_sleep_swap_times_the_sleep_and_the_wake_instead_of_stop_and_start(

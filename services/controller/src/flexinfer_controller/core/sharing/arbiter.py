@@ -32,7 +32,7 @@ from datetime import datetime
 
 from flexinfer_common.api import Model
 from flexinfer_common.api.meta import utcnow
-from flexinfer_common.api.operations import is_pinned
+from flexinfer_common.api.operations import UNLOADED_AT_ANNOTATION, is_pinned
 from flexinfer_common.api.status import GPUStatus
 from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
 from flexinfer_controller.core.sharing.answer import Asked, answer
@@ -101,6 +101,8 @@ class SharedArbiter:
         self._preempted_at: dict[str, datetime] = {}
         """When each preempted member was evicted, on the wall clock (status.sharedGroup)."""
         self._failed: dict[str, tuple[int, float]] = {}
+        self._unloads: dict[str, str] = {}
+        """The last unload stamp seen per member (its demand was dropped then)."""
         """Members whose engine crashed: the generation, and the end of its backoff."""
 
     async def arbitrate(self, model: Model, placement: GPUStatus, desired: int) -> Sharing:
@@ -151,6 +153,7 @@ class SharedArbiter:
             self._poke({*state.residents, *state.waiting, *group.seen}, key)
         self._leave_others(key, None)
         self.demand.forget(key)
+        self._unloads.pop(key, None)
         self._failed.pop(key, None)
         self._preempted_at.pop(key, None)
         if self._metrics is not None:
@@ -244,6 +247,7 @@ class SharedArbiter:
         gpu = model.spec.gpu_or_default
         seen = group.seen.get(key)
         cooldown = gpu.swap_cooldown.total_seconds() if gpu.swap_cooldown is not None else None
+        self._note_unload(key, model)
         return Member(
             key=key,
             priority=gpu.priority,
@@ -255,6 +259,15 @@ class SharedArbiter:
             cooldown_s=cooldown,
             blocked_until=self._blocked_until(key, model),
         )
+
+    def _note_unload(self, key: str, model: Model) -> None:
+        """A new unload by hand (``flexinfer.ai/unloaded-at``) drops the demand heard for
+        ``key`` until then: a proxy's queue report outlives the request it was about by up
+        to the demand window, and would keep the unloaded Model on the GPU."""
+        stamp = model.metadata.annotations.get(UNLOADED_AT_ANNOTATION)
+        if stamp and self._unloads.get(key) != stamp:
+            self._unloads[key] = stamp
+            self.demand.clear(key)
 
     def _blocked_until(self, key: str, model: Model) -> float | None:
         """The end of ``key``'s crash backoff (a new spec starts afresh)."""

@@ -74,6 +74,12 @@ class DemandBook:
         else:
             entry.depth, entry.seen = depth, now
 
+    def clear(self, model: str) -> None:
+        """Drop the requests reported waiting for ``model`` so far (it was unloaded by hand:
+        only demand reported after that brings it back)."""
+        self._queues.pop(model, None)
+        self._asserted.pop(model, None)
+
     def served(self, model: str) -> None:
         """``model`` served requests now: its queues drained (a proxy that still holds
         requests for it says so again)."""
