@@ -43,19 +43,23 @@ def worker_metadata(
     worker_rank: int,
     status: p2p_pb2.SourceStatus = p2p_pb2.SOURCE_STATUS_READY,
 ) -> p2p_pb2.WorkerMetadata:
-    """The WorkerMetadata a NIXL source publishes (central metadata mode)."""
+    """The WorkerMetadata a NIXL source publishes (central metadata mode). The tensors
+    go into ``tensor_source`` and, as modelexpress does, the legacy ``tensors`` field too,
+    which servers predating the ``source_payload`` oneof read."""
+    tensors = [
+        p2p_pb2.TensorDescriptor(
+            name=t.name, addr=t.addr, size=t.size, device_id=t.device_id, dtype=t.dtype
+        )
+        for t in manifest.tensors
+    ]
     return p2p_pb2.WorkerMetadata(
         worker_rank=worker_rank,
         nixl_metadata=manifest.agent_metadata,
         agent_name=manifest.agent_name,
         accelerator=manifest.accelerator,
         status=status,
-        tensors=[
-            p2p_pb2.TensorDescriptor(
-                name=t.name, addr=t.addr, size=t.size, device_id=t.device_id, dtype=t.dtype
-            )
-            for t in manifest.tensors
-        ],
+        tensors=tensors,
+        tensor_source=p2p_pb2.TensorSourceMetadata(tensors=tensors),
     )
 
 
@@ -79,6 +83,8 @@ class Publisher:
         """Set once the registry accepted the publication."""
         self.published = threading.Event()
         self.heartbeats = 0
+        self.failures = 0
+        """Publish or heartbeat calls that failed (and were retried)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mx-publisher", daemon=True)
 
@@ -113,6 +119,7 @@ class Publisher:
         try:
             return call()
         except grpc.RpcError as exc:
+            self.failures += 1
             log.warning(
                 "publishing %s to %s failed, retrying: %s",
                 self.worker_id,

@@ -4,6 +4,7 @@ NIXL agent metadata and tensor descriptors."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -59,7 +60,18 @@ class RegistryDirectory:
             agent_name=worker.agent_name,
             agent_metadata=worker.nixl_metadata,
             tensors=[
-                RemoteTensor(t.name, t.addr, t.size, t.device_id, t.dtype) for t in worker.tensors
+                RemoteTensor(t.name, t.addr, t.size, t.device_id, t.dtype)
+                for t in _descriptors(worker)
             ],
             accelerator=worker.accelerator,
         )
+
+
+def _descriptors(worker: p2p_pb2.WorkerMetadata) -> Sequence[p2p_pb2.TensorDescriptor]:
+    """The tensors of ``source_payload``, or the legacy field (older publishers)."""
+    payload = worker.WhichOneof("source_payload")
+    if payload == "tensor_source":
+        return list(worker.tensor_source.tensors)
+    if payload == "artifact_source":
+        return []
+    return list(worker.tensors)
