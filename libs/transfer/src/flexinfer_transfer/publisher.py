@@ -38,6 +38,16 @@ class PublisherSettings:
     """Per RPC: the registry answers from memory or one store round trip."""
 
 
+def descriptors(manifest: SourceManifest) -> list[p2p_pb2.TensorDescriptor]:
+    """The manifest's tensors as TensorDescriptor messages."""
+    return [
+        p2p_pb2.TensorDescriptor(
+            name=t.name, addr=t.addr, size=t.size, device_id=t.device_id, dtype=t.dtype
+        )
+        for t in manifest.tensors
+    ]
+
+
 def worker_metadata(
     manifest: SourceManifest,
     worker_rank: int,
@@ -46,12 +56,7 @@ def worker_metadata(
     """The WorkerMetadata a NIXL source publishes (central metadata mode). The tensors
     go into ``tensor_source`` and, as modelexpress does, the legacy ``tensors`` field too,
     which servers predating the ``source_payload`` oneof read."""
-    tensors = [
-        p2p_pb2.TensorDescriptor(
-            name=t.name, addr=t.addr, size=t.size, device_id=t.device_id, dtype=t.dtype
-        )
-        for t in manifest.tensors
-    ]
+    tensors = descriptors(manifest)
     return p2p_pb2.WorkerMetadata(
         worker_rank=worker_rank,
         nixl_metadata=manifest.agent_metadata,
