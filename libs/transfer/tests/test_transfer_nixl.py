@@ -5,6 +5,7 @@ load strategy chain; a donor killed mid-transfer makes the chain fall back to fi
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
 import time
@@ -29,11 +30,14 @@ from flexinfer_transfer import (
     create_selector,
     create_strategy_chain,
 )
+from flexinfer_transfer.directory import RemoteTensor, SourceManifest
+from flexinfer_transfer.k8s_service_directory import K8sServiceDirectory, K8sServiceSettings
 from flexinfer_transfer.nixl_manager import NixlSettings, NixlTransferManager
 from flexinfer_transfer.nixl_transport import NixlTransport, Progress
 from flexinfer_transfer.registry_directory import RegistryDirectory
 from flexinfer_transfer.testing import ModuleTarget
-from flexinfer_transfer.testing_nixl import PeerModel, seeded
+from flexinfer_transfer.testing_nixl import PeerModel, identity, seeded
+from flexinfer_transfer.worker_service import ServedWorker, serve_worker
 
 MODEL = "org/peer-model"
 
@@ -157,3 +161,67 @@ async def test_a_donor_killed_mid_transfer_falls_back_to_files(
         "mx_p2p_strategy_fallbacks_total", {"strategy": "rdma", "reason": "failed"}
     )
     assert failures == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _k8s_pull(pattern: str, model_dir: Path, **settings: Any) -> tuple[LoadReport, ModuleTarget]:
+    target = ModuleTarget(PeerModel, seeded(PeerModel(), 999))
+    directory = K8sServiceDirectory(
+        identity(MODEL), K8sServiceSettings(k8s_service_pattern=pattern, **settings)
+    )
+    manager = NixlTransferManager("target-k8s", NixlSettings(listen_port=_free_port()))
+    transport = NixlTransport(manager, directory, target)
+    parts = StrategyParts(
+        TransferMetrics(CollectorRegistry()), create_selector("random"), ReaderSettings(), transport
+    )
+    ctx = LoadContext(model_dir, accelerator="cpu", model_name=MODEL, target=target)
+    return create_strategy_chain(["rdma", "default"], parts).run(ctx), target
+
+
+def test_k8s_service_backend_pulls_through_the_worker_service(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flexinfer_transfer.testing_nixl", "--model", MODEL,
+         "--worker-id", "pod-a", "--seed", "11", "--listen-port", str(_free_port())],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        port = next(int(line.split()[1]) for line in proc.stdout if line.startswith("SERVING "))
+        # A bare host gets :{MX_WORKER_GRPC_PORT + rank} appended, as in ModelExpress.
+        report, _ = _k8s_pull("127.0.0.1", tmp_path, worker_grpc_port=port)
+    finally:
+        out, _ = proc.communicate(timeout=30)
+    assert report.strategy == "rdma"
+    assert report.source == f"{identity(MODEL).mx_source_id}/"
+    _same(report.tensors, seeded(PeerModel(), 11).state_dict())
+    assert "NOTIFIED 1" in out
+
+
+def test_k8s_service_retries_a_pod_of_another_revision_then_falls_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    save_file({"embed.weight": torch.zeros(96, 64)}, tmp_path / "model.safetensors")
+    other = identity("org/another-revision")
+    manifest = SourceManifest("agent-x", b"", [RemoteTensor("embed.weight", 1, 8)])
+    server, port = serve_worker(ServedWorker(other.mx_source_id, "pod-b", 0, manifest), "127.0.0.1")
+    try:
+        report, _ = _k8s_pull(f"127.0.0.1:{port}", tmp_path, k8s_source_retries=2,
+                              k8s_source_backoff_seconds=0.01)  # fmt: skip
+    finally:
+        server.stop(None)
+    assert report.strategy == "default"
+    assert "no pod served" in report.skipped[0]
+    retries = [r for r in caplog.records if "retrying on a fresh channel" in r.getMessage()]
+    assert len(retries) == 2  # 3 tries in all, then the next strategy
+
+
+def test_k8s_service_endpoint_rules() -> None:
+    directory = K8sServiceDirectory(identity(MODEL), K8sServiceSettings())
+    assert directory.endpoint(2) == "mx-sources:6557"
+    directory.settings.k8s_service_pattern = "mx-rank-{rank}.ns.svc:7000"
+    assert directory.endpoint(3) == "mx-rank-3.ns.svc:7000"

@@ -29,6 +29,9 @@ class SourceManifest:
     agent_metadata: bytes
     tensors: list[RemoteTensor]
     accelerator: str = ""
+    metadata_endpoint: str = ""
+    """Where the agent's metadata listener runs, when ``agent_metadata`` is empty (the
+    WorkerService path): the target fetches the metadata from there."""
 
 
 class SourceDirectory(Protocol):

@@ -19,6 +19,9 @@ from typing import Any
 from flexinfer_transfer.optional_packages import missing_package
 from flexinfer_transfer.pools import Region, pools
 
+METADATA_POLL_S = 0.005
+"""Poll interval while a peer's metadata is on its way (it takes about 0.1 s locally)."""
+
 
 class NixlError(RuntimeError):
     """A NIXL operation failed (connect, register, transfer) or timed out."""
@@ -39,6 +42,13 @@ class NixlSettings:
     backends: tuple[str, ...] = ("UCX",)
     transfer_timeout_s: float = 60.0
     """Longest one READ may take before the peer counts as gone."""
+    listen_port: int | None = None
+    """Run NIXL's metadata listener on this port (MX_METADATA_PORT + device id, 5555 in
+    ModelExpress): peers then fetch this agent's metadata from it, as targets of the
+    WorkerService (k8s-service) path do, and this agent can fetch theirs. None: metadata
+    travels out of band (the registry's GetMetadata)."""
+    metadata_timeout_s: float = 30.0
+    """Longest a metadata fetch from a peer's listener may take."""
 
 
 @dataclass
@@ -63,8 +73,11 @@ class NixlTransferManager:
 
         self.settings = settings or NixlSettings()
         self.name = agent_name
+        listen = self.settings.listen_port
         config = nixl_agent_config(
             enable_prog_thread=self.settings.progress_thread,
+            enable_listen_thread=listen is not None,
+            listen_port=listen or 0,
             backends=list(self.settings.backends),
         )
         self._agent = nixl_agent(agent_name, config)
@@ -101,6 +114,22 @@ class NixlTransferManager:
         except Exception as exc:
             raise NixlError(f"loading the peer's NIXL metadata failed: {exc}") from exc
         return name.decode() if isinstance(name, bytes) else str(name)
+
+    def fetch_metadata(self, remote_agent: str, endpoint: str) -> str:
+        """Load ``remote_agent``'s metadata from its listener at ``host:port`` (needs this
+        agent's own listener: the answer arrives there)."""
+        if self.settings.listen_port is None:
+            raise NixlError("fetching a peer's metadata needs listen_port set on this agent")
+        host, _, port = endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            raise NixlError(f"bad NIXL metadata endpoint {endpoint!r} (want host:port)")
+        self._agent.fetch_remote_metadata(remote_agent, host, int(port))
+        deadline = time.monotonic() + self.settings.metadata_timeout_s
+        while not self._agent.check_remote_metadata(remote_agent):
+            if time.monotonic() > deadline:
+                raise NixlError(f"no metadata from {remote_agent} at {endpoint}")
+            time.sleep(METADATA_POLL_S)
+        return remote_agent
 
     def disconnect(self, remote_agent: str) -> None:
         """Forget a peer (and close its connection)."""

@@ -82,7 +82,11 @@ class NixlTransport:
         registration = self.manager.register(list(local.values()), mem_type, pooled=self.pooled)
         peer = ""
         try:
-            peer = self.manager.connect(manifest.agent_metadata)
+            peer = (
+                self.manager.connect(manifest.agent_metadata)
+                if manifest.agent_metadata
+                else self.manager.fetch_metadata(manifest.agent_name, manifest.metadata_endpoint)
+            )
             ctx.target_mutated = True
             total = sum(r.size for r in local.values())
             done = 0

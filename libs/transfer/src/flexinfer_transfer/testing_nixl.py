@@ -4,6 +4,8 @@
 builds ``PeerModel`` from ``--seed``, serves it through a NixlSource, publishes it to the
 registry with a heartbeat, prints ``READY <mx_source_id>`` and serves until stdin closes;
 then it marks itself STALE and prints ``NOTIFIED <count>`` (pull notifications received).
+With ``--listen-port P`` it instead runs NIXL's metadata listener on P and serves the
+WorkerService (the k8s-service path, no registry) and prints ``SERVING <grpc port>``.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import sys
 import torch
 from torch import nn
 
-from flexinfer_transfer.nixl_manager import NixlTransferManager
+from flexinfer_transfer.nixl_manager import NixlSettings, NixlTransferManager
 from flexinfer_transfer.nixl_source import NixlSource
 from flexinfer_transfer.publisher import Publisher, PublisherSettings, worker_metadata
 from flexinfer_transfer.source_identity import SourceIdentity
+from flexinfer_transfer.worker_service import ServedWorker, serve_worker
 
 
 class PeerModel(nn.Module):
@@ -50,7 +53,8 @@ def identity(model: str) -> SourceIdentity:
 def main(argv: list[str] | None = None) -> int:
     """Serve a seeded PeerModel until stdin closes."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--registry", required=True)
+    parser.add_argument("--registry", default="")
+    parser.add_argument("--listen-port", type=int, default=0)
     parser.add_argument("--model", required=True)
     parser.add_argument("--worker-id", required=True)
     parser.add_argument("--seed", type=int, default=1)
@@ -59,12 +63,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-tensor", action="store_true", help="register each tensor")
     args = parser.parse_args(argv)
     module = seeded(PeerModel(args.hidden, args.layers), args.seed)
+    settings = NixlSettings(listen_port=args.listen_port or None)
     source = NixlSource(
-        NixlTransferManager(f"donor-{args.worker_id}"),
+        NixlTransferManager(f"donor-{args.worker_id}", settings),
         module,
         pooled=not args.per_tensor,
         accelerator="cpu",
     )
+    if args.listen_port:
+        serve_worker_service(source, args)
+    else:
+        publish(source, args)
+    source.close()
+    print(f"NOTIFIED {sum(source.notifications.values())}", flush=True)
+    return 0
+
+
+def publish(source: NixlSource, args: argparse.Namespace) -> None:
+    """Publish to the registry with heartbeats until stdin closes, then STALE."""
     publisher = Publisher(
         args.registry,
         identity(args.model),
@@ -77,9 +93,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"READY {publisher.mx_source_id}", flush=True)
     sys.stdin.read()
     publisher.stop()
-    source.close()
-    print(f"NOTIFIED {sum(source.notifications.values())}", flush=True)
-    return 0
+
+
+def serve_worker_service(source: NixlSource, args: argparse.Namespace) -> None:
+    """Serve the WorkerService until stdin closes."""
+    served = ServedWorker(
+        identity(args.model).mx_source_id,
+        args.worker_id,
+        0,
+        source.manifest(),
+        metadata_endpoint=f"127.0.0.1:{args.listen_port}",
+    )
+    server, port = serve_worker(served, "127.0.0.1")
+    print(f"SERVING {port}", flush=True)
+    sys.stdin.read()
+    server.stop(None)
 
 
 if __name__ == "__main__":
