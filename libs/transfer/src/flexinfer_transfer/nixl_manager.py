@@ -64,6 +64,9 @@ class NixlTransferManager:
     """A worker's NIXL agent: registration, metadata, READ transfers, notifications."""
 
     def __init__(self, agent_name: str, settings: NixlSettings | None = None) -> None:
+        missing = nixl_missing()
+        if missing is not None:
+            raise NixlError(f"{missing}: install flexinfer-transfer[nixl] for peer transfers")
         # Imported here: the package works without the nixl extra (RdmaStrategy then says
         # it is unavailable); nixl ships no type information.
         from nixl._api import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
