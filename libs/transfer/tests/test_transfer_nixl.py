@@ -31,6 +31,7 @@ from flexinfer_transfer import (
     create_strategy_chain,
 )
 from flexinfer_transfer.directory import RemoteTensor, SourceManifest
+from flexinfer_transfer.discovery import discover_tensors
 from flexinfer_transfer.k8s_service_directory import K8sServiceDirectory, K8sServiceSettings
 from flexinfer_transfer.nixl_manager import NixlSettings, NixlTransferManager
 from flexinfer_transfer.nixl_transport import NixlTransport, Progress
@@ -89,17 +90,17 @@ def _pull(
     registry: str, model_dir: Path, progress: Progress | None = None
 ) -> tuple[LoadReport, ModuleTarget, CollectorRegistry]:
     target = ModuleTarget(PeerModel, seeded(PeerModel(), 999))
+    metrics = CollectorRegistry()
+    counters = TransferMetrics(metrics)
     transport = NixlTransport(
         NixlTransferManager("target-0", NixlSettings(transfer_timeout_s=10)),
         RegistryDirectory(registry),
         target,
         batch_bytes=4096,  # several READs, so a donor can die between them
         progress=progress,
+        metrics=counters,
     )
-    metrics = CollectorRegistry()
-    parts = StrategyParts(
-        TransferMetrics(metrics), create_selector("random"), ReaderSettings(), transport
-    )
+    parts = StrategyParts(counters, create_selector("random"), ReaderSettings(), transport)
     ctx = LoadContext(model_dir, accelerator="cpu", model_name=MODEL, target=target)
     return create_strategy_chain(["rdma", "default"], parts).run(ctx), target, metrics
 
@@ -115,7 +116,7 @@ async def test_receiver_pulls_every_tensor_from_a_donor_process(
 ) -> None:
     donor = await _start(registry, "donor-a", seed=7)
     try:
-        report, target, _ = await asyncio.to_thread(_pull, registry, tmp_path)
+        report, target, metrics = await asyncio.to_thread(_pull, registry, tmp_path)
     finally:
         out = await asyncio.to_thread(donor.stop)
     assert report.strategy == "rdma"
@@ -129,6 +130,8 @@ async def test_receiver_pulls_every_tensor_from_a_donor_process(
     assert module.head.weight.data_ptr() == module.embed.weight.data_ptr()
     assert torch.equal(module.get_buffer("rope"), seeded(PeerModel(), 7).get_buffer("rope"))
     assert "NOTIFIED 1" in out  # the last READ's notification reached the donor
+    sent = sum(e.size for e in discover_tensors(module))
+    assert metrics.get_sample_value("mx_p2p_transfer_bytes_total", {"transport": "nixl"}) == sent
 
 
 async def test_a_donor_killed_mid_transfer_falls_back_to_files(
@@ -225,3 +228,17 @@ def test_k8s_service_endpoint_rules() -> None:
     assert directory.endpoint(2) == "mx-sources:6557"
     directory.settings.k8s_service_pattern = "mx-rank-{rank}.ns.svc:7000"
     assert directory.endpoint(3) == "mx-rank-3.ns.svc:7000"
+
+
+def test_an_incompatible_accelerator_found_after_the_fetch_reads_nothing(tmp_path: Path) -> None:
+    save_file({"embed.weight": torch.zeros(96, 64)}, tmp_path / "model.safetensors")
+    manifest = SourceManifest("agent-x", b"", [RemoteTensor("embed.weight", 1, 8)], "xpu")
+    served = ServedWorker(identity(MODEL).mx_source_id, "pod-x", 0, manifest)
+    server, port = serve_worker(served, "127.0.0.1")
+    try:
+        report, target = _k8s_pull(f"127.0.0.1:{port}", tmp_path)
+    finally:
+        server.stop(None)
+    assert report.strategy == "default"
+    assert "source accelerator 'xpu' cannot serve a 'cpu' worker" in report.skipped[0]
+    assert target.reinitialized == 0  # refused before anything was written

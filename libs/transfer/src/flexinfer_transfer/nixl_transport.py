@@ -16,9 +16,11 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from flexinfer_transfer.accelerators import MX_SOURCE_TYPE_WEIGHTS, accelerators_compatible
 from flexinfer_transfer.directory import SourceDirectory, SourceManifest
 from flexinfer_transfer.discovery import ManifestEntry, check_manifest, discover_tensors
 from flexinfer_transfer.errors import SourceTransferError
+from flexinfer_transfer.metrics import TransferMetrics
 from flexinfer_transfer.nixl_manager import NixlTransferManager
 from flexinfer_transfer.pools import Region, memory_type, tensor_region
 from flexinfer_transfer.selector import SourceCandidate
@@ -32,6 +34,10 @@ noticed between batches."""
 
 PULLED = b"flexinfer:pulled"
 """The notification a source receives when a target finished reading its tensors."""
+
+
+class IncompatibleSourceError(RuntimeError):
+    """The source's accelerator cannot serve this worker's weights."""
 
 
 class ModuleHolder(Protocol):
@@ -54,6 +60,7 @@ class NixlTransport:
     pooled: bool = True
     batch_bytes: int = BATCH_BYTES
     progress: Progress | None = None
+    metrics: TransferMetrics | None = None
     name: str = "nixl"
     received_from: list[str] = field(default_factory=list)
 
@@ -65,12 +72,15 @@ class NixlTransport:
         """Every tensor of ``candidate``, READ into the target's tensors."""
         try:
             manifest = self.directory.manifest(candidate)
+            _check_accelerator(manifest, ctx)
             want = discover_tensors(self.target.module)
             check_manifest([(t.name, t.size) for t in manifest.tensors], want)
             self._pull(manifest, want, ctx)
         except Exception as exc:
             raise SourceTransferError(f"receive from {candidate.key} failed: {exc}") from exc
         self.received_from.append(candidate.key)
+        if self.metrics is not None:
+            self.metrics.transfer_bytes.labels(self.name).inc(_bytes(self.target.module))
         return dict(self.target.module.state_dict())
 
     def _pull(self, manifest: SourceManifest, want: list[ManifestEntry], ctx: LoadContext) -> None:
@@ -116,3 +126,25 @@ def _batches(entries: list[ManifestEntry], limit: int) -> list[list[str]]:
         batches[-1].append(entry.name)
         size += entry.size
     return batches
+
+
+def _check_accelerator(manifest: SourceManifest, ctx: LoadContext) -> None:
+    """The authoritative, post-fetch compatibility check: a source listed without its
+    accelerator (the k8s-service backend's synthetic one) is judged here."""
+    if not accelerators_compatible(
+        manifest.accelerator,
+        ctx.accelerator,
+        post_fetch=True,
+        mx_source_type=MX_SOURCE_TYPE_WEIGHTS,
+        quantization=ctx.quantization,
+        dtype=ctx.dtype,
+    ):
+        raise IncompatibleSourceError(
+            f"source accelerator {manifest.accelerator or 'unknown'!r} cannot serve a "
+            f"{ctx.accelerator or 'unknown'!r} worker (quantization {ctx.quantization!r}, "
+            f"dtype {ctx.dtype!r})"
+        )
+
+
+def _bytes(module: nn.Module) -> int:
+    return sum(entry.size for entry in discover_tensors(module))
