@@ -10,8 +10,10 @@ import grpc
 import modelexpress.p2p_pb2 as mx_p2p
 import modelexpress.p2p_pb2_grpc as mx_p2p_grpc
 import pytest
+from modelexpress.metadata.worker_server import prepare_tensor_read
 
 from flexinfer_transfer.directory import RemoteTensor, SourceManifest
+from flexinfer_transfer.read_leases import ReadLeases
 from flexinfer_transfer.source_identity import SourceIdentity
 from flexinfer_transfer.worker_service import ServedWorker, serve_worker
 
@@ -68,7 +70,48 @@ def test_stale_or_empty_requests_are_refused(
     assert message in (caught.value.details() or "")
 
 
-def test_lease_rpcs_are_unimplemented(stub: Any) -> None:
-    with pytest.raises(grpc.RpcError) as caught:
-        stub.PrepareTensorRead(mx_p2p.PrepareTensorReadRequest(mx_source_id=SOURCE_ID), timeout=10)
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+def test_read_leases_through_modelexpress_client() -> None:
+    leases = ReadLeases()
+    worker = ServedWorker(SOURCE_ID, "w-7", 1, MANIFEST)
+    server, port = serve_worker(worker, "127.0.0.1", leases=leases)
+    try:
+        lease, _ = prepare_tensor_read(f"127.0.0.1:{port}", SOURCE_ID, worker_id="w-7")
+        assert [t.name for t in lease.manifest.tensors] == ["a", "b"]
+        assert leases.in_flight() == 1
+        lease.release()
+        assert leases.in_flight() == 0
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = mx_p2p_grpc.WorkerServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as unknown:
+                stub.ReleaseTensorRead(
+                    mx_p2p.ReleaseTensorReadRequest(mx_source_id=SOURCE_ID, lease_id="nope")
+                )
+            assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+            assert leases.drain(timeout_s=0)  # nothing out: drained at once
+            with pytest.raises(grpc.RpcError) as draining:
+                stub.PrepareTensorRead(mx_p2p.PrepareTensorReadRequest(mx_source_id=SOURCE_ID))
+            assert draining.value.code() == grpc.StatusCode.UNAVAILABLE
+            with pytest.raises(grpc.RpcError) as artifact:
+                stub.GetArtifactManifestHeader(
+                    mx_p2p.GetArtifactManifestHeaderRequest(mx_source_id=SOURCE_ID)
+                )
+            assert artifact.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        server.stop(None)
+
+
+def test_leases_expire_and_a_drain_waits_for_readers() -> None:
+    leases = ReadLeases(timeout_s=0.05)
+    first = leases.prepare()
+    assert leases.in_flight() == 1
+    assert ReadLeases().drain(timeout_s=0)  # an empty table drains at once
+    # A reader that never returns its lease blocks the drain only until the lease expires.
+    assert leases.drain(timeout_s=5)
+    with pytest.raises(KeyError):
+        leases.release(first)
+    busy = ReadLeases(timeout_s=60)
+    busy.prepare()
+    assert not busy.drain(timeout_s=0.01)  # gave up, and takes readers again:
+    busy.release(busy.prepare())
+    with pytest.raises(ValueError, match="positive"):
+        ReadLeases(timeout_s=0)

@@ -5,7 +5,8 @@ GetTensorManifest on the worker instead of asking the registry. The request name
 ``mx_source_id`` the target computed and, optionally, the runtime ``worker_id`` it
 selected; either differing answers FAILED_PRECONDITION, which is how a target notices a
 stale discovery record whose endpoint a new process (another model revision, a restarted
-worker) has since taken. The tensor-read lease and artifact RPCs answer UNIMPLEMENTED.
+worker) has since taken. PrepareTensorRead/ReleaseTensorRead hand out read leases (what
+modelexpress targets call), see read_leases.py. The artifact RPCs answer UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import grpc
 from flexinfer_transfer._generated import p2p_pb2, p2p_pb2_grpc
 from flexinfer_transfer.directory import SourceManifest
 from flexinfer_transfer.publisher import descriptors
+from flexinfer_transfer.read_leases import DrainingError, ReadLeases
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,9 @@ class ServedWorker:
 class WorkerServicer(p2p_pb2_grpc.WorkerServiceServicer):
     """model_express.p2p.WorkerService for one worker."""
 
-    def __init__(self, worker: ServedWorker) -> None:
+    def __init__(self, worker: ServedWorker, leases: ReadLeases | None = None) -> None:
         self.worker = worker
+        self.leases = leases or ReadLeases()
         self._response = p2p_pb2.GetTensorManifestResponse(
             tensors=descriptors(worker.manifest),
             mx_source_id=worker.mx_source_id,
@@ -52,6 +55,35 @@ class WorkerServicer(p2p_pb2_grpc.WorkerServiceServicer):
         self, request: p2p_pb2.GetTensorManifestRequest, context: grpc.ServicerContext
     ) -> p2p_pb2.GetTensorManifestResponse:
         """This worker's tensors, once the request's source and worker ids match."""
+        self._validate(request, context)
+        return self._response
+
+    def PrepareTensorRead(  # noqa: N802
+        self, request: p2p_pb2.PrepareTensorReadRequest, context: grpc.ServicerContext
+    ) -> p2p_pb2.PrepareTensorReadResponse:
+        """A read lease and the manifest; UNAVAILABLE while the source drains."""
+        self._validate(request, context)
+        try:
+            lease = self.leases.prepare()
+        except DrainingError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        return p2p_pb2.PrepareTensorReadResponse(lease_id=lease, manifest=self._response)
+
+    def ReleaseTensorRead(  # noqa: N802
+        self, request: p2p_pb2.ReleaseTensorReadRequest, context: grpc.ServicerContext
+    ) -> p2p_pb2.ReleaseTensorReadResponse:
+        """Return a lease; NOT_FOUND when unknown or expired."""
+        self._validate(request, context)
+        try:
+            self.leases.release(request.lease_id)
+        except KeyError:
+            context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"tensor read lease not found or expired: {request.lease_id[:64]}",
+            )
+        return p2p_pb2.ReleaseTensorReadResponse()
+
+    def _validate(self, request: Any, context: grpc.ServicerContext) -> None:
         if not request.mx_source_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "mx_source_id is required")
         if request.mx_source_id != self.worker.mx_source_id:
@@ -66,14 +98,18 @@ class WorkerServicer(p2p_pb2_grpc.WorkerServiceServicer):
                 f"worker_id mismatch: expected {self.worker.worker_id}, "
                 f"got {request.worker_id[:128]}",
             )
-        return self._response
 
 
-def serve_worker(worker: ServedWorker, host: str = "0.0.0.0", port: int = 0) -> tuple[Any, int]:
+def serve_worker(
+    worker: ServedWorker,
+    host: str = "0.0.0.0",
+    port: int = 0,
+    leases: ReadLeases | None = None,
+) -> tuple[Any, int]:
     """A started gRPC server with the WorkerService; returns (server, bound port)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     p2p_pb2_grpc.add_WorkerServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        WorkerServicer(worker), server
+        WorkerServicer(worker, leases), server
     )
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
