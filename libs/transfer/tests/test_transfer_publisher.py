@@ -49,6 +49,7 @@ async def test_publisher_retries_heartbeats_and_marks_stale(tmp_path: Path) -> N
         "w1",
         worker_metadata(MANIFEST, worker_rank=0),
         PublisherSettings(interval_s=0.2, retry_s=0.05, call_timeout_s=2),
+        load=lambda: 2.0,  # reads in flight, reported with each heartbeat
     )
     publisher.start()
     try:
@@ -65,7 +66,12 @@ async def test_publisher_retries_heartbeats_and_marks_stale(tmp_path: Path) -> N
 
             def refreshed() -> bool:
                 now = _workers(address, mx_p2p.SOURCE_STATUS_READY)
-                return publisher.heartbeats >= 2 and now[0].updated_at > first.updated_at
+                return (
+                    publisher.heartbeats >= 2
+                    and now[0].updated_at > first.updated_at
+                    and now[0].HasField("source_load")
+                    and now[0].source_load == 2.0
+                )
 
             await asyncio.to_thread(wait_until, refreshed, 30, "heartbeats")
             await asyncio.to_thread(publisher.stop)

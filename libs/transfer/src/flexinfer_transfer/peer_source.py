@@ -98,6 +98,7 @@ class PeerSource:
                 role.worker_id,
                 worker,
                 PublisherSettings(interval_s=settings.heartbeat_interval_s),
+                load=lambda: float(self.leases.in_flight()),
             )
             self.publisher.start()
 

@@ -78,8 +78,12 @@ class Publisher:
         worker_id: str,
         worker: p2p_pb2.WorkerMetadata,
         settings: PublisherSettings | None = None,
+        load: Callable[[], float] | None = None,
     ) -> None:
         self.address = address
+        self.load = load
+        """Reads in flight now (a PeerSource's leases), sent with each READY heartbeat as
+        ``source_load`` for load-aware selection."""
         self.identity = identity
         self.worker_id = worker_id
         self.worker = worker
@@ -162,6 +166,8 @@ class Publisher:
             status=status,
             worker_id=self.worker_id,
         )
+        if self.load is not None and status == p2p_pb2.SOURCE_STATUS_READY:
+            request.source_load = float(self.load())
         with grpc.insecure_channel(self.address) as channel:
             reply = p2p_stub(channel).UpdateStatus(request, timeout=self.settings.call_timeout_s)
         return bool(reply.success)
