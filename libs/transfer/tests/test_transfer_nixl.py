@@ -242,3 +242,21 @@ def test_an_incompatible_accelerator_found_after_the_fetch_reads_nothing(tmp_pat
     assert report.strategy == "default"
     assert "source accelerator 'xpu' cannot serve a 'cpu' worker" in report.skipped[0]
     assert target.reinitialized == 0  # refused before anything was written
+
+
+async def test_a_dead_donor_still_listed_ready_falls_back_fast(
+    registry: str, tmp_path: Path
+) -> None:
+    files = {k: v.contiguous() for k, v in seeded(PeerModel(), 3).state_dict().items()}
+    files.pop("head.weight")
+    save_file(files, tmp_path / "model.safetensors")
+    donor = await _start(registry, "donor-dead", seed=7)
+    donor.kill()  # its READY record stays fresh for the reaper's 90 s (ModelExpress #484)
+    started = time.monotonic()
+    report, target, _ = await asyncio.to_thread(_pull, registry, tmp_path)
+    assert report.strategy == "default"
+    # UCX cannot reach the dead process: refused at connect, before anything was written.
+    assert "donor-dead" in report.skipped[0]
+    assert "loading the peer's NIXL metadata failed" in report.skipped[0]
+    assert target.reinitialized == 0
+    assert time.monotonic() - started < 15  # the 10 s transfer deadline at most
