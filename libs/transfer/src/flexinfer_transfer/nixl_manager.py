@@ -72,6 +72,7 @@ class NixlTransferManager:
         from nixl._api import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
             nixl_agent,
             nixl_agent_config,
+            nixl_thread_sync_t,
         )
 
         self.settings = settings or NixlSettings()
@@ -82,6 +83,9 @@ class NixlTransferManager:
             enable_listen_thread=listen is not None,
             listen_port=listen or 0,
             backends=list(self.settings.backends),
+            # STRICT: a source's pump thread polls the agent while other threads register,
+            # connect or read; NIXL's default without a listener is no locking at all.
+            sync_mode=nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT,
         )
         self._agent = nixl_agent(agent_name, config)
         self._registrations: list[Registration] = []

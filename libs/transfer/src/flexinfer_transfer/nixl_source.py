@@ -43,8 +43,6 @@ class NixlSource:
         mem_type = memory_type(self.entries[0].tensor.device) if self.entries else "DRAM"
         regions = [tensor_region(e.tensor) for e in self.entries]
         self.registration = manager.register(regions, mem_type, pooled=pooled)
-        # Read before the pump starts: the agent runs without thread synchronisation, so
-        # after this only the pump thread touches it until close().
         self._metadata = manager.metadata()
         self._stop = threading.Event()
         self._pump = threading.Thread(target=self._run, name="nixl-source-pump", daemon=True)
