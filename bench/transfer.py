@@ -18,7 +18,11 @@ lazily mmapped:
 Reports GB/s (decimal) per contender (median, min-max) and the medians of the per-round
 ratios chain/ceiling and chain/safetensors.
 
-    python bench/transfer.py [--size-mb 1200] [--shards 2] [--rounds 5]
+The P2P section (``--section p2p``; bench/transfer_p2p.py) pulls a model between two
+processes over NIXL/UCX and compares with a raw NIXL READ and a local memcpy.
+
+    python bench/transfer.py [--section all|loader|p2p] [--size-mb 1200] [--shards 2]
+        [--rounds 5] [--p2p-mb 512] [--p2p-tensors 256]
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pathlib import Path
 import torch
 from prometheus_client import CollectorRegistry
 from safetensors.torch import load_file, save_file
+from transfer_p2p import run_p2p
 
 from flexinfer_transfer import (
     DEFAULT_ORDER,
@@ -149,10 +154,22 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=1200)
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--section", choices=["all", "loader", "p2p"], default="all")
+    parser.add_argument("--p2p-mb", type=int, default=512)
+    parser.add_argument("--p2p-tensors", type=int, default=256)
     args = parser.parse_args()
+    if args.section in ("all", "loader"):
+        loader_section(args.size_mb, args.shards, args.rounds)
+    if args.section in ("all", "p2p"):
+        print(f"P2P: {args.p2p_mb} MiB in {args.p2p_tensors} tensors, 2 pools")
+        run_p2p(args.p2p_mb, args.p2p_tensors, args.rounds)
+
+
+def loader_section(size_mb: int, shards: int, rounds: int) -> None:
+    """The loader section: a generated checkpoint through every loader."""
     root = Path(tempfile.mkdtemp(prefix="flexinfer-bench-transfer-", dir="/tmp"))
     try:
-        paths = generate(root, args.size_mb, args.shards)
+        paths = generate(root, size_mb, shards)
         total = sum(p.stat().st_size for p in paths)
         print(f"checkpoint: {total / 1e9:.2f} GB in {len(paths)} files under {root}")
         warm(paths)
@@ -164,7 +181,7 @@ def main() -> None:
             "ceiling": readinto(paths, prefault=False),
             "copy-bound": readinto(paths, prefault=True),
         }
-        report(contenders, args.rounds)
+        report(contenders, rounds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -43,4 +43,10 @@ printf '"""Stubs of the model_express.* proto packages (proto/model_express/).""
 if [[ -z "${1:-}" ]]; then
   CONTROLLER="$ROOT/services/controller/src/flexinfer_controller/adapters/registry/_generated"
   cp "$OUT/model_express/model_pb2.py" "$OUT/model_express/model_pb2.pyi" "$CONTROLLER/"
+  # libs/transfer (the worker side: publisher, WorkerService) may not import a service
+  # either: it keeps p2p's modules, checked by test_transfer_wire.py.
+  TRANSFER="$ROOT/libs/transfer/src/flexinfer_transfer/_generated"
+  cp "$OUT/model_express/p2p_pb2.py" "$OUT/model_express/p2p_pb2.pyi" "$TRANSFER/"
+  sed "s/${PKG}\.model_express/flexinfer_transfer._generated/" \
+    "$OUT/model_express/p2p_pb2_grpc.py" > "$TRANSFER/p2p_pb2_grpc.py"
 fi

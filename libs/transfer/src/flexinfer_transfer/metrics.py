@@ -33,3 +33,9 @@ class TransferMetrics:
             ["strategy"],
             registry=registry,
         )
+        self.transfer_bytes = Counter(
+            "mx_p2p_transfer_bytes",
+            "Bytes received from peers, by transport",
+            ["transport"],
+            registry=registry,
+        )

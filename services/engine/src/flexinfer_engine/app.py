@@ -31,8 +31,10 @@ from flexinfer_engine.core.lora import linear_shapes
 from flexinfer_engine.core.parameters import InvalidRequestError
 from flexinfer_engine.core.runner import AsyncRunner, State
 from flexinfer_engine.core.timing import process_create_time
+from flexinfer_engine.peer_source import EnginePeerSource
 from flexinfer_engine.settings import EngineSettings
 from flexinfer_transfer import create_loader_chain
+from flexinfer_transfer.peer_source import PeerSourceSettings
 
 
 def build_engine(settings: EngineSettings) -> InferenceEngine:
@@ -60,14 +62,17 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        task = asyncio.create_task(runner.load()) if runner.state is State.LOADING else None
+        # Loading starts the peer source when it ends; a preloaded engine starts it now.
+        loading = runner.state is State.LOADING
+        task = asyncio.create_task(runner.load() if loading else runner.start_source())
         try:
             yield
         finally:
-            if task is not None and not task.done():
+            if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await runner.stop_source()
 
     app = FastAPI(title="FlexInfer engine", lifespan=lifespan)
     telemetry = setup_telemetry(app, "engine", settings.telemetry)
@@ -77,6 +82,7 @@ def create_app(
         max_concurrent=settings.max_concurrent_generations,
         max_waiting=settings.max_waiting_requests,
         hooks=engine_hooks(telemetry.registry),
+        source=_peer_source(settings, engine, served),
     )
     app.state.runner = runner
     capacity = settings.max_concurrent_generations * engine.config.max_position_embeddings
@@ -95,6 +101,18 @@ def create_app(
     app.include_router(lora_router(runner))
     app.include_router(admin_router(runner, lambda: engine_info(runner, served.name, url)))
     return app
+
+
+def _peer_source(
+    settings: EngineSettings, engine: InferenceEngine, served: ServedModel
+) -> EnginePeerSource | None:
+    if not settings.p2p_source:
+        return None
+    # The fingerprint (a hash of config.json) stands in for a revision: replicas serve
+    # interchangeable bytes only when their configs agree.
+    return EnginePeerSource(
+        engine, served.name, served.fingerprint, PeerSourceSettings(), settings.worker_id
+    )
 
 
 def _adapters(settings: EngineSettings, engine: InferenceEngine, base: str) -> AdapterRegistry:

@@ -33,6 +33,14 @@ class EngineSettings(BaseSettings):
     loaders: list[str] = Field(default_factory=lambda: ["safetensors"])
     """Weight loader strategies tried in order (names from flexinfer_transfer's registry)."""
 
+    p2p_source: bool = False
+    """Serve the loaded weights to peer replicas over NIXL while awake (libs/transfer's
+    PeerSource, configured by ``FLEXINFER_TRANSFER_SOURCE_*``): off by default, as it
+    needs the nixl extra and opens two ports."""
+
+    worker_id: str = ""
+    """This replica's id as a source; empty: ``<hostname>-<pid>``."""
+
     max_concurrent_generations: int = Field(default=1, ge=1, le=64)
     """Generations running at once. 1 by default: a small model saturates the cores with
     one, and a FIFO queue keeps latency fair instead of slicing every request thinner."""

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -75,6 +76,16 @@ def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args:
         loop.call_soon_threadsafe(callback, *args)
 
 
+class WeightSource(Protocol):
+    """Serves the loaded weights to peers; started when awake, stopped before they go."""
+
+    def start(self) -> None:
+        """Begin serving (called in a worker thread)."""
+
+    def stop(self) -> None:
+        """Stop serving; the weights are about to be freed (called in a worker thread)."""
+
+
 class AsyncRunner:
     """Admits requests in arrival order, runs generations in threads, owns the state."""
 
@@ -86,8 +97,10 @@ class AsyncRunner:
         max_concurrent: int = 1,
         max_waiting: int = 256,
         hooks: Hooks | None = None,
+        source: WeightSource | None = None,
     ) -> None:
         self.engine = engine
+        self.source = source
         self.adapters = adapters
         self.hooks = hooks or Hooks()
         self.max_waiting = max_waiting
@@ -121,11 +134,30 @@ class AsyncRunner:
             # process: the collector stops scanning it, so the full collection of each sleep
             # takes milliseconds instead of most of a second (it walked every object of torch).
             gc.freeze()
+            await self.start_source()
             return info
         finally:
             if self.state is State.LOADING:
                 self.state = State.READY
             self._loaded.set()
+
+    async def start_source(self) -> None:
+        """Serve the weights to peers, when configured; a failure is logged, not fatal."""
+        if self.source is None:
+            return
+        try:
+            await asyncio.to_thread(self.source.start)
+        except Exception as exc:  # peers then load elsewhere; this engine still serves
+            log.warning("serving the weights to peers failed: %s", exc)
+
+    async def stop_source(self) -> None:
+        """Withdraw the weights from peers (before they are freed)."""
+        if self.source is None:
+            return
+        try:
+            await asyncio.to_thread(self.source.stop)
+        except Exception as exc:
+            log.warning("withdrawing the weights from peers failed: %s", exc)
 
     async def wait_loaded(self) -> bool:
         """Wait for the end of loading; True when it succeeded."""
@@ -217,6 +249,7 @@ class AsyncRunner:
                 return
             self.state = State.SLEEPING
             await self._idle.wait()
+            await self.stop_source()
             await asyncio.to_thread(self.engine.sleep, level)
             # Adapters are small: kept on the host at both levels, not re-read from disk.
             await asyncio.to_thread(self.adapters.move, torch.device("cpu"))
@@ -230,6 +263,7 @@ class AsyncRunner:
             await asyncio.to_thread(self.engine.wake)
             await asyncio.to_thread(self.adapters.move, self.engine.device)
             self.state = State.READY
+            await self.start_source()
 
     async def load_adapter(self, name: str, path: str, *, replace: bool = False) -> Adapter:
         """Read the LoRA adapter at ``path`` and serve it as ``name`` (``replace``: reload

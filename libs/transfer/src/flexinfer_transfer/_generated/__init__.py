@@ -1,0 +1,1 @@
+"""p2p.proto stubs copied by proto/generate.sh from the registry's; do not edit."""

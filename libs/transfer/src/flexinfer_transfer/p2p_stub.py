@@ -1,0 +1,14 @@
+"""The P2pService client stub, typed for callers (the generated one is untyped)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from flexinfer_transfer._generated import p2p_pb2_grpc
+
+
+def p2p_stub(channel: grpc.Channel) -> Any:
+    """A P2pService stub on ``channel``."""
+    return p2p_pb2_grpc.P2pServiceStub(channel)  # type: ignore[no-untyped-call]

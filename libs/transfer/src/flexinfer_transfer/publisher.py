@@ -1,0 +1,179 @@
+"""Publisher: a source worker's metadata in the registry, kept fresh by heartbeats.
+
+A background thread publishes (PublishMetadata) until the registry accepts it, then sends
+UpdateStatus(READY) every ``interval_s`` (MX_HEARTBEAT_INTERVAL_SECS, 30 s) so the
+registry's reaper (MX_HEARTBEAT_TIMEOUT_SECS, 90 s) keeps the worker listed. ``stop``
+sends UpdateStatus(STALE) so targets stop choosing it at once. No failure is fatal: a
+publish or heartbeat that fails is logged and retried, and a heartbeat the registry
+rejects (it forgot the worker: restarted, or reaped it) publishes again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from flexinfer_transfer._generated import p2p_pb2
+from flexinfer_transfer.directory import SourceManifest
+from flexinfer_transfer.p2p_stub import p2p_stub
+from flexinfer_transfer.source_identity import SourceIdentity
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PublisherSettings:
+    """Timing of publication and heartbeats."""
+
+    interval_s: float = 30.0
+    """MX_HEARTBEAT_INTERVAL_SECS: a third of the reaper's 90 s timeout, so two lost
+    heartbeats in a row still leave the worker listed."""
+    retry_s: float = 1.0
+    """First wait after a failed publish; doubles up to ``interval_s``."""
+    call_timeout_s: float = 10.0
+    """Per RPC: the registry answers from memory or one store round trip."""
+
+
+def descriptors(manifest: SourceManifest) -> list[p2p_pb2.TensorDescriptor]:
+    """The manifest's tensors as TensorDescriptor messages."""
+    return [
+        p2p_pb2.TensorDescriptor(
+            name=t.name, addr=t.addr, size=t.size, device_id=t.device_id, dtype=t.dtype
+        )
+        for t in manifest.tensors
+    ]
+
+
+def worker_metadata(
+    manifest: SourceManifest,
+    worker_rank: int,
+    status: p2p_pb2.SourceStatus = p2p_pb2.SOURCE_STATUS_READY,
+) -> p2p_pb2.WorkerMetadata:
+    """The WorkerMetadata a NIXL source publishes (central metadata mode). The tensors
+    go into ``tensor_source`` and, as modelexpress does, the legacy ``tensors`` field too,
+    which servers predating the ``source_payload`` oneof read."""
+    tensors = descriptors(manifest)
+    return p2p_pb2.WorkerMetadata(
+        worker_rank=worker_rank,
+        nixl_metadata=manifest.agent_metadata,
+        agent_name=manifest.agent_name,
+        accelerator=manifest.accelerator,
+        status=status,
+        tensors=tensors,
+        tensor_source=p2p_pb2.TensorSourceMetadata(tensors=tensors),
+    )
+
+
+class Publisher:
+    """Publishes one worker and heartbeats it until ``stop``."""
+
+    def __init__(
+        self,
+        address: str,
+        identity: SourceIdentity,
+        worker_id: str,
+        worker: p2p_pb2.WorkerMetadata,
+        settings: PublisherSettings | None = None,
+        load: Callable[[], float] | None = None,
+    ) -> None:
+        self.address = address
+        self.load = load
+        """Reads in flight now (a PeerSource's leases), sent with each READY heartbeat as
+        ``source_load`` for load-aware selection."""
+        self.identity = identity
+        self.worker_id = worker_id
+        self.worker = worker
+        self.settings = settings or PublisherSettings()
+        self.mx_source_id = ""
+        """Set once the registry accepted the publication."""
+        self.published = threading.Event()
+        self.heartbeats = 0
+        self.failures = 0
+        """Publish or heartbeat calls that failed (and were retried)."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mx-publisher", daemon=True)
+
+    def start(self) -> None:
+        """Publish and heartbeat in the background."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop heartbeating and mark the worker STALE (best effort)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self.mx_source_id:
+            try:
+                self._update(p2p_pb2.SOURCE_STATUS_STALE)
+            except grpc.RpcError as exc:
+                log.warning("could not mark %s STALE: %s", self.worker_id, _brief(exc))
+
+    def _run(self) -> None:
+        wait = self.settings.retry_s
+        while not self._stop.is_set():
+            if not self.published.is_set() and not self._try(self._publish):
+                self._stop.wait(wait)
+                wait = min(wait * 2, self.settings.interval_s)
+                continue
+            wait = self.settings.retry_s
+            if self._stop.wait(self.settings.interval_s):
+                return
+            self._try(self._heartbeat)
+
+    def _try(self, call: Callable[[], bool]) -> bool:
+        try:
+            return call()
+        except grpc.RpcError as exc:
+            self.failures += 1
+            log.warning(
+                "publishing %s to %s failed, retrying: %s",
+                self.worker_id,
+                self.address,
+                _brief(exc),
+                extra={"worker_id": self.worker_id, "reason": _brief(exc)},
+            )
+            return False
+
+    def _publish(self) -> bool:
+        request = p2p_pb2.PublishMetadataRequest(
+            identity=self.identity.to_proto(), worker=self.worker, worker_id=self.worker_id
+        )
+        with grpc.insecure_channel(self.address) as channel:
+            reply = p2p_stub(channel).PublishMetadata(request, timeout=self.settings.call_timeout_s)
+        if not reply.success:
+            log.warning("the registry refused %s: %s", self.worker_id, reply.message)
+            return False
+        self.mx_source_id = reply.mx_source_id
+        self.published.set()
+        return True
+
+    def _heartbeat(self) -> bool:
+        if self._update(p2p_pb2.SOURCE_STATUS_READY):
+            self.heartbeats += 1
+            return True
+        log.warning("the registry forgot %s; publishing again", self.worker_id)
+        self.published.clear()
+        return self._publish()
+
+    def _update(self, status: p2p_pb2.SourceStatus) -> bool:
+        request = p2p_pb2.UpdateStatusRequest(
+            mx_source_id=self.mx_source_id,
+            worker_rank=self.worker.worker_rank,
+            status=status,
+            worker_id=self.worker_id,
+        )
+        if self.load is not None and status == p2p_pb2.SOURCE_STATUS_READY:
+            request.source_load = float(self.load())
+        with grpc.insecure_channel(self.address) as channel:
+            reply = p2p_stub(channel).UpdateStatus(request, timeout=self.settings.call_timeout_s)
+        return bool(reply.success)
+
+
+def _brief(exc: grpc.RpcError) -> str:
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    return f"{code.name if code else 'error'}: {detail}"

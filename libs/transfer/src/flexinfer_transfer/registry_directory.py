@@ -1,0 +1,77 @@
+"""RegistryDirectory: sources and manifests from the registry's P2pService (ModelExpress's
+central metadata mode): ListSources(READY) for candidates, GetMetadata for one worker's
+NIXL agent metadata and tensor descriptors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from flexinfer_transfer._generated import p2p_pb2
+from flexinfer_transfer.directory import RemoteTensor, SourceManifest
+from flexinfer_transfer.p2p_stub import p2p_stub
+from flexinfer_transfer.selector import SourceCandidate
+from flexinfer_transfer.strategy import LoadContext
+
+
+@dataclass
+class RegistryDirectory:
+    """A SourceDirectory over the registry's gRPC address."""
+
+    address: str
+    timeout_s: float = 10.0
+    """Per call: the registry answers from memory or one store round trip."""
+
+    def list_sources(self, ctx: LoadContext) -> list[SourceCandidate]:
+        """READY workers of ``ctx.model_name`` at ``ctx.worker_rank``."""
+        request = p2p_pb2.ListSourcesRequest(
+            status_filter=p2p_pb2.SOURCE_STATUS_READY,
+            model_name_filter=ctx.model_name,
+            worker_rank_filter=ctx.worker_rank,
+        )
+        with grpc.insecure_channel(self.address) as channel:
+            reply = p2p_stub(channel).ListSources(request, timeout=self.timeout_s)
+        return [
+            SourceCandidate(
+                mx_source_id=ref.mx_source_id,
+                worker_id=ref.worker_id,
+                worker_rank=ref.worker_rank,
+                accelerator=ref.accelerator,
+                source_load=ref.source_load if ref.HasField("source_load") else None,
+            )
+            for ref in reply.instances
+        ]
+
+    def manifest(self, candidate: SourceCandidate) -> SourceManifest:
+        """The worker's published NIXL metadata and tensors."""
+        request = p2p_pb2.GetMetadataRequest(
+            mx_source_id=candidate.mx_source_id, worker_id=candidate.worker_id
+        )
+        with grpc.insecure_channel(self.address) as channel:
+            reply = p2p_stub(channel).GetMetadata(request, timeout=self.timeout_s)
+        if not reply.found:
+            raise LookupError(f"the registry no longer knows {candidate.key}")
+        worker = reply.worker
+        if not worker.nixl_metadata:
+            raise LookupError(f"{candidate.key} published no NIXL metadata")
+        return SourceManifest(
+            agent_name=worker.agent_name,
+            agent_metadata=worker.nixl_metadata,
+            tensors=[
+                RemoteTensor(t.name, t.addr, t.size, t.device_id, t.dtype)
+                for t in _descriptors(worker)
+            ],
+            accelerator=worker.accelerator,
+        )
+
+
+def _descriptors(worker: p2p_pb2.WorkerMetadata) -> Sequence[p2p_pb2.TensorDescriptor]:
+    """The tensors of ``source_payload``, or the legacy field (older publishers)."""
+    payload = worker.WhichOneof("source_payload")
+    if payload == "tensor_source":
+        return list(worker.tensor_source.tensors)
+    if payload == "artifact_source":
+        return []
+    return list(worker.tensors)

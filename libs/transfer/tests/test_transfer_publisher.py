@@ -1,0 +1,95 @@
+"""The publisher against the registry's real gRPC server (in-process): publish failures are
+retried until the registry comes up, READY heartbeats keep updated_at fresh, and a clean
+stop marks the worker STALE. The registry is read through modelexpress's own stubs."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+from typing import Any
+
+import grpc
+import modelexpress.p2p_pb2 as mx_p2p
+import modelexpress.p2p_pb2_grpc as mx_p2p_grpc
+
+from flexinfer_common.serving import serve_in_background
+from flexinfer_registry.app import create_app
+from flexinfer_registry.settings import RegistrySettings
+from flexinfer_testing.clients import wait_until
+from flexinfer_transfer.directory import RemoteTensor, SourceManifest
+from flexinfer_transfer.publisher import Publisher, PublisherSettings, worker_metadata
+from flexinfer_transfer.source_identity import SourceIdentity
+
+IDENTITY = SourceIdentity(mx_version="0.7.0", model_name="Org/Published", dtype="BF16")
+MANIFEST = SourceManifest("agent-w1", b"nixl-md", [RemoteTensor("w", 2**63 + 8, 64)], "cpu")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _workers(address: str, status: int) -> list[Any]:
+    request = mx_p2p.ListSourcesRequest(
+        identity=mx_p2p.SourceIdentity.FromString(IDENTITY.to_proto().SerializeToString()),
+        status_filter=status,
+    )
+    with grpc.insecure_channel(address) as channel:
+        return list(mx_p2p_grpc.P2pServiceStub(channel).ListSources(request).instances)
+
+
+async def test_publisher_retries_heartbeats_and_marks_stale(tmp_path: Path) -> None:
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    publisher = Publisher(
+        address,
+        IDENTITY,
+        "w1",
+        worker_metadata(MANIFEST, worker_rank=0),
+        PublisherSettings(interval_s=0.2, retry_s=0.05, call_timeout_s=2),
+        load=lambda: 2.0,  # reads in flight, reported with each heartbeat
+    )
+    publisher.start()
+    try:
+        # Nothing listens yet: failures are retried, the worker process carries on.
+        await asyncio.to_thread(wait_until, lambda: publisher.failures >= 2, 30, "failures")
+        assert not publisher.published.is_set()
+        settings = RegistrySettings(port=0, grpc_port=port, cache_dir=tmp_path / "cache")
+        app: Any = create_app(settings)
+        async with serve_in_background(app):
+            await asyncio.to_thread(publisher.published.wait, 30)
+            assert publisher.mx_source_id == IDENTITY.mx_source_id
+            (first,) = await asyncio.to_thread(_workers, address, mx_p2p.SOURCE_STATUS_READY)
+            assert (first.worker_id, first.mx_source_id) == ("w1", IDENTITY.mx_source_id)
+
+            def refreshed() -> bool:
+                now = _workers(address, mx_p2p.SOURCE_STATUS_READY)
+                return (
+                    publisher.heartbeats >= 2
+                    and now[0].updated_at > first.updated_at
+                    and now[0].HasField("source_load")
+                    and now[0].source_load == 2.0
+                )
+
+            await asyncio.to_thread(wait_until, refreshed, 30, "heartbeats")
+            await asyncio.to_thread(publisher.stop)
+            assert await asyncio.to_thread(_workers, address, mx_p2p.SOURCE_STATUS_READY) == []
+            (stale,) = await asyncio.to_thread(_workers, address, mx_p2p.SOURCE_STATUS_STALE)
+            assert stale.worker_id == "w1"
+    finally:
+        await asyncio.to_thread(publisher.stop)
+
+
+def test_worker_metadata_dual_writes_the_tensors() -> None:
+    worker = worker_metadata(MANIFEST, worker_rank=3)
+    assert worker.WhichOneof("source_payload") == "tensor_source"
+    assert list(worker.tensors) == list(worker.tensor_source.tensors)
+    (tensor,) = worker.tensors
+    assert (tensor.name, tensor.addr, tensor.size) == ("w", 2**63 + 8, 64)
+    assert (worker.worker_rank, worker.agent_name, worker.nixl_metadata) == (
+        3,
+        "agent-w1",
+        b"nixl-md",
+    )
