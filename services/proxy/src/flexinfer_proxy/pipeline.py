@@ -34,6 +34,8 @@ from flexinfer_proxy.core.errors import (
     UpstreamError,
 )
 from flexinfer_proxy.core.extract import check_model_name
+from flexinfer_proxy.core.metrics import NO_ROUTE
+from flexinfer_proxy.core.ratelimit import RateLimitedError
 from flexinfer_proxy.core.routing.base import RouteContext
 from flexinfer_proxy.core.service import HotModel, ProxyCore
 from flexinfer_proxy.core.surface import Surface
@@ -97,7 +99,7 @@ class Proxy:
 class ProxyRequest:
     """One proxied request; it alone starts and ends the request's accounting."""
 
-    __slots__ = ("active", "core", "ds", "key", "proxy", "started", "status", "url")
+    __slots__ = ("active", "core", "ds", "key", "proxy", "route", "started", "status", "url")
 
     def __init__(self, proxy: Proxy, ds: Downstream) -> None:
         self.proxy = proxy
@@ -111,6 +113,8 @@ class ProxyRequest:
         """The endpoint whose load counts this request now."""
         self.status: int | None = None
         """What the client was answered (None: it left before an answer)."""
+        self.route = NO_ROUTE
+        """The proxied route, once the path is known to be one (a bounded label)."""
 
     async def run(self) -> None:
         """Serve the request until its answer is sent or the client leaves."""
@@ -137,7 +141,9 @@ class ProxyRequest:
             core.activity.end(self.key)
             self.active = False
         if self.status is not None:
-            core.metrics.requests.count(self.key, self.status)
+            metrics = core.metrics
+            metrics.requests.count(self.key, self.route, self.status)
+            metrics.duration.observe((self.key, self.route), time.monotonic() - self.started)
 
     async def _fail(self, exc: FlexInferError) -> None:
         status, headers, body = error_answer(exc)
@@ -157,6 +163,7 @@ class ProxyRequest:
         target = parse_target(ds.target)
         if not surface.known(target.route):
             raise RouteNotFoundError(f"Invalid URL ({ds.method} {target.route}): no such route")
+        self.route = target.route
         if ds.method != "POST":
             raise MethodNotAllowedError(f"Method {ds.method} is not allowed on {target.route}")
         grant = core.auth.authenticate(ds.header(b"authorization"))
@@ -170,6 +177,7 @@ class ProxyRequest:
             resolved = await core.catalog.resolve_target(incoming.name)
         if resolved is None:
             raise ModelNotFoundError(incoming.name)
+        self.key = resolved.key  # errors from here on are counted under the model
         model = resolved.model
         if not surface.allows(model.spec.backend, model.spec.is_external, target.route):
             raise RouteNotFoundError(
@@ -178,22 +186,33 @@ class ProxyRequest:
             )
         core.auth.authorize(grant, model)
         if core.limiter.enabled:
-            core.limiter.check(resolved.key)
-        self.key = resolved.key
+            self._rate_limit(resolved.key)
         hot = core.hot(resolved)
         core.activity.begin(self.key, hot.activity_interval_s)
         self.active = True
         answer = await self._forward(resolved, hot, incoming, target)
         self.status = answer.status
+        core.metrics.ttfb.observe((self.key, self.route), time.monotonic() - self.started)
         try:
             if ds.started:
-                await relay_as_event(answer, ds, incoming.stream)
+                await relay_as_event(answer, ds, incoming.stream, self._first_event)
             elif answer.complete():  # the usual small answer: already whole, one write
                 await ds.respond(answer.status, response_headers(answer), await answer.read())
             else:
-                await relay_stream(answer, ds)
+                await relay_stream(answer, ds, self._first_event)
         finally:
             await answer.aclose()
+
+    def _rate_limit(self, key: str) -> None:
+        try:
+            self.core.limiter.check(key)
+        except RateLimitedError:
+            self.core.metrics.rate_limited.labels(key).inc()
+            raise
+
+    def _first_event(self) -> None:
+        """The first whole server-sent event of the answer went out: its time to first token."""
+        self.core.metrics.ttft.observe((self.key,), time.monotonic() - self.started)
 
     async def _forward(
         self, resolved: Target, hot: HotModel, incoming: IncomingRequest, target: RequestTarget
@@ -207,10 +226,14 @@ class ProxyRequest:
         adapter = None if resolved.model.spec.is_external else resolved.adapter
         endpoint = None if adapter is not None else core.dispatcher.pick_now(key, strategy, ctx)
         while True:
-            if adapter is not None and endpoint is None:
-                endpoint = await self._adapter_endpoint(adapter, hot, ctx)
-            elif endpoint is None:
-                endpoint = await self._wait_endpoint(resolved, hot, ctx, incoming)
+            if endpoint is None:
+                endpoint = await (
+                    self._adapter_endpoint(adapter, hot, ctx)
+                    if adapter is not None
+                    else self._wait_endpoint(resolved, hot, ctx, incoming)
+                )
+                waited = time.monotonic() - self.started
+                core.metrics.queue_wait.labels(key).observe(waited)
             incoming.rewrite(core.served_name(resolved, endpoint.url))
             request = UpstreamRequest(
                 b"POST", target.forward, headers, incoming.body, incoming.length

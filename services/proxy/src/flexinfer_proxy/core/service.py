@@ -18,6 +18,7 @@ from flexinfer_proxy.core.adapters import AdapterRouting
 from flexinfer_proxy.core.auth import Authenticator, TokenGrant, load_token_file
 from flexinfer_proxy.core.backoff import Backoff
 from flexinfer_proxy.core.catalog import ModelCatalog, Target, adapter_queue
+from flexinfer_proxy.core.cold_clock import READY, ColdStartClock
 from flexinfer_proxy.core.dispatch import Dispatcher, wait_budget
 from flexinfer_proxy.core.endpoints import EndpointTable
 from flexinfer_proxy.core.errors import ModelUnavailableError
@@ -97,6 +98,9 @@ class ProxyCore:
             )
         )
         self.progress = ProgressBoard()
+        self.cold_clock = ColdStartClock(
+            self.metrics.cold_start_phase, self.metrics.cold_start_duration
+        )
         backoff = None
         if settings.backoff_enabled:
             backoff = Backoff(
@@ -190,6 +194,7 @@ class ProxyCore:
         keep = set(models)
         self.limiter.forget(keep)
         self.progress.forget(keep)
+        self.cold_clock.forget(keep)
         self._adapters_changed(self.catalog.adapters)
 
     def _adapters_changed(self, adapters: list[LoRAAdapter]) -> None:
@@ -206,6 +211,7 @@ class ProxyCore:
                 self.queue.fail(adapter_queue(adapter), error)
 
     def _endpoints_available(self, model: str) -> None:
+        self.cold_clock.phase(model, READY)
         self.dispatcher.available(model)
 
     def _model_blocked(self, model: str, reason: str) -> None:
@@ -220,6 +226,7 @@ class ProxyCore:
 
     def _cold_start(self, model: str) -> None:
         self.progress.restart(model)
+        self.cold_clock.begin(model)
         self.metrics.cold_starts.labels(model).inc()
         self._demand_told.pop(model, None)
 
