@@ -34,6 +34,7 @@ from flexinfer_scheduler.core.protocol import (
     host_priority_list,
     parse_args,
 )
+from flexinfer_scheduler.metrics import SchedulerMetrics
 from flexinfer_scheduler.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,13 @@ class SyncGate:
         return NOT_SYNCED.format(self.wait_s)
 
 
-def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any, gate: SyncGate) -> None:
+def _routes(
+    app: FastAPI,
+    extender: Callable[[], Extender],
+    sink: Any,
+    gate: SyncGate,
+    metrics: SchedulerMetrics,
+) -> None:
     async def parsed(request: Request) -> ExtenderRequest | Response:
         try:
             return parse_args(json.loads(await request.body()), sink)
@@ -147,7 +154,9 @@ def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any, gate: Syn
             # The protocol's own error field: kube-scheduler reports it as the extender's.
             failed: dict[str, Any] = {"failedNodes": {}, "failedAndUnresolvableNodes": {}}
             return _json({"nodenames": [], **failed, "error": gate.error()})
-        return _json(extender().filter(args))
+        with metrics.latency.labels("filter").time():
+            result = extender().filter(args)
+        return _json(result)
 
     async def prioritize(request: Request) -> Response:
         """ExtenderArgs -> HostPriorityList (scores 0..10)."""
@@ -157,7 +166,8 @@ def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any, gate: Syn
         if not await gate.passes():
             # A HostPriorityList has no error field: a non-200 is kube-scheduler's error.
             return openai_error(503, gate.error(), code="not_synced", headers={"Retry-After": "1"})
-        hosts, scores = await extender().prioritize(args)
+        with metrics.latency.labels("prioritize").time():
+            hosts, scores = await extender().prioritize(args)
         return Response(host_priority_list(hosts, scores), media_type="application/json")
 
     app.post("/prioritize", **openapi.PRIORITIZE)(prioritize)
@@ -194,6 +204,7 @@ def create_app(
     telemetry = setup_telemetry(app, "scheduler", settings.telemetry)
     app.state.telemetry = telemetry
     sink = MalformedCounter(telemetry.registry)
+    metrics = SchedulerMetrics(telemetry.registry)
     placement = default_placement(PluginDeps(weights=settings.weights))
     extender = Extender(
         placement,
@@ -203,8 +214,9 @@ def create_app(
         settings.weights,
         sink,
         _tenant_gauges(telemetry.registry),
+        on_rejections=metrics.rejected,
     )
-    _routes(app, lambda: extender, sink, gate)
+    _routes(app, lambda: extender, sink, gate, metrics)
     app.state.extender = extender
     app.state.sink = sink
     app.state.sync_gate = gate

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flexinfer_common.placement import (
@@ -23,6 +23,9 @@ from flexinfer_scheduler.core.protocol import ExtenderRequest
 
 UNKNOWN_NODE = "Unknown node: not in the extender's node cache"
 
+UNKNOWN_NODE_REASON = "UnknownNode"
+"""The rejection reason (a metric label) of a node the scheduler has no facts about."""
+
 
 class Extender:
     """Answers ExtenderArgs with ExtenderFilterResult and HostPriorityList bodies."""
@@ -36,7 +39,9 @@ class Extender:
         weights: PlacementWeights,
         sink: Malformed,
         on_tenant: Callable[[str, TenantShare], None] = lambda namespace, share: None,
+        on_rejections: Callable[[Mapping[str, int]], None] = lambda counts: None,
     ) -> None:
+        """``on_rejections``: told each filter call's rejected nodes per reason."""
         self._placement = placement
         self._nodes = nodes
         self._benchmarks = benchmarks
@@ -45,6 +50,7 @@ class Extender:
         self._sink = sink
         self._parsed = ParsedNodes(sink)
         self._on_tenant = on_tenant
+        self._on_rejections = on_rejections
 
     def use_sources(
         self, nodes: NodeLookup, benchmarks: BenchmarkSource, tenants: TenantPods | None
@@ -69,6 +75,10 @@ class Extender:
         failed = outcome.failed
         for name in unknown:
             failed[name] = UNKNOWN_NODE
+        rejections = dict(outcome.rejections)
+        if unknown:
+            rejections[UNKNOWN_NODE_REASON] = len(unknown)
+        self._on_rejections(rejections)
         result: dict[str, Any] = {
             "nodenames": [node.name for node in outcome.passed],
             "failedNodes": failed,
