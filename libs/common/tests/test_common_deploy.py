@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from flexinfer_common.crd import render_crds
+from flexinfer_common.telemetry import SD_ENGINES_PATH
 from flexinfer_testing.repo import repo_root
 
 ROOT = repo_root()
@@ -298,7 +299,10 @@ def test_prometheus_scrapes_every_service() -> None:
     config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     services = _compose()["services"]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    assert set(jobs) == {"proxy", "controller", "scheduler", "registry", "agent"}
+    assert set(jobs) == {"proxy", "controller", "scheduler", "registry", "agent", "engines"}
+    # Engines are found through the controller's service discovery, not listed by hand.
+    [sd] = jobs.pop("engines")["http_sd_configs"]
+    assert sd["url"] == f"http://controller:{SERVICE_PORTS['controller'][0]}{SD_ENGINES_PATH}"
     for job in jobs.values():
         for target in job["static_configs"][0]["targets"]:
             host, port = target.rsplit(":", 1)

@@ -24,6 +24,9 @@ from flexinfer_common.settings import TelemetrySettings
 log = logging.getLogger(__name__)
 
 METRICS_PATH = "/metrics"
+SD_ENGINES_PATH = "/v1/sd/engines"
+"""The controller's Prometheus HTTP service discovery of engine replicas (read-only, and
+open exactly when /metrics is)."""
 _UNTRACKED = [METRICS_PATH, "/healthz", "/readyz"]
 _EXPOSITION = {"schema": {"type": "string"}}
 

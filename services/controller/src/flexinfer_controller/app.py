@@ -23,6 +23,7 @@ from flexinfer_controller.adapters.metrics import HttpEngineMetrics
 from flexinfer_controller.adapters.registry.factory import create_model_cache
 from flexinfer_controller.api.admin import install_admin
 from flexinfer_controller.api.benchmarks import benchmarks_router
+from flexinfer_controller.api.discovery import discovery_router
 from flexinfer_controller.api.logs import logs_router
 from flexinfer_controller.api.operations import operations_router
 from flexinfer_controller.backends import BackendRegistry, LaunchContext, default_backends
@@ -280,5 +281,6 @@ def create_app(
     app.include_router(benchmarks_router())
     app.include_router(logs_router())
     app.include_router(operations_router())
+    app.include_router(discovery_router(backends))
     app.include_router(health_router(ready))
     return app

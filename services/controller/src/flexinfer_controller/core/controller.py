@@ -178,7 +178,7 @@ class Controller:
         ]
         for index in range(self._config.workers):
             work = run_worker(
-                self.queue, self.reconciler.reconcile, self._backoff, "model", self._count_reconcile
+                self.queue, self._timed_reconcile, self._backoff, "model", self._count_reconcile
             )
             self._spawn(work, f"reconcile-worker-{index}")
         for loop in self._loops:
@@ -313,6 +313,13 @@ class Controller:
         """GPUs freed or joined: reconcile the Models waiting for one now, not in 30 s."""
         for key in self.reconciler.gpu_waiters():
             self.queue.add(key)
+
+    async def _timed_reconcile(self, key: str) -> None:
+        if self._metrics is None:
+            await self.reconciler.reconcile(key)
+            return
+        with self._metrics.reconcile_seconds.time():
+            await self.reconciler.reconcile(key)
 
     def _count_reconcile(self, ok: bool) -> None:
         if self._metrics is not None:
