@@ -25,8 +25,22 @@ from flexinfer_registry.core.metrics import RegistryMetrics
 from flexinfer_registry.core.records import ModelStatus
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.testing.fakes import OneProvider, ScriptedProvider
+from flexinfer_testing.scrape import check_families, sample_value, scrape
 
 DAY = 24 * 3600.0
+REGISTRY_FAMILIES: dict[str, set[str]] = {
+    name: set()
+    for name in (
+        "flexinfer_registry_downloads_started",
+        "flexinfer_registry_downloads_completed",
+        "flexinfer_registry_downloads_failed",
+        "flexinfer_registry_downloaded_bytes",
+        "flexinfer_registry_cache_hits",
+        "flexinfer_registry_cache_misses",
+        "flexinfer_registry_evictions",
+        "flexinfer_registry_active_sources",
+    )
+}
 
 
 class Clock:
@@ -101,7 +115,8 @@ async def test_rest_admin_api(tmp_path: Path) -> None:
             assert [s["worker_id"] for s in sources] == ["w"]
             assert (await client.get("/v1/registry/sources?status=bogus")).status_code == 400
             assert (await client.post("/v1/registry/evict")).json() == {"evicted": []}
-            metrics = (await client.get("/metrics")).text
-            assert "flexinfer_registry_downloads_started_total 2.0" in metrics
-            assert "flexinfer_registry_evictions_total 1.0" in metrics
+            families = await scrape(client)
+            check_families(families, REGISTRY_FAMILIES)
+            assert sample_value(families, "flexinfer_registry_downloads_started_total") == 2
+            assert sample_value(families, "flexinfer_registry_evictions_total") == 1
             assert (await client.get("/openapi.json")).status_code == 200
