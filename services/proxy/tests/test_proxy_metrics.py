@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -41,7 +42,7 @@ async def test_every_family_after_warm_streamed_cold_and_refused_requests(
     tmp_path: Path,
 ) -> None:
     models = [make_model("warm"), make_model("cold")]
-    limits = {"model_rate_limit_rps": 0.001, "model_rate_limit_burst": 3}
+    limits: dict[str, Any] = {"model_rate_limit_rps": 0.001, "model_rate_limit_burst": 3}
     async with (
         upstreams(1) as [(_, url)],
         proxy_stack(tmp_path, models, **limits) as stack,

@@ -100,16 +100,17 @@ def _setup_tracing(
 ) -> TracerProvider:
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
     attributes = {"service.name": f"flexinfer-{service}"}
     if settings.service_namespace:
         attributes["service.namespace"] = settings.service_namespace
     provider = TracerProvider(resource=Resource.create(attributes))
-    if exporter is None:
-        exporter = otlp_exporter(settings)
     if exporter is not None:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        # An in-process exporter (tests, an embedded collector) takes each span as it ends.
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    elif (otlp := otlp_exporter(settings)) is not None:
+        provider.add_span_processor(BatchSpanProcessor(otlp))
     else:
         log.warning("tracing is on but no OTLP endpoint is set: spans are not exported")
     FastAPIInstrumentor.instrument_app(

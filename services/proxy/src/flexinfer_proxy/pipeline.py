@@ -19,6 +19,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
+from opentelemetry.trace import Span, Status, StatusCode
 from starlette.types import Receive, Scope, Send
 
 from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase
@@ -52,6 +53,7 @@ from flexinfer_proxy.relay import (
     sse_comment,
     sse_error,
 )
+from flexinfer_proxy.tracing import TRACEPARENT, RequestTrace
 from flexinfer_proxy.transport.base import (
     ConnectFailedError,
     RequestFailedError,
@@ -99,7 +101,10 @@ class Proxy:
 class ProxyRequest:
     """One proxied request; it alone starts and ends the request's accounting."""
 
-    __slots__ = ("active", "core", "ds", "key", "proxy", "route", "started", "status", "url")
+    __slots__ = (
+        "active", "core", "ds", "key", "proxy", "route", "started", "status", "trace",
+        "upstream", "url",
+    )  # fmt: skip
 
     def __init__(self, proxy: Proxy, ds: Downstream) -> None:
         self.proxy = proxy
@@ -115,6 +120,10 @@ class ProxyRequest:
         """What the client was answered (None: it left before an answer)."""
         self.route = NO_ROUTE
         """The proxied route, once the path is known to be one (a bounded label)."""
+        self.trace: RequestTrace | None = None
+        """The request's spans, when tracing is on."""
+        self.upstream: Span | None = None
+        """The span of the engine's part, open from the forward to the answer's end."""
 
     async def run(self) -> None:
         """Serve the request until its answer is sent or the client leaves."""
@@ -140,6 +149,9 @@ class ProxyRequest:
         if self.active:
             core.activity.end(self.key)
             self.active = False
+        if self.trace is not None:
+            self._end_upstream()
+            self.trace.end(self.key, self.status)
         if self.status is not None:
             metrics = core.metrics
             metrics.requests.count(self.key, self.route, self.status)
@@ -164,19 +176,20 @@ class ProxyRequest:
         if not surface.known(target.route):
             raise RouteNotFoundError(f"Invalid URL ({ds.method} {target.route}): no such route")
         self.route = target.route
+        if core.tracer is not None:
+            self.trace = RequestTrace(core.tracer, target.route, ds.header(TRACEPARENT))
         if ds.method != "POST":
             raise MethodNotAllowedError(f"Method {ds.method} is not allowed on {target.route}")
         grant = core.auth.authenticate(ds.header(b"authorization"))
         incoming = request_now(ds, target, core.settings) or await read_request(
             ds, target, core.settings
         )
-        # A known name is a dict lookup; only a miss is checked and re-read from the store.
-        resolved = core.catalog.lookup_target(incoming.name)
-        if resolved is None:
-            check_model_name(incoming.name, "model")
-            resolved = await core.catalog.resolve_target(incoming.name)
-        if resolved is None:
-            raise ModelNotFoundError(incoming.name)
+        if self.trace is None:
+            # A known name is a dict lookup; only a miss is checked and re-read.
+            resolved = core.catalog.lookup_target(incoming.name) or await self._resolve(incoming)
+        else:
+            with self.trace.step("resolve model"):
+                resolved = await self._resolve(incoming)
         self.key = resolved.key  # errors from here on are counted under the model
         model = resolved.model
         if not surface.allows(model.spec.backend, model.spec.is_external, target.route):
@@ -203,6 +216,23 @@ class ProxyRequest:
         finally:
             await answer.aclose()
 
+    async def _resolve(self, incoming: IncomingRequest) -> Target:
+        """The model the request names, from the catalog or, on a miss, the store."""
+        resolved = self.core.catalog.lookup_target(incoming.name)
+        if resolved is None:
+            check_model_name(incoming.name, "model")
+            resolved = await self.core.catalog.resolve_target(incoming.name)
+        if resolved is None:
+            raise ModelNotFoundError(incoming.name)
+        return resolved
+
+    def _end_upstream(self, error: str | None = None) -> None:
+        if self.upstream is not None:
+            if error is not None:
+                self.upstream.set_status(Status(StatusCode.ERROR, error))
+            self.upstream.end()
+            self.upstream = None
+
     def _rate_limit(self, key: str) -> None:
         try:
             self.core.limiter.check(key)
@@ -227,17 +257,13 @@ class ProxyRequest:
         endpoint = None if adapter is not None else core.dispatcher.pick_now(key, strategy, ctx)
         while True:
             if endpoint is None:
-                endpoint = await (
-                    self._adapter_endpoint(adapter, hot, ctx)
-                    if adapter is not None
-                    else self._wait_endpoint(resolved, hot, ctx, incoming)
-                )
-                waited = time.monotonic() - self.started
-                core.metrics.queue_wait.labels(key).observe(waited)
+                endpoint = await self._waited_endpoint(resolved, hot, ctx, incoming, adapter)
             incoming.rewrite(core.served_name(resolved, endpoint.url))
-            request = UpstreamRequest(
-                b"POST", target.forward, headers, incoming.body, incoming.length
-            )
+            sent = headers
+            if self.trace is not None:
+                self.upstream = self.trace.start_upstream(endpoint.url)
+                sent = self.trace.upstream_headers(headers, self.upstream)
+            request = UpstreamRequest(b"POST", target.forward, sent, incoming.body, incoming.length)
             self.url = url = endpoint.url
             core.loads.begin(url)
             try:
@@ -245,6 +271,7 @@ class ProxyRequest:
             except ConnectFailedError as exc:
                 core.loads.end(url)
                 self.url = None
+                self._end_upstream("connect failed")
                 if isinstance(incoming.body, BodyStream) and incoming.body.started:
                     raise UpstreamError(str(exc)) from exc
                 log.warning("%s: %s; trying another endpoint", key, exc)
@@ -255,7 +282,32 @@ class ProxyRequest:
                 )
             except RequestFailedError as exc:
                 core.metrics.upstream_errors.labels(key, "request").inc()
+                self._end_upstream("request failed")
                 raise UpstreamError(str(exc)) from exc
+
+    async def _waited_endpoint(
+        self,
+        resolved: Target,
+        hot: HotModel,
+        ctx: RouteContext,
+        incoming: IncomingRequest,
+        adapter: LoRAAdapter | None,
+    ) -> EndpointInfo:
+        """An endpoint after waiting for one (timed, and traced as the queue wait)."""
+        waiting = (
+            self._adapter_endpoint(adapter, hot, ctx)
+            if adapter is not None
+            else self._wait_endpoint(resolved, hot, ctx, incoming)
+        )
+        if self.trace is None:
+            endpoint = await waiting
+        else:
+            self.core.demand_trace(resolved.key, self.trace.demand_traceparent())
+            with self.trace.step("queue wait"):
+                endpoint = await waiting
+        waited = time.monotonic() - self.started
+        self.core.metrics.queue_wait.labels(resolved.key).observe(waited)
+        return endpoint
 
     async def _wait_endpoint(
         self, resolved: Target, hot: HotModel, ctx: RouteContext, incoming: IncomingRequest

@@ -6,6 +6,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
 from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase, Model
@@ -58,9 +59,14 @@ class ProxyCore:
         store: ModelStore,
         registry: CollectorRegistry,
         queue_sink: QueueSink | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
-        """``queue_sink``: where queues are written besides the bus (None: nowhere)."""
+        """``queue_sink``: where queues are written besides the bus (None: nowhere);
+        ``tracer``: traces requests (None: tracing is off)."""
         self.settings = settings
+        self.tracer = tracer
+        self._demand_traces: dict[str, str] = {}
+        """Per model waiting for a cold start: the traceparent its demand carries."""
         self.mirror = (
             QueueMirror(queue_sink, settings.queue_signal_interval_s) if queue_sink else None
         )
@@ -210,8 +216,14 @@ class ProxyCore:
                 )
                 self.queue.fail(adapter_queue(adapter), error)
 
+    def demand_trace(self, model: str, traceparent: str) -> None:
+        """A traced request waits for ``model``: the cold start's demand names its trace
+        (the first such request's, until the model has an endpoint)."""
+        self._demand_traces.setdefault(model, traceparent)
+
     def _endpoints_available(self, model: str) -> None:
         self.cold_clock.phase(model, READY)
+        self._demand_traces.pop(model, None)
         self.dispatcher.available(model)
 
     def _model_blocked(self, model: str, reason: str) -> None:
@@ -236,6 +248,9 @@ class ProxyCore:
         told = self._demand_told.get(event.model)
         level = logging.DEBUG if told == event.queue_depth else logging.INFO
         self._demand_told[event.model] = event.queue_depth
+        traced = self._demand_traces.get(event.model)
+        if traced is not None and event.traceparent is None:
+            event = event.model_copy(update={"traceparent": traced})
         log.log(level, "demand for %s (%d waiting)", event.model, event.queue_depth)
         # No ``adapter: null``: a controller that predates the field reads the event.
         await self.bus.publish(topics.DEMAND, event.model_dump(mode="json", exclude_none=True))
