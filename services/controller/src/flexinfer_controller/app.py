@@ -30,6 +30,7 @@ from flexinfer_controller.backends import BackendRegistry, LaunchContext, defaul
 from flexinfer_controller.catalog.client import ClientOptions
 from flexinfer_controller.catalog.service import CatalogService
 from flexinfer_controller.catalog.wiring import CatalogSources, catalog_controller
+from flexinfer_controller.core.activation_trace import ActivationTraces
 from flexinfer_controller.core.adapters import AdapterEvents, AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
 from flexinfer_controller.core.feed import ModelFeed, NoFeed
@@ -253,6 +254,9 @@ def create_app(
         drainer=drainer,
     )
     controller_ = controller
+    if telemetry.tracer_provider is not None:
+        tracer = telemetry.tracer_provider.get_tracer("flexinfer.controller")
+        controller.activations = ActivationTraces(tracer)
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)
     app.state.settings = settings
     app.state.store = store
