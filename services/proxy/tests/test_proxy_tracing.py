@@ -6,7 +6,11 @@ cold start's demand."""
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+import logging
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.topics import DemandEvent
+from flexinfer_common.logcontext import JsonFormatter
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_stack import proxy_stack, upstreams, wait_until
 from flexinfer_proxy.tracing import parent_context
@@ -118,3 +123,38 @@ async def test_without_tracing_the_client_header_passes_through(tmp_path: Path) 
         reply = await client.post(CHAT, json=BODY, headers={"traceparent": CLIENT_TRACEPARENT})
         assert reply.status_code == 200
     assert fake.seen[0].headers["traceparent"] == CLIENT_TRACEPARENT
+
+
+async def test_a_requests_log_lines_carry_its_model_request_id_and_trace(
+    tmp_path: Path,
+) -> None:
+    exporter = InMemorySpanExporter()
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("flexinfer_proxy.pipeline")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    limits: dict[str, Any] = {"model_rate_limit_rps": 0.001, "model_rate_limit_burst": 1}
+    try:
+        async with (
+            upstreams(1) as [(_, url)],
+            proxy_stack(
+                tmp_path, [make_model("m")], span_exporter=exporter, **TRACING, **limits
+            ) as stack,
+            httpx.AsyncClient(base_url=stack.url) as client,
+        ):
+            await stack.set_endpoints("default/m", [url])
+            assert (await client.post(CHAT, json=BODY)).status_code == 200
+            headers = {"traceparent": CLIENT_TRACEPARENT, "x-request-id": "req-42"}
+            assert (await client.post(CHAT, json=BODY, headers=headers)).status_code == 429
+            bad = {"x-request-id": "two words"}  # not a plain ID: left out of the line
+            assert (await client.post(CHAT, json=BODY, headers=bad)).status_code == 429
+    finally:
+        logger.removeHandler(handler)
+    first, second = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert first["message"].startswith("answering 429")
+    assert first["model"] == "default/m"
+    assert first["request_id"] == "req-42"
+    assert first["trace_id"] == TRACE_ID
+    assert "request_id" not in second

@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase
 from flexinfer_common.bus.topics import EndpointInfo
 from flexinfer_common.errors import FlexInferError
+from flexinfer_common.logcontext import bind as bind_log_fields
 from flexinfer_proxy.body_stream import BodyStream, ClientGoneError
 from flexinfer_proxy.core.catalog import Target, adapter_queue
 from flexinfer_proxy.core.errors import (
@@ -53,7 +54,7 @@ from flexinfer_proxy.relay import (
     sse_comment,
     sse_error,
 )
-from flexinfer_proxy.tracing import TRACEPARENT, RequestTrace
+from flexinfer_proxy.tracing import REQUEST_ID, TRACEPARENT, RequestTrace, request_id
 from flexinfer_proxy.transport.base import (
     ConnectFailedError,
     RequestFailedError,
@@ -127,6 +128,7 @@ class ProxyRequest:
 
     async def run(self) -> None:
         """Serve the request until its answer is sent or the client leaves."""
+        bind_log_fields(self)
         try:
             await self._serve()
         except ClientGoneError:
@@ -140,6 +142,15 @@ class ProxyRequest:
             await self._fail(exc)
         finally:
             self._end()
+
+    def log_fields(self) -> dict[str, str]:
+        """The model, the client's request ID (when well-formed) and the trace, for logs."""
+        fields = {"model": self.key, "request_id": request_id(self.ds.header(REQUEST_ID))}
+        if self.trace is not None:
+            ctx = self.trace.span.get_span_context()
+            fields["trace_id"] = format(ctx.trace_id, "032x")
+            fields["span_id"] = format(ctx.span_id, "016x")
+        return fields
 
     def _end(self) -> None:
         core = self.core

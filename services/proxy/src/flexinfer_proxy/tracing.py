@@ -30,6 +30,9 @@ from opentelemetry.trace import (
 from flexinfer_proxy.downstream import Headers
 
 TRACEPARENT = b"traceparent"
+REQUEST_ID = b"x-request-id"
+"""The client's request ID: shown on the request's log lines (it is forwarded as sent)."""
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")
 _TRACEPARENT = re.compile(
     rb"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[\x21-\x7e]*)?"
 )
@@ -37,6 +40,14 @@ _TRACEPARENT = re.compile(
 _INVALID_VERSION = b"ff"
 _ZERO_TRACE = b"0" * 32
 _ZERO_SPAN = b"0" * 16
+
+
+def request_id(value: bytes | None) -> str:
+    """The client's request ID for logs when it is short and plain ("" otherwise), so a
+    client cannot write arbitrary text into our log lines."""
+    if value is None or _REQUEST_ID.fullmatch(value) is None:
+        return ""
+    return value.decode("ascii")
 
 
 def parent_context(value: bytes | None) -> Context | None:
