@@ -164,9 +164,8 @@ class ProxyRequest:
             self._end_upstream()
             self.trace.end(self.key, self.status)
         if self.status is not None:
-            metrics = core.metrics
-            metrics.requests.count(self.key, self.route, self.status)
-            metrics.duration.observe((self.key, self.route), time.monotonic() - self.started)
+            key = (self.key, self.route, self.status)
+            core.metrics.requests.observe(key, time.monotonic() - self.started)
 
     async def _fail(self, exc: FlexInferError) -> None:
         status, headers, body = error_answer(exc)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import (
@@ -34,42 +35,6 @@ COLD_START_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600, 120
 """Seconds: a cold start phase takes from under a second (scheduled) to minutes (pulling)."""
 
 
-class RequestCounts(Collector):
-    """``flexinfer_proxy_requests_total{model,route,code}`` and, summed over models, the
-    ``http_requests_total{handler,method,status}`` every other service exports."""
-
-    def __init__(self) -> None:
-        self._counts: dict[tuple[str, str, int], int] = {}
-
-    def count(self, model: str, route: str, status: int) -> None:
-        """One answer with ``status`` for ``model`` on ``route``."""
-        key = (model, route, status)
-        self._counts[key] = self._counts.get(key, 0) + 1
-
-    def collect(self) -> Iterator[Metric]:
-        """Both counter families, at scrape time."""
-        family = CounterMetricFamily(
-            "flexinfer_proxy_requests",
-            "OpenAI requests answered, by model, route and status code",
-            labels=["model", "route", "code"],
-        )
-        http: dict[tuple[str, str], int] = {}
-        for (model, route, status), count in sorted(self._counts.items()):
-            family.add_metric([model, route, str(status)], count)
-            key = (route, str(status))
-            http[key] = http.get(key, 0) + count
-        yield family
-        # Proxied routes are all POST (others are answered 405 and counted as such).
-        generic = CounterMetricFamily(
-            "http_requests",
-            "Total number of requests by method, status and handler.",
-            labels=["handler", "method", "status"],
-        )
-        for (route, status_text), count in sorted(http.items()):
-            generic.add_metric([route, "POST", status_text], count)
-        yield generic
-
-
 class FastHistogram(Collector):
     """A histogram family observed with a bisect and two adds, exported at scrape time."""
 
@@ -80,10 +45,10 @@ class FastHistogram(Collector):
         self._doc = documentation
         self._labels = list(labels)
         self._bounds = tuple(sorted(buckets))
-        self._series: dict[tuple[str, ...], list[float]] = {}
+        self._series: dict[tuple[Any, ...], list[float]] = {}
         """Per label values: count per bucket (not cumulative; last is +Inf), then the sum."""
 
-    def observe(self, labels: tuple[str, ...], value: float) -> None:
+    def observe(self, labels: tuple[Any, ...], value: float) -> None:
         """Record ``value`` under ``labels`` (one value per label name, in order)."""
         series = self._series.get(labels)
         if series is None:
@@ -93,15 +58,62 @@ class FastHistogram(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The histogram family, buckets made cumulative."""
+        yield self._family(self._series)
+
+    def _family(self, series_by_labels: Mapping[tuple[Any, ...], list[float]]) -> Metric:
         family = HistogramMetricFamily(self.name, self._doc, labels=self._labels)
         bounds = [*(_le(b) for b in self._bounds), "+Inf"]
-        for labels, series in sorted(self._series.items()):
+        for labels, series in sorted(series_by_labels.items()):
             buckets, total = [], 0.0
             for bound, count in zip(bounds, series, strict=False):
                 total += count
                 buckets.append((bound, total))
-            family.add_metric(list(labels), buckets, sum_value=series[-1])
-        yield family
+            family.add_metric([str(v) for v in labels], buckets, sum_value=series[-1])
+        return family
+
+
+class RequestStats(FastHistogram):
+    """Answered requests, observed once each by ``(model, route, code)`` with their
+    duration, and exported as three families: ``flexinfer_proxy_requests_total{model,route,
+    code}``, the ``http_requests_total{handler,method,status}`` every other service exports
+    (summed over models), and ``flexinfer_proxy_request_duration_seconds{model,route}``
+    (summed over codes). One observation per request serves all three."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "flexinfer_proxy_request_duration_seconds",
+            "Seconds from a request's arrival to its answer's last byte",
+            ["model", "route"],
+            LATENCY_BUCKETS,
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        """The three families, at scrape time."""
+        requests = CounterMetricFamily(
+            "flexinfer_proxy_requests",
+            "OpenAI requests answered, by model, route and status code",
+            labels=["model", "route", "code"],
+        )
+        http: dict[tuple[str, str], float] = {}
+        durations: dict[tuple[Any, ...], list[float]] = {}
+        for (model, route, status), series in sorted(self._series.items()):
+            count = sum(series[:-1])
+            requests.add_metric([model, route, str(status)], count)
+            http[(route, str(status))] = http.get((route, str(status)), 0) + count
+            summed = durations.setdefault((model, route), [0.0] * len(series))
+            for index, value in enumerate(series):
+                summed[index] += value
+        yield requests
+        # Proxied routes are all POST (others are answered 405 and counted as such).
+        generic = CounterMetricFamily(
+            "http_requests",
+            "Total number of requests by method, status and handler.",
+            labels=["handler", "method", "status"],
+        )
+        for (route, status_text), count in sorted(http.items()):
+            generic.add_metric([route, "POST", status_text], count)
+        yield generic
+        yield self._family(durations)
 
 
 def _le(bound: float) -> str:
@@ -133,9 +145,9 @@ class ProxyMetrics:
 
     queue_depth: Gauge
     cold_starts: Counter
-    requests: RequestCounts
-    duration: FastHistogram
-    """``{model,route}``: arrival to the answer's last byte (or the error sent)."""
+    requests: RequestStats
+    """Answers by ``(model, route, code)`` with their duration: arrival to the answer's
+    last byte (or the error sent)."""
     ttfb: FastHistogram
     """``{model,route}``: arrival to the engine's answer head (queue wait included)."""
     ttft: FastHistogram
@@ -151,7 +163,7 @@ class ProxyMetrics:
         cls, registry: CollectorRegistry, active: Callable[[], Mapping[str, int]]
     ) -> ProxyMetrics:
         """Register every proxy metric on ``registry``; ``active``: requests in flight."""
-        requests = RequestCounts()
+        requests = RequestStats()
         fast = _fast_histograms()
         rate_limited, phase, cold = _cold_start_metrics(registry)
         for collector in (requests, ActiveConnections(active), *fast):
@@ -170,9 +182,8 @@ class ProxyMetrics:
                 registry=registry,
             ),
             requests=requests,
-            duration=fast[0],
-            ttfb=fast[1],
-            ttft=fast[2],
+            ttfb=fast[0],
+            ttft=fast[1],
             upstream_errors=Counter(
                 "flexinfer_proxy_upstream_errors",
                 "Upstream failures: connect (retried) or broken (mid-response)",
@@ -192,14 +203,8 @@ class ProxyMetrics:
         )
 
 
-def _fast_histograms() -> tuple[FastHistogram, FastHistogram, FastHistogram]:
+def _fast_histograms() -> tuple[FastHistogram, FastHistogram]:
     return (
-        FastHistogram(
-            "flexinfer_proxy_request_duration_seconds",
-            "Seconds from a request's arrival to its answer's last byte",
-            ["model", "route"],
-            LATENCY_BUCKETS,
-        ),
         FastHistogram(
             "flexinfer_proxy_ttfb_seconds",
             "Seconds from a request's arrival to the engine's answer head (queue wait included)",
