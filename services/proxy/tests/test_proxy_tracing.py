@@ -158,3 +158,21 @@ async def test_a_requests_log_lines_carry_its_model_request_id_and_trace(
     assert first["request_id"] == "req-42"
     assert first["trace_id"] == TRACE_ID
     assert "request_id" not in second
+
+
+async def test_an_unsampled_request_makes_no_spans_but_still_propagates(tmp_path: Path) -> None:
+    exporter = InMemorySpanExporter()
+    async with (
+        upstreams(1) as [(fake, url)],
+        proxy_stack(tmp_path, [make_model("m")], span_exporter=exporter, **TRACING) as stack,
+        httpx.AsyncClient(base_url=stack.url) as client,
+    ):
+        await stack.set_endpoints("default/m", [url])
+        unsampled = f"00-{TRACE_ID}-{CLIENT_SPAN}-00"  # the client's trace is not sampled
+        reply = await client.post(CHAT, json=BODY, headers={"traceparent": unsampled})
+        assert reply.status_code == 200
+    assert exporter.get_finished_spans() == ()
+    sent = fake.seen[0].headers["traceparent"]
+    assert sent.startswith(f"00-{TRACE_ID}-")
+    assert sent.endswith("-00")
+    assert sent != unsampled

@@ -81,7 +81,7 @@ def traceparent(span: Span) -> bytes:
 class RequestTrace:
     """The spans of one proxied request: the server span and its children."""
 
-    __slots__ = ("_context", "_tracer", "span")
+    __slots__ = ("_context", "_tracer", "recording", "span")
 
     def __init__(self, tracer: Tracer, route: str, client_traceparent: bytes | None) -> None:
         self._tracer = tracer
@@ -92,10 +92,16 @@ class RequestTrace:
             attributes={"http.request.method": "POST", "http.route": route},
         )
         self._context = trace.set_span_in_context(self.span)
+        self.recording = self.span.is_recording()
+        """False when the sampler dropped the trace: no child span is made (each costs tens
+        of µs in the SDK, and a sampler that follows the parent would drop it too)."""
 
     @contextmanager
     def step(self, name: str, kind: SpanKind = SpanKind.INTERNAL) -> Iterator[Span]:
         """A child span for one step of the request (model resolution, queue wait...)."""
+        if not self.recording:
+            yield self.span
+            return
         span = self._tracer.start_span(name, context=self._context, kind=kind)
         try:
             yield span
@@ -106,7 +112,10 @@ class RequestTrace:
             span.end()
 
     def start_upstream(self, url: str) -> Span:
-        """The span of one forward to the engine at ``url`` (ended by the caller)."""
+        """The span of one forward to the engine at ``url`` (ended by the caller); the
+        unsampled request's own span when its trace is dropped (ending it is a no-op)."""
+        if not self.recording:
+            return self.span
         return self._tracer.start_span(
             "upstream", context=self._context, kind=SpanKind.CLIENT, attributes={"server.url": url}
         )
