@@ -20,6 +20,7 @@ from flexinfer_cli import demo
 from flexinfer_cli.args import parser
 from flexinfer_cli.gpus import GpuSpecError, parse_gpus
 from flexinfer_cli.stack import EmbeddedStack
+from flexinfer_common.logcontext import TextFormatter
 from flexinfer_common.malloc import keep_large_buffers
 from flexinfer_common.service import exit_code, run_async
 
@@ -127,7 +128,8 @@ def _gpu_arguments(p: argparse.ArgumentParser) -> None:
 
 def _configure_logging(level: str, log_file: Path) -> None:
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Human lines, with the model, request ID and trace of a request's lines in brackets.
+    fmt = TextFormatter()
     handlers: list[logging.Handler] = [
         logging.StreamHandler(sys.stderr),
         logging.FileHandler(log_file),

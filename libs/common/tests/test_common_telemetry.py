@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
+import pytest
 from fastapi import FastAPI
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import Counter
+from starlette.types import Receive, Scope, Send
 
+from flexinfer_common.serving import serve_in_background
 from flexinfer_common.settings import TelemetrySettings
-from flexinfer_common.telemetry import setup_telemetry
+from flexinfer_common.telemetry import otlp_exporter, setup_telemetry
 
 
 def make_app() -> FastAPI:
@@ -68,3 +74,38 @@ async def test_tracing_records_a_span_per_request() -> None:
 def test_tracing_is_off_by_default() -> None:
     telemetry = setup_telemetry(make_app(), "svc", TelemetrySettings())
     assert not telemetry.tracing
+
+
+async def test_otlp_export_follows_the_standard_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    received: list[bytes] = []
+
+    async def collector(scope: Scope, receive: Receive, send: Send) -> None:
+        """An OTLP/HTTP collector: keeps each POST /v1/traces body."""
+        if scope["type"] != "http":
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        if scope["path"] == "/v1/traces":
+            received.append(body)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async with serve_in_background(collector) as url:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+        telemetry = setup_telemetry(make_app(), "svc", TelemetrySettings(otel_enabled=True))
+        provider = telemetry.tracer_provider
+        assert provider is not None
+        with provider.get_tracer("test").start_as_current_span("exported"):
+            pass
+        await asyncio.to_thread(provider.force_flush)
+        provider.shutdown()
+    request = ExportTraceServiceRequest.FromString(received[0])
+    spans = [s for r in request.resource_spans for ss in r.scope_spans for s in ss.spans]
+    assert [s.name for s in spans] == ["exported"]
+
+
+def test_no_collector_named_means_no_exporter() -> None:
+    assert otlp_exporter(TelemetrySettings(otel_enabled=True)) is None

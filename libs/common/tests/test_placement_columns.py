@@ -93,6 +93,7 @@ def check_one(rng: random.Random, size: int, extreme: bool) -> None:
     got = columnar.filter(pod, table, rows)
     assert table.name[got.passed].tolist() == [node.name for node in expected.passed]
     assert list(got.failed.items()) == list(expected.failed.items())  # order included
+    assert got.rejections == expected.rejections
 
     classes = sorted({node.device_class for node in truth.values()})
     seed = rng.random()

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from flexinfer_common.errors import ConfigError, NotFoundError
+from flexinfer_common.telemetry import SD_ENGINES_PATH
 from flexinfer_controller.testing import (
     Harness,
     engine_pids,
@@ -80,11 +81,16 @@ async def test_probes_stay_open_and_metrics_follow_the_setting(tmp_path: Path) -
         assert (await h.client.get("/healthz")).status_code == 200
         assert (await h.client.get("/readyz")).status_code == 200
         assert (await h.client.get("/metrics")).status_code == 200
+        # Prometheus's engine discovery is open exactly when /metrics is.
+        assert (await h.client.get(SD_ENGINES_PATH)).json() == []
     async with run_controller(tmp_path, auth_token=TOKEN, telemetry={"metrics_auth": True}) as h:
         assert (await h.client.get("/healthz")).status_code == 200
         _refused(await h.client.get("/metrics"))
+        _refused(await h.client.get(SD_ENGINES_PATH))
         scraped = await h.client.get("/metrics", headers=_bearer(TOKEN))
         assert "flexinfer_controller_replicas" in scraped.text
+        discovered = await h.client.get(SD_ENGINES_PATH, headers=_bearer(TOKEN))
+        assert discovered.json() == []
 
 
 async def test_token_file_and_rotation(tmp_path: Path) -> None:

@@ -189,6 +189,18 @@ def test_gpu_models_get_the_toleration_affinity_and_resources() -> None:
     assert engine(SAMPLE["ollama-amd-pull"])["resources"] == {"limits": {"amd.com/gpu": "1"}}
 
 
+def test_engine_pods_tell_prometheus_where_their_metrics_are() -> None:
+    sample = SAMPLE["vllm-nvidia-pvc-prefetch"]
+    notes = one(sample, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    port = engine(sample)["ports"][0]["containerPort"]
+    assert notes["prometheus.io/scrape"] == "true"
+    assert notes["prometheus.io/port"] == str(port)
+    assert notes["prometheus.io/path"] == "/metrics"
+    # Ollama serves no metrics: nothing asks Prometheus to scrape it.
+    ollama = one(SAMPLE["ollama-amd-pull"], "Deployment")["spec"]["template"]["metadata"]
+    assert not any(key.startswith("prometheus.io/") for key in ollama["annotations"])
+
+
 def test_cpu_models_get_no_gpu_scheduling() -> None:
     spec = pod(SAMPLE["reference-cpu-file"])
     assert "tolerations" not in spec

@@ -284,7 +284,10 @@ async def test_health_ready_and_metrics(
         metrics = (await client.get("/metrics")).text
     assert health.status_code == 200
     assert ready.status_code == 200
-    assert 'flexinfer_proxy_requests_total{code="200",model="default/tiny"} 1.0' in metrics
+    route = 'route="/v1/chat/completions"'
+    assert (
+        f'flexinfer_proxy_requests_total{{code="200",model="default/tiny",{route}}} 1.0' in metrics
+    )
     assert "flexinfer_proxy_active_connections" in metrics
 
 

@@ -77,7 +77,11 @@ async def test_small_requests_are_answered_from_callbacks_on_one_connection(
         if stack.core.settings.upstream == "h1":  # the one transport that pools connections
             assert connections == [0]
         metrics = (await client.get("/metrics")).text
-        assert 'flexinfer_proxy_requests_total{code="200",model="default/m"} 20.0' in metrics
+        route = 'route="/v1/chat/completions"'
+        assert (
+            f'flexinfer_proxy_requests_total{{code="200",model="default/m",{route}}} 20.0'
+            in metrics
+        )
         assert 'flexinfer_proxy_active_connections{model="default/m"} 0.0' in metrics
         assert settled(stack.core, url)
 

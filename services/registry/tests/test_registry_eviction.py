@@ -25,8 +25,22 @@ from flexinfer_registry.core.metrics import RegistryMetrics
 from flexinfer_registry.core.records import ModelStatus
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.testing.fakes import OneProvider, ScriptedProvider
+from flexinfer_testing.scrape import check_families, sample_value, wait_for_sample
 
 DAY = 24 * 3600.0
+REGISTRY_FAMILIES: dict[str, set[str]] = {
+    name: set()
+    for name in (
+        "flexinfer_registry_downloads_started",
+        "flexinfer_registry_downloads_completed",
+        "flexinfer_registry_downloads_failed",
+        "flexinfer_registry_downloaded_bytes",
+        "flexinfer_registry_cache_hits",
+        "flexinfer_registry_cache_misses",
+        "flexinfer_registry_evictions",
+        "flexinfer_registry_active_sources",
+    )
+} | {"flexinfer_registry_sources": {"status"}}
 
 
 class Clock:
@@ -64,6 +78,7 @@ async def test_rest_admin_api(tmp_path: Path) -> None:
         grpc_port=0,
         cache_dir=tmp_path,
         auth_token="tok",  # type: ignore[arg-type]
+        reaper_interval_s=0.05,  # the sources-by-status gauge is the reaper's count
     )
     app: Any = create_app(settings, providers=OneProvider(ScriptedProvider({"a.json": b"{}"})))
     auth = (("authorization", "Bearer tok"),)
@@ -101,7 +116,9 @@ async def test_rest_admin_api(tmp_path: Path) -> None:
             assert [s["worker_id"] for s in sources] == ["w"]
             assert (await client.get("/v1/registry/sources?status=bogus")).status_code == 400
             assert (await client.post("/v1/registry/evict")).json() == {"evicted": []}
-            metrics = (await client.get("/metrics")).text
-            assert "flexinfer_registry_downloads_started_total 2.0" in metrics
-            assert "flexinfer_registry_evictions_total 1.0" in metrics
+            sources = "flexinfer_registry_sources"
+            families = await wait_for_sample(client, sources, 1, status="READY")
+            check_families(families, REGISTRY_FAMILIES)
+            assert sample_value(families, "flexinfer_registry_downloads_started_total") == 2
+            assert sample_value(families, "flexinfer_registry_evictions_total") == 1
             assert (await client.get("/openapi.json")).status_code == 200

@@ -21,6 +21,7 @@ from flexinfer_common.placement import (
 from flexinfer_scheduler.app import create_app
 from flexinfer_scheduler.core.nodes import NodeCache
 from flexinfer_scheduler.settings import SchedulerSettings
+from flexinfer_testing.scrape import check_families, sample_value, scrape
 
 GPU_LABELS = {keys.GPU_VENDOR: "NVIDIA", keys.GPU_ARCH: "sm_89", keys.GPU_VRAM: "24Gi"}
 
@@ -78,6 +79,33 @@ async def test_filter_with_node_names_answers_current_tags() -> None:
     }
     assert body["failedAndUnresolvableNodes"] == {}
     assert "nodes" not in body
+
+
+async def test_filter_and_score_are_timed_and_rejections_counted_by_reason() -> None:
+    async with client() as http:
+        names = ["fast", "busy", "full", "cpu", "gone"]
+        await http.post("/filter", json={"pod": POD, "nodenames": names})
+        await http.post("/prioritize", json={"pod": POD, "nodenames": ["fast", "busy"]})
+        families = await scrape(http)
+    check_families(
+        families,
+        {
+            "flexinfer_scheduler_extender_duration_seconds": {"verb"},
+            "flexinfer_scheduler_rejections": {"reason"},
+            "http_requests": {"handler", "method", "status"},
+        },
+    )
+    timed = "flexinfer_scheduler_extender_duration_seconds_count"
+    assert sample_value(families, timed, verb="filter") == 1
+    assert sample_value(families, timed, verb="prioritize") == 1
+    reasons = {
+        s.labels["reason"]: s.value
+        for s in families["flexinfer_scheduler_rejections"].samples
+        if s.name.endswith("_total")
+    }
+    # One node per failing filter (VRAM, vendor), and the node nobody knows.
+    assert sum(reasons.values()) == 3
+    assert reasons["UnknownNode"] == 1
 
 
 async def test_filter_with_node_objects_answers_the_passing_objects() -> None:

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flexinfer_common.errors import ConfigError, FlexInferError
 from flexinfer_common.settings import TelemetrySettings
-from flexinfer_common.telemetry import METRICS_PATH
+from flexinfer_common.telemetry import METRICS_PATH, SD_ENGINES_PATH
 from flexinfer_common.web import add_error_schema, openai_error
 
 log = logging.getLogger(__name__)
@@ -164,8 +164,11 @@ def resolve_admin_tokens(
 
 
 def open_paths(telemetry: TelemetrySettings) -> frozenset[str]:
-    """Paths that need no token: the health probes, and /metrics unless METRICS_AUTH is on."""
-    return HEALTH_PATHS if telemetry.metrics_auth else HEALTH_PATHS | {METRICS_PATH}
+    """Paths that need no token: the health probes, and /metrics and the engines' service
+    discovery (what Prometheus reads) unless METRICS_AUTH is on."""
+    if telemetry.metrics_auth:
+        return HEALTH_PATHS
+    return HEALTH_PATHS | {METRICS_PATH, SD_ENGINES_PATH}
 
 
 def install_admin_auth(

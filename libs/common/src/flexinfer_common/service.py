@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -21,6 +20,7 @@ from starlette.types import ASGIApp
 
 from flexinfer_common.bus import EventBus, open_bus
 from flexinfer_common.errors import ConfigError, FlexInferError
+from flexinfer_common.logcontext import JsonFormatter, TextFormatter
 from flexinfer_common.serving import ServerGroup, bind_socket
 from flexinfer_common.settings import BusSettings, LogSettings, StoreSettings
 from flexinfer_common.settings_errors import describe_settings_error
@@ -40,26 +40,10 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {key: value for key, value in vars(args).items() if value is not None}
 
 
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": self.formatTime(record),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
-
-
 def configure_logging(settings: LogSettings) -> None:
     """Root logging as ``settings`` asks: level, and text or one JSON object per line."""
     handler = logging.StreamHandler(sys.stderr)
-    if settings.json_format:
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if settings.json_format else TextFormatter())
     logging.basicConfig(level=settings.level.upper(), handlers=[handler], force=True)
     # httpx logs every request at INFO: far too chatty for a proxy or a controller.
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -96,7 +96,9 @@ class TelemetrySettings(BaseSettings):
     (FLEXINFER_OTEL_ENABLED=false): exporting needs a collector to send to."""
 
     otel_endpoint: str | None = None
-    """OTLP endpoint; when unset, OTEL_EXPORTER_OTLP_ENDPOINT applies."""
+    """The OTLP/HTTP traces URL (``http://collector:4318/v1/traces``); when unset, the
+    standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT applies (the
+    latter with ``/v1/traces`` appended, as the OpenTelemetry specification says)."""
 
     service_namespace: str | None = None
     """service.namespace resource attribute on traces."""

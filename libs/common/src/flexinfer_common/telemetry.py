@@ -24,6 +24,9 @@ from flexinfer_common.settings import TelemetrySettings
 log = logging.getLogger(__name__)
 
 METRICS_PATH = "/metrics"
+SD_ENGINES_PATH = "/v1/sd/engines"
+"""The controller's Prometheus HTTP service discovery of engine replicas (read-only, and
+open exactly when /metrics is)."""
 _UNTRACKED = [METRICS_PATH, "/healthz", "/readyz"]
 _EXPOSITION = {"schema": {"type": "string"}}
 
@@ -97,32 +100,37 @@ def _setup_tracing(
 ) -> TracerProvider:
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
     attributes = {"service.name": f"flexinfer-{service}"}
     if settings.service_namespace:
         attributes["service.namespace"] = settings.service_namespace
     provider = TracerProvider(resource=Resource.create(attributes))
-    endpoint = settings.otel_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    if exporter is None and endpoint:
-        exporter = _otlp_exporter(endpoint)
-        if exporter is None:
-            log.warning("OTLP exporter package not installed; traces are not exported")
     if exporter is not None:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        # An in-process exporter (tests, an embedded collector) takes each span as it ends.
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    elif (otlp := otlp_exporter(settings)) is not None:
+        provider.add_span_processor(BatchSpanProcessor(otlp))
+    else:
+        log.warning("tracing is on but no OTLP endpoint is set: spans are not exported")
     FastAPIInstrumentor.instrument_app(
         app, tracer_provider=provider, excluded_urls="metrics,healthz,readyz"
     )
     return provider
 
 
-def _otlp_exporter(endpoint: str) -> SpanExporter | None:
-    # The OTLP exporter is optional: it pulls in protobuf/gRPC stacks most laptops don't need.
-    try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
-            OTLPSpanExporter,
-        )
-    except ImportError:
-        return None
-    exporter: SpanExporter = OTLPSpanExporter(endpoint=endpoint)
-    return exporter
+OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+"""The standard variables that name a collector; the exporter reads them (and the other
+OTEL_EXPORTER_OTLP_* ones: headers, timeout, compression, certificates) itself."""
+
+
+def otlp_exporter(settings: TelemetrySettings) -> SpanExporter | None:
+    """OTLP over HTTP/protobuf to ``otel_endpoint`` (the full traces URL), else to what the
+    standard OTEL_EXPORTER_OTLP_* variables say; None when neither names a collector."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    if settings.otel_endpoint:
+        return OTLPSpanExporter(endpoint=settings.otel_endpoint)
+    if any(os.environ.get(name) for name in OTLP_ENDPOINT_VARIABLES):
+        return OTLPSpanExporter()
+    return None

@@ -23,12 +23,14 @@ from flexinfer_controller.adapters.metrics import HttpEngineMetrics
 from flexinfer_controller.adapters.registry.factory import create_model_cache
 from flexinfer_controller.api.admin import install_admin
 from flexinfer_controller.api.benchmarks import benchmarks_router
+from flexinfer_controller.api.discovery import discovery_router
 from flexinfer_controller.api.logs import logs_router
 from flexinfer_controller.api.operations import operations_router
 from flexinfer_controller.backends import BackendRegistry, LaunchContext, default_backends
 from flexinfer_controller.catalog.client import ClientOptions
 from flexinfer_controller.catalog.service import CatalogService
 from flexinfer_controller.catalog.wiring import CatalogSources, catalog_controller
+from flexinfer_controller.core.activation_trace import ActivationTraces
 from flexinfer_controller.core.adapters import AdapterEvents, AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
 from flexinfer_controller.core.feed import ModelFeed, NoFeed
@@ -252,6 +254,9 @@ def create_app(
         drainer=drainer,
     )
     controller_ = controller
+    if telemetry.tracer_provider is not None:
+        tracer = telemetry.tracer_provider.get_tracer("flexinfer.controller")
+        controller.activations = ActivationTraces(tracer)
     service = ModelService(store, bus, controller, delete_wait_s=settings.stop_grace_s + 5)
     app.state.settings = settings
     app.state.store = store
@@ -280,5 +285,6 @@ def create_app(
     app.include_router(benchmarks_router())
     app.include_router(logs_router())
     app.include_router(operations_router())
+    app.include_router(discovery_router(backends))
     app.include_router(health_router(ready))
     return app

@@ -21,7 +21,12 @@ from flexinfer_common.web import health_router, install_error_handlers, openai_e
 from flexinfer_engine.api.admin_routes import admin_router
 from flexinfer_engine.api.limits import BodyLimit
 from flexinfer_engine.api.lora_routes import lora_router
-from flexinfer_engine.api.metrics import engine_hooks, kv_cache_gauge, request_gauges
+from flexinfer_engine.api.metrics import (
+    engine_hooks,
+    kv_cache_gauge,
+    request_gauges,
+    sleep_gauge,
+)
 from flexinfer_engine.api.openai_routes import ServedModel, openai_router
 from flexinfer_engine.api.validation import install_request_errors
 from flexinfer_engine.core.adapters import AdapterRegistry, LoRALimits
@@ -88,6 +93,7 @@ def create_app(
     capacity = settings.max_concurrent_generations * engine.config.max_position_embeddings
     kv_cache_gauge(telemetry.registry, engine.kv_cache_positions, capacity)
     request_gauges(telemetry.registry, lambda: runner.running, lambda: runner.waiting)
+    sleep_gauge(telemetry.registry, lambda: engine.sleep_level)
     install_error_handlers(app)
     install_request_errors(app)
     app.add_exception_handler(InvalidRequestError, _on_invalid_request)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from opentelemetry.sdk.trace.export import SpanExporter
 from starlette.exceptions import HTTPException
 from starlette.types import Receive, Scope, Send
 
@@ -89,8 +91,15 @@ QUEUE_SINKS: Mapping[str, Callable[[ProxySettings], QueueSink | None]] = {
 """``queue_signals`` -> where queues are written besides the bus."""
 
 
-def create_app(settings: ProxySettings, *, bus: EventBus, store: ModelStore) -> ProxyApp:
-    """Build the proxy app; ``bus`` and ``store`` stay owned (and closed) by the caller."""
+def create_app(
+    settings: ProxySettings,
+    *,
+    bus: EventBus,
+    store: ModelStore,
+    span_exporter: SpanExporter | None = None,
+) -> ProxyApp:
+    """Build the proxy app; ``bus`` and ``store`` stay owned (and closed) by the caller.
+    ``span_exporter`` replaces the OTLP exporter when tracing is on (tests)."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -102,13 +111,26 @@ def create_app(settings: ProxySettings, *, bus: EventBus, store: ModelStore) -> 
             await sync.stop()
             await core.aclose()
             await transport.aclose()
+            if provider is not None:  # the last spans are exported before the process ends
+                await asyncio.to_thread(provider.shutdown)
 
     app = ProxyApp(title="FlexInfer proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
     guard_metrics(app, settings)
     # Requests are counted by the pipeline itself: no per-request middleware on the hot path.
-    telemetry = setup_telemetry(app, "proxy", settings.telemetry, instrument_requests=False)
+    telemetry = setup_telemetry(
+        app, "proxy", settings.telemetry, instrument_requests=False, span_exporter=span_exporter
+    )
+    provider = telemetry.tracer_provider
+    tracer = provider.get_tracer("flexinfer.proxy") if provider is not None else None
     sink = QUEUE_SINKS[settings.queue_signals](settings)
-    core = ProxyCore(settings, bus=bus, store=store, registry=telemetry.registry, queue_sink=sink)
+    core = ProxyCore(
+        settings,
+        bus=bus,
+        store=store,
+        registry=telemetry.registry,
+        queue_sink=sink,
+        tracer=tracer,
+    )
     transport = create_transport(settings.upstream, transport_settings(settings))
     app.pipeline = Proxy(core, transport, default_surface())
     document_proxied_routes(app, app.pipeline.surface)
@@ -122,6 +144,7 @@ def create_app(settings: ProxySettings, *, bus: EventBus, store: ModelStore) -> 
     app.include_router(health_router(ready))
     app.include_router(models_router(core))
     app.state.core = core
+    app.state.telemetry = telemetry
     return app
 
 

@@ -19,11 +19,13 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
+from opentelemetry.trace import Span, Status, StatusCode
 from starlette.types import Receive, Scope, Send
 
 from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase
 from flexinfer_common.bus.topics import EndpointInfo
 from flexinfer_common.errors import FlexInferError
+from flexinfer_common.logcontext import bind as bind_log_fields
 from flexinfer_proxy.body_stream import BodyStream, ClientGoneError
 from flexinfer_proxy.core.catalog import Target, adapter_queue
 from flexinfer_proxy.core.errors import (
@@ -34,6 +36,8 @@ from flexinfer_proxy.core.errors import (
     UpstreamError,
 )
 from flexinfer_proxy.core.extract import check_model_name
+from flexinfer_proxy.core.metrics import NO_ROUTE
+from flexinfer_proxy.core.ratelimit import RateLimitedError
 from flexinfer_proxy.core.routing.base import RouteContext
 from flexinfer_proxy.core.service import HotModel, ProxyCore
 from flexinfer_proxy.core.surface import Surface
@@ -50,6 +54,7 @@ from flexinfer_proxy.relay import (
     sse_comment,
     sse_error,
 )
+from flexinfer_proxy.tracing import REQUEST_ID, TRACEPARENT, RequestTrace, request_id
 from flexinfer_proxy.transport.base import (
     ConnectFailedError,
     RequestFailedError,
@@ -97,7 +102,10 @@ class Proxy:
 class ProxyRequest:
     """One proxied request; it alone starts and ends the request's accounting."""
 
-    __slots__ = ("active", "core", "ds", "key", "proxy", "started", "status", "url")
+    __slots__ = (
+        "active", "core", "ds", "key", "proxy", "route", "started", "status", "trace",
+        "upstream", "url",
+    )  # fmt: skip
 
     def __init__(self, proxy: Proxy, ds: Downstream) -> None:
         self.proxy = proxy
@@ -111,9 +119,16 @@ class ProxyRequest:
         """The endpoint whose load counts this request now."""
         self.status: int | None = None
         """What the client was answered (None: it left before an answer)."""
+        self.route = NO_ROUTE
+        """The proxied route, once the path is known to be one (a bounded label)."""
+        self.trace: RequestTrace | None = None
+        """The request's spans, when tracing is on."""
+        self.upstream: Span | None = None
+        """The span of the engine's part, open from the forward to the answer's end."""
 
     async def run(self) -> None:
         """Serve the request until its answer is sent or the client leaves."""
+        bind_log_fields(self)
         try:
             await self._serve()
         except ClientGoneError:
@@ -128,6 +143,15 @@ class ProxyRequest:
         finally:
             self._end()
 
+    def log_fields(self) -> dict[str, str]:
+        """The model, the client's request ID (when well-formed) and the trace, for logs."""
+        fields = {"model": self.key, "request_id": request_id(self.ds.header(REQUEST_ID))}
+        if self.trace is not None:
+            ctx = self.trace.span.get_span_context()
+            fields["trace_id"] = format(ctx.trace_id, "032x")
+            fields["span_id"] = format(ctx.span_id, "016x")
+        return fields
+
     def _end(self) -> None:
         core = self.core
         if self.url is not None:
@@ -136,8 +160,12 @@ class ProxyRequest:
         if self.active:
             core.activity.end(self.key)
             self.active = False
+        if self.trace is not None:
+            self._end_upstream()
+            self.trace.end(self.key, self.status)
         if self.status is not None:
-            core.metrics.requests.count(self.key, self.status)
+            key = (self.key, self.route, self.status)
+            core.metrics.requests.observe(key, time.monotonic() - self.started)
 
     async def _fail(self, exc: FlexInferError) -> None:
         status, headers, body = error_answer(exc)
@@ -157,19 +185,22 @@ class ProxyRequest:
         target = parse_target(ds.target)
         if not surface.known(target.route):
             raise RouteNotFoundError(f"Invalid URL ({ds.method} {target.route}): no such route")
+        self.route = target.route
+        if core.tracer is not None:
+            self.trace = RequestTrace(core.tracer, target.route, ds.header(TRACEPARENT))
         if ds.method != "POST":
             raise MethodNotAllowedError(f"Method {ds.method} is not allowed on {target.route}")
         grant = core.auth.authenticate(ds.header(b"authorization"))
         incoming = request_now(ds, target, core.settings) or await read_request(
             ds, target, core.settings
         )
-        # A known name is a dict lookup; only a miss is checked and re-read from the store.
-        resolved = core.catalog.lookup_target(incoming.name)
-        if resolved is None:
-            check_model_name(incoming.name, "model")
-            resolved = await core.catalog.resolve_target(incoming.name)
-        if resolved is None:
-            raise ModelNotFoundError(incoming.name)
+        if self.trace is None:
+            # A known name is a dict lookup; only a miss is checked and re-read.
+            resolved = core.catalog.lookup_target(incoming.name) or await self._resolve(incoming)
+        else:
+            with self.trace.step("resolve model"):
+                resolved = await self._resolve(incoming)
+        self.key = resolved.key  # errors from here on are counted under the model
         model = resolved.model
         if not surface.allows(model.spec.backend, model.spec.is_external, target.route):
             raise RouteNotFoundError(
@@ -178,22 +209,50 @@ class ProxyRequest:
             )
         core.auth.authorize(grant, model)
         if core.limiter.enabled:
-            core.limiter.check(resolved.key)
-        self.key = resolved.key
+            self._rate_limit(resolved.key)
         hot = core.hot(resolved)
         core.activity.begin(self.key, hot.activity_interval_s)
         self.active = True
         answer = await self._forward(resolved, hot, incoming, target)
         self.status = answer.status
+        core.metrics.ttfb.observe((self.key, self.route), time.monotonic() - self.started)
         try:
             if ds.started:
-                await relay_as_event(answer, ds, incoming.stream)
+                await relay_as_event(answer, ds, incoming.stream, self._first_event)
             elif answer.complete():  # the usual small answer: already whole, one write
                 await ds.respond(answer.status, response_headers(answer), await answer.read())
             else:
-                await relay_stream(answer, ds)
+                await relay_stream(answer, ds, self._first_event)
         finally:
             await answer.aclose()
+
+    async def _resolve(self, incoming: IncomingRequest) -> Target:
+        """The model the request names, from the catalog or, on a miss, the store."""
+        resolved = self.core.catalog.lookup_target(incoming.name)
+        if resolved is None:
+            check_model_name(incoming.name, "model")
+            resolved = await self.core.catalog.resolve_target(incoming.name)
+        if resolved is None:
+            raise ModelNotFoundError(incoming.name)
+        return resolved
+
+    def _end_upstream(self, error: str | None = None) -> None:
+        if self.upstream is not None:
+            if error is not None:
+                self.upstream.set_status(Status(StatusCode.ERROR, error))
+            self.upstream.end()
+            self.upstream = None
+
+    def _rate_limit(self, key: str) -> None:
+        try:
+            self.core.limiter.check(key)
+        except RateLimitedError:
+            self.core.metrics.rate_limited.labels(key).inc()
+            raise
+
+    def _first_event(self) -> None:
+        """The first whole server-sent event of the answer went out: its time to first token."""
+        self.core.metrics.ttft.observe((self.key,), time.monotonic() - self.started)
 
     async def _forward(
         self, resolved: Target, hot: HotModel, incoming: IncomingRequest, target: RequestTarget
@@ -207,14 +266,14 @@ class ProxyRequest:
         adapter = None if resolved.model.spec.is_external else resolved.adapter
         endpoint = None if adapter is not None else core.dispatcher.pick_now(key, strategy, ctx)
         while True:
-            if adapter is not None and endpoint is None:
-                endpoint = await self._adapter_endpoint(adapter, hot, ctx)
-            elif endpoint is None:
-                endpoint = await self._wait_endpoint(resolved, hot, ctx, incoming)
+            if endpoint is None:
+                endpoint = await self._waited_endpoint(resolved, hot, ctx, incoming, adapter)
             incoming.rewrite(core.served_name(resolved, endpoint.url))
-            request = UpstreamRequest(
-                b"POST", target.forward, headers, incoming.body, incoming.length
-            )
+            sent = headers
+            if self.trace is not None:
+                self.upstream = self.trace.start_upstream(endpoint.url)
+                sent = self.trace.upstream_headers(headers, self.upstream)
+            request = UpstreamRequest(b"POST", target.forward, sent, incoming.body, incoming.length)
             self.url = url = endpoint.url
             core.loads.begin(url)
             try:
@@ -222,6 +281,7 @@ class ProxyRequest:
             except ConnectFailedError as exc:
                 core.loads.end(url)
                 self.url = None
+                self._end_upstream("connect failed")
                 if isinstance(incoming.body, BodyStream) and incoming.body.started:
                     raise UpstreamError(str(exc)) from exc
                 log.warning("%s: %s; trying another endpoint", key, exc)
@@ -232,7 +292,32 @@ class ProxyRequest:
                 )
             except RequestFailedError as exc:
                 core.metrics.upstream_errors.labels(key, "request").inc()
+                self._end_upstream("request failed")
                 raise UpstreamError(str(exc)) from exc
+
+    async def _waited_endpoint(
+        self,
+        resolved: Target,
+        hot: HotModel,
+        ctx: RouteContext,
+        incoming: IncomingRequest,
+        adapter: LoRAAdapter | None,
+    ) -> EndpointInfo:
+        """An endpoint after waiting for one (timed, and traced as the queue wait)."""
+        waiting = (
+            self._adapter_endpoint(adapter, hot, ctx)
+            if adapter is not None
+            else self._wait_endpoint(resolved, hot, ctx, incoming)
+        )
+        if self.trace is None:
+            endpoint = await waiting
+        else:
+            self.core.demand_trace(resolved.key, self.trace.demand_traceparent())
+            with self.trace.step("queue wait"):
+                endpoint = await waiting
+        waited = time.monotonic() - self.started
+        self.core.metrics.queue_wait.labels(resolved.key).observe(waited)
+        return endpoint
 
     async def _wait_endpoint(
         self, resolved: Target, hot: HotModel, ctx: RouteContext, incoming: IncomingRequest

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 
 from flexinfer_common.web import openai_error_body
 from flexinfer_proxy.core.errors import BadRequestError
@@ -32,6 +33,8 @@ _HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
+FirstEvent = Callable[[], None]
+"""Told once when a relayed event stream's first whole event has been sent."""
 _CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 """Control characters but HTAB, which a field value may hold (RFC 9110 5.5)."""
 _DROP_REQUEST = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
@@ -103,16 +106,25 @@ def sse_error(status: int, message: str, code: str) -> bytes:
     return sse_data(json.dumps(openai_error_body(status, message, code=code)).encode())
 
 
-async def relay_stream(answer: UpstreamAnswer, ds: Downstream) -> None:
-    """Send ``answer`` to the client as its body arrives (head first)."""
+async def relay_stream(
+    answer: UpstreamAnswer, ds: Downstream, first_event: FirstEvent | None = None
+) -> None:
+    """Send ``answer`` to the client as its body arrives (head first); ``first_event`` is
+    called once the first whole server-sent event is sent, if the answer is an event stream."""
     await ds.start(answer.status, response_headers(answer))
-    await relay_body(answer, ds, event_stream=is_event_stream(answer))
+    await relay_body(answer, ds, event_stream=is_event_stream(answer), first_event=first_event)
 
 
-async def relay_body(answer: UpstreamAnswer, ds: Downstream, *, event_stream: bool) -> None:
+async def relay_body(
+    answer: UpstreamAnswer,
+    ds: Downstream,
+    *,
+    event_stream: bool,
+    first_event: FirstEvent | None = None,
+) -> None:
     """Stream the body; a break ends an event stream with an error event, else cuts it."""
     if event_stream:
-        await _relay_events(answer, ds)
+        await _relay_events(answer, ds, first_event)
         return
     try:
         async for chunk in answer.stream():
@@ -134,7 +146,9 @@ def event_end(data: bytes) -> int:
     return max(ends, default=0)
 
 
-async def _relay_events(answer: UpstreamAnswer, ds: Downstream) -> None:
+async def _relay_events(
+    answer: UpstreamAnswer, ds: Downstream, first_event: FirstEvent | None
+) -> None:
     """Relay whole events only: an event the engine broke off inside is dropped, and the
     stream ends with an error event a reader can parse (never half an event and then it)."""
     pending = b""
@@ -145,6 +159,9 @@ async def _relay_events(answer: UpstreamAnswer, ds: Downstream) -> None:
             pending = data[end:]
             if end:
                 await ds.send(data[:end])
+                if first_event is not None:
+                    first_event()
+                    first_event = None
     except AnswerBrokenError as exc:
         log.warning("%s", exc)
         error = sse_error(502, f"the model server failed mid-stream: {exc}", "upstream_error")
@@ -155,14 +172,16 @@ async def _relay_events(answer: UpstreamAnswer, ds: Downstream) -> None:
     await ds.end()
 
 
-async def relay_as_event(answer: UpstreamAnswer, ds: Downstream, streamed: bool) -> None:
+async def relay_as_event(
+    answer: UpstreamAnswer, ds: Downstream, streamed: bool, first_event: FirstEvent | None = None
+) -> None:
     """Relay inside an SSE answer already started (a client that waited with progress).
 
     A streamed answer (``streamed``, status 200) continues the stream as it is; any other
     answer becomes one ``data:`` event holding its JSON (an error's, made OpenAI-shaped).
     """
     if streamed and answer.status == 200:
-        await relay_body(answer, ds, event_stream=True)
+        await relay_body(answer, ds, event_stream=True, first_event=first_event)
         return
     try:
         payload = await answer.read()

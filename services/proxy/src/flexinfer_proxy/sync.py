@@ -129,6 +129,7 @@ class ProxySync:
                 log.warning("ignoring malformed progress event %s: %s", message.id, exc)
                 continue
             self.core.progress.update(event)
+            self.core.cold_clock.phase(event.model, event.phase)
 
     async def _cleanup_loop(self) -> None:
         settings = self.core.settings

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from flexinfer_common.api import Model
 from flexinfer_common.api.meta import utcnow
@@ -89,16 +90,21 @@ class ProxyStack:
 
 @asynccontextmanager
 async def proxy_stack(
-    tmp_path: Path, models: list[Model], **overrides: Any
+    tmp_path: Path,
+    models: list[Model],
+    *,
+    span_exporter: SpanExporter | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[ProxyStack]:
-    """A proxy serving ``models`` from a SQLite store under ``tmp_path``."""
+    """A proxy serving ``models`` from a SQLite store under ``tmp_path``; with
+    ``span_exporter`` it traces requests into it."""
     bus = MemoryBus()
     store = create_store(StoreSettings(url=f"sqlite:///{tmp_path}/store.db"))
     for model in models:
         await store.create_model(model)
     overrides.setdefault("instance_id", "test")
     settings = ProxySettings(port=0, **overrides)
-    app = create_app(settings, bus=bus, store=store)
+    app = create_app(settings, bus=bus, store=store, span_exporter=span_exporter)
     try:
         # The server protocol the settings name: the proxy's own, as in production, or
         # uvicorn's stock one.

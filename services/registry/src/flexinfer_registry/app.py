@@ -169,7 +169,11 @@ def _background(core: RegistryCore, settings: RegistrySettings) -> list[asyncio.
     """The reaper (always) and the eviction task (when enabled)."""
     tasks = [
         asyncio.create_task(
-            core.sources.run_reaper(settings.reaper_interval_s, core.metrics.active_sources.set),
+            core.sources.run_reaper(
+                settings.reaper_interval_s,
+                core.metrics.active_sources.set,
+                core.metrics.set_sources,
+            ),
             name="registry reaper",
         )
     ]

@@ -33,6 +33,7 @@ from flexinfer_scheduler.core.protocol import (
     ExtenderRequest,
     parse_args,
 )
+from flexinfer_scheduler.metrics import SchedulerMetrics
 from flexinfer_scheduler.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,13 @@ class SyncGate:
         return NOT_SYNCED.format(self.wait_s)
 
 
-def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any, gate: SyncGate) -> None:
+def _routes(
+    app: FastAPI,
+    extender: Callable[[], Extender],
+    sink: Any,
+    gate: SyncGate,
+    metrics: SchedulerMetrics,
+) -> None:
     async def parsed(request: Request) -> ExtenderRequest | Response:
         try:
             return parse_args(json.loads(await request.body()), sink)
@@ -146,7 +153,9 @@ def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any, gate: Syn
             # The protocol's own error field: kube-scheduler reports it as the extender's.
             failed: dict[str, Any] = {"failedNodes": {}, "failedAndUnresolvableNodes": {}}
             return _json({"nodenames": [], **failed, "error": gate.error()})
-        return Response(extender().filter(args), media_type="application/json")
+        with metrics.latency.labels("filter").time():
+            body = extender().filter(args)
+        return Response(body, media_type="application/json")
 
     async def prioritize(request: Request) -> Response:
         """ExtenderArgs -> HostPriorityList (scores 0..10)."""
@@ -156,7 +165,9 @@ def _routes(app: FastAPI, extender: Callable[[], Extender], sink: Any, gate: Syn
         if not await gate.passes():
             # A HostPriorityList has no error field: a non-200 is kube-scheduler's error.
             return openai_error(503, gate.error(), code="not_synced", headers={"Retry-After": "1"})
-        return Response(await extender().prioritize(args), media_type="application/json")
+        with metrics.latency.labels("prioritize").time():
+            body = await extender().prioritize(args)
+        return Response(body, media_type="application/json")
 
     app.post("/prioritize", **openapi.PRIORITIZE)(prioritize)
     app.post("/score", **openapi.SCORE)(prioritize)
@@ -192,6 +203,7 @@ def create_app(
     telemetry = setup_telemetry(app, "scheduler", settings.telemetry)
     app.state.telemetry = telemetry
     sink = MalformedCounter(telemetry.registry)
+    metrics = SchedulerMetrics(telemetry.registry)
     placement = default_placement(PluginDeps(weights=settings.weights))
     extender = Extender(
         placement,
@@ -201,8 +213,9 @@ def create_app(
         settings.weights,
         sink,
         _tenant_gauges(telemetry.registry),
+        on_rejections=metrics.rejected,
     )
-    _routes(app, lambda: extender, sink, gate)
+    _routes(app, lambda: extender, sink, gate, metrics)
     app.state.extender = extender
     app.state.sink = sink
     app.state.sync_gate = gate

@@ -57,6 +57,12 @@ class DemandEvent(Event):
         "is not loaded yet: the controller loads it into the Model's engines. Left out of "
         "the payload when None, so that consumers that predate it read the event",
     )
+    traceparent: str | None = Field(
+        default=None,
+        pattern=r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+        description="W3C traceparent of the first traced request that waits: the controller's "
+        "scale-up span joins that request's trace. Left out of the payload when None",
+    )
 
 
 class ActivityEvent(Event):

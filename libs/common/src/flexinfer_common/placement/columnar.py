@@ -24,6 +24,8 @@ class ColumnOutcome:
 
     passed: Rows
     failed: dict[str, str] = field(default_factory=dict)
+    rejections: dict[str, int] = field(default_factory=dict)
+    """Nodes rejected per filter (its class name), as ``FilterOutcome.rejections``."""
 
 
 class ColumnPlacement:
@@ -44,6 +46,8 @@ class ColumnPlacement:
                 names = table.name[outcome.passed[rejected]].tolist()
                 outcome.failed.update(zip(names, reasons, strict=True))
                 outcome.passed = outcome.passed[~rejected]
+                name = type(check).__name__
+                outcome.rejections[name] = outcome.rejections.get(name, 0) + len(names)
         return outcome
 
     def score(self, pod: PodFacts, table: NodeColumns, rows: Rows, ctx: ScoreContext) -> Floats:

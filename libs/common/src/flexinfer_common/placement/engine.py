@@ -35,6 +35,8 @@ class FilterOutcome:
 
     passed: list[NodeFacts] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    rejections: dict[str, int] = field(default_factory=dict)
+    """Nodes rejected per filter (its class name: a bounded metric label, unlike reasons)."""
 
 
 class Placement:
@@ -67,6 +69,8 @@ class Placement:
                     survivors.append(node)
                 else:
                     outcome.failed[node.name] = reason
+                    name = type(check).__name__
+                    outcome.rejections[name] = outcome.rejections.get(name, 0) + 1
             outcome.passed = survivors
         return outcome
 

@@ -18,6 +18,7 @@ from flexinfer_common.bus import EventBus, Message, consume, topics
 from flexinfer_common.errors import FlexInferError
 from flexinfer_common.store import ModelStore
 from flexinfer_controller.backends import BackendRegistry, LaunchContext
+from flexinfer_controller.core.activation_trace import ActivationTraces
 from flexinfer_controller.core.cache import ModelCache, NoRegistryCache, Notify
 from flexinfer_controller.core.consumers import EventLoop
 from flexinfer_controller.core.crashes import CrashTracker
@@ -35,7 +36,7 @@ from flexinfer_controller.core.sharing.drain import Drainer
 from flexinfer_controller.core.sleepbook import SleepPolicy
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
 from flexinfer_controller.core.workers import Backoff, run_worker
-from flexinfer_controller.runtime import ReplicaEvent, ReplicaListener, Runtime
+from flexinfer_controller.runtime import ReplicaEvent, ReplicaListener, ReplicaState, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +169,8 @@ class Controller:
         self.ready = False
         self.watcher: ModelWatcher = NoWatcher()
         """Told of Model changes, replica events and adapter demand (set by create_app)."""
+        self.activations: ActivationTraces | None = None
+        """Scale-up spans of traced demands (set by create_app when tracing is on)."""
 
     async def start(self) -> None:
         """Adopt engines, start workers and consumers, and queue every model."""
@@ -178,7 +181,7 @@ class Controller:
         ]
         for index in range(self._config.workers):
             work = run_worker(
-                self.queue, self.reconciler.reconcile, self._backoff, "model", self._count_reconcile
+                self.queue, self._timed_reconcile, self._backoff, "model", self._count_reconcile
             )
             self._spawn(work, f"reconcile-worker-{index}")
         for loop in self._loops:
@@ -254,6 +257,8 @@ class Controller:
                 key, at = self._model_key(event.model), now
                 if event.adapter is not None:
                     self.watcher.demanded(key, event.adapter)
+                if event.traceparent is not None:
+                    self._traced_demand(key, event.traceparent)
             elif isinstance(event, topics.ActivityEvent):
                 at = event.at if event.at.tzinfo else event.at.replace(tzinfo=UTC)
                 key, at = self._model_key(event.model), min(at, now)
@@ -278,8 +283,17 @@ class Controller:
         if changed:
             self.gpus_changed()
 
+    def _traced_demand(self, key: str, traceparent: str) -> None:
+        """A cold start's scale-up joins the demanding request's trace (not when a replica
+        already serves: the proxy just has not heard of it yet)."""
+        ready = any(r.state is ReplicaState.READY for r in self.runtime.list(key))
+        if self.activations is not None and not ready:
+            self.activations.demanded(key, traceparent)
+
     def _on_replica_event(self, event: ReplicaEvent) -> None:
         replica = event.replica
+        if self.activations is not None:
+            self.activations.replica_event(replica.model, event.kind, event.expected)
         if event.kind == "exited" and not event.expected:
             self._crashes.record(replica.model, replica.generation, time.monotonic(), event.message)
             if self._metrics is not None:
@@ -313,6 +327,13 @@ class Controller:
         """GPUs freed or joined: reconcile the Models waiting for one now, not in 30 s."""
         for key in self.reconciler.gpu_waiters():
             self.queue.add(key)
+
+    async def _timed_reconcile(self, key: str) -> None:
+        if self._metrics is None:
+            await self.reconciler.reconcile(key)
+            return
+        with self._metrics.reconcile_seconds.time():
+            await self.reconciler.reconcile(key)
 
     def _count_reconcile(self, ok: bool) -> None:
         if self._metrics is not None:

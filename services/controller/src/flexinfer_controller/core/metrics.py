@@ -3,16 +3,57 @@
 from __future__ import annotations
 
 from collections import Counter as Tally
+from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from flexinfer_controller.runtime import Replica
 
 
+class ModelPhases(Collector):
+    """``flexinfer_controller_models{phase}``: Models by the phase their last status says."""
+
+    def __init__(self) -> None:
+        self._phases: dict[str, str] = {}
+
+    def set(self, key: str, phase: str) -> None:
+        """``key``'s status now says ``phase``."""
+        self._phases[key] = phase
+
+    def forget(self, key: str) -> None:
+        """The Model is gone."""
+        self._phases.pop(key, None)
+
+    def collect(self) -> Iterator[Metric]:
+        """The gauge family, at scrape time."""
+        family = GaugeMetricFamily(
+            "flexinfer_controller_models", "Models by status phase", labels=["phase"]
+        )
+        for phase, count in sorted(Tally(self._phases.values()).items()):
+            family.add_metric([phase], count)
+        yield family
+
+
 class ControllerMetrics:
-    """Reconciles, engine starts and crashes, and running replicas by state."""
+    """Reconciles, engine starts and crashes, scale events, replicas and Models by state."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.models = ModelPhases()
+        registry.register(self.models)
+        self.reconcile_seconds = Histogram(
+            "flexinfer_controller_reconcile_duration_seconds",
+            "Seconds one reconcile of one model took (engine starts are awaited in it)",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+            registry=registry,
+        )
+        self.scale_events = Counter(
+            "flexinfer_controller_scale_events",
+            "Replicas started (up) and stopped on purpose (down) by the reconcile",
+            ["direction"],
+            registry=registry,
+        )
         self.reconciles = Counter(
             "flexinfer_controller_reconciles",
             "Reconciles of one model, by result (ok, error).",

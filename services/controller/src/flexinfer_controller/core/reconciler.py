@@ -264,6 +264,8 @@ class Reconciler:
         to_stop = await self.sleep.spare(model, to_stop, desired, plan.model_dir)
         for replica in to_stop:
             await self._runtime.stop(replica.id)
+        if to_stop and self._metrics is not None:
+            self._metrics.scale_events.labels("down").inc(len(to_stop))
         # ensureService/ensureDeployment before status, as the seed: a status that reports
         # this generation means the runtime's objects were converged to it.
         await self._runtime.ensure(model, verdict.gpu)
@@ -318,6 +320,7 @@ class Reconciler:
                 log.log(*change)
         if self._metrics is not None:
             self._metrics.observe_replicas(self._runtime.list())
+            self._metrics.models.set(model.key, status.phase.value)
 
     def _report_progress(
         self,
@@ -390,6 +393,7 @@ class Reconciler:
             started.append(replica)
             if self._metrics is not None:
                 self._metrics.engine_starts.labels(model.spec.backend).inc()
+                self._metrics.scale_events.labels("up").inc()
         return started, verdict
 
     async def _prepared(self, model: Model, plan: Plan) -> LaunchSpec:
@@ -412,6 +416,8 @@ class Reconciler:
         for replica in replicas:
             await self._runtime.stop(replica.id)
         await self.sleep.forget(key)
+        if self._metrics is not None:
+            self._metrics.models.forget(key)
         await self._runtime.release(key)
         await self._prestart.release(key)
         await self._cache.release(key)

@@ -51,3 +51,13 @@ def request_gauges(
         "Requests admitted and waiting for a generation slot",
         registry=registry,
     ).set_function(waiting)
+
+
+def sleep_gauge(registry: CollectorRegistry, level: Callable[[], int]) -> None:
+    """``flexinfer_engine_sleep_level``: 0 awake, 1 or 2 asleep at that level (as vLLM's
+    ``vllm:engine_sleep_state`` tells a sleeping engine apart from an idle one)."""
+    Gauge(
+        "flexinfer_engine_sleep_level",
+        "Sleep level of the engine: 0 awake, 1 weights offloaded, 2 weights dropped",
+        registry=registry,
+    ).set_function(level)

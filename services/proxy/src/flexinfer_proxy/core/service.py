@@ -6,6 +6,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
 from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase, Model
@@ -18,6 +19,7 @@ from flexinfer_proxy.core.adapters import AdapterRouting
 from flexinfer_proxy.core.auth import Authenticator, TokenGrant, load_token_file
 from flexinfer_proxy.core.backoff import Backoff
 from flexinfer_proxy.core.catalog import ModelCatalog, Target, adapter_queue
+from flexinfer_proxy.core.cold_clock import READY, ColdStartClock
 from flexinfer_proxy.core.dispatch import Dispatcher, wait_budget
 from flexinfer_proxy.core.endpoints import EndpointTable
 from flexinfer_proxy.core.errors import ModelUnavailableError
@@ -57,9 +59,14 @@ class ProxyCore:
         store: ModelStore,
         registry: CollectorRegistry,
         queue_sink: QueueSink | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
-        """``queue_sink``: where queues are written besides the bus (None: nowhere)."""
+        """``queue_sink``: where queues are written besides the bus (None: nowhere);
+        ``tracer``: traces requests (None: tracing is off)."""
         self.settings = settings
+        self.tracer = tracer
+        self._demand_traces: dict[str, str] = {}
+        """Per model waiting for a cold start: the traceparent its demand carries."""
         self.mirror = (
             QueueMirror(queue_sink, settings.queue_signal_interval_s) if queue_sink else None
         )
@@ -97,6 +104,9 @@ class ProxyCore:
             )
         )
         self.progress = ProgressBoard()
+        self.cold_clock = ColdStartClock(
+            self.metrics.cold_start_phase, self.metrics.cold_start_duration
+        )
         backoff = None
         if settings.backoff_enabled:
             backoff = Backoff(
@@ -190,6 +200,7 @@ class ProxyCore:
         keep = set(models)
         self.limiter.forget(keep)
         self.progress.forget(keep)
+        self.cold_clock.forget(keep)
         self._adapters_changed(self.catalog.adapters)
 
     def _adapters_changed(self, adapters: list[LoRAAdapter]) -> None:
@@ -205,7 +216,14 @@ class ProxyCore:
                 )
                 self.queue.fail(adapter_queue(adapter), error)
 
+    def demand_trace(self, model: str, traceparent: str) -> None:
+        """A traced request waits for ``model``: the cold start's demand names its trace
+        (the first such request's, until the model has an endpoint)."""
+        self._demand_traces.setdefault(model, traceparent)
+
     def _endpoints_available(self, model: str) -> None:
+        self.cold_clock.phase(model, READY)
+        self._demand_traces.pop(model, None)
         self.dispatcher.available(model)
 
     def _model_blocked(self, model: str, reason: str) -> None:
@@ -220,6 +238,7 @@ class ProxyCore:
 
     def _cold_start(self, model: str) -> None:
         self.progress.restart(model)
+        self.cold_clock.begin(model)
         self.metrics.cold_starts.labels(model).inc()
         self._demand_told.pop(model, None)
 
@@ -229,6 +248,9 @@ class ProxyCore:
         told = self._demand_told.get(event.model)
         level = logging.DEBUG if told == event.queue_depth else logging.INFO
         self._demand_told[event.model] = event.queue_depth
+        traced = self._demand_traces.get(event.model)
+        if traced is not None and event.traceparent is None:
+            event = event.model_copy(update={"traceparent": traced})
         log.log(level, "demand for %s (%d waiting)", event.model, event.queue_depth)
         # No ``adapter: null``: a controller that predates the field reads the event.
         await self.bus.publish(topics.DEMAND, event.model_dump(mode="json", exclude_none=True))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
@@ -41,3 +43,14 @@ class RegistryMetrics:
         self.active_sources = Gauge(
             "flexinfer_registry_active_sources", "P2P source workers READY and fresh", registry=reg
         )
+        self.sources = Gauge(
+            "flexinfer_registry_sources",
+            "P2P source workers by status, as the reaper last counted them",
+            ["status"],
+            registry=reg,
+        )
+
+    def set_sources(self, counts: Mapping[str, int]) -> None:
+        """The sources gauge from one reaper pass's counts by status."""
+        for status, count in counts.items():
+            self.sources.labels(status).set(count)

@@ -15,7 +15,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from flexinfer_registry.core.identity import (
@@ -246,15 +246,29 @@ class SourceRegistry:
         """READY workers with a fresh heartbeat (the active-sources gauge)."""
         return len(await self.list(ListFilter(status=SourceStatus.READY)))
 
+    async def count_by_status(self) -> dict[str, int]:
+        """Every stored worker counted by status name (all statuses, zeros included)."""
+        counts = {status.name: 0 for status in SourceStatus}
+        for record in await self.store.list(SourceQuery()):
+            counts[record.status.name] += 1
+        return counts
+
     async def run_reaper(
-        self, interval_s: float, on_pass: Callable[[int], None] | None = None
+        self,
+        interval_s: float,
+        on_pass: Callable[[int], None] | None = None,
+        on_statuses: Callable[[Mapping[str, int]], None] | None = None,
     ) -> None:
-        """Reap every ``interval_s`` until cancelled; store errors are logged, not fatal."""
+        """Reap every ``interval_s`` until cancelled; store errors are logged, not fatal.
+        After each pass ``on_pass`` hears the ready count, ``on_statuses`` the counts by
+        status."""
         while True:
             try:
                 await self.reap()
                 if on_pass is not None:
                     on_pass(await self.count_ready())
+                if on_statuses is not None:
+                    on_statuses(await self.count_by_status())
             except Exception:
                 log.exception("reaper pass failed")
             await asyncio.sleep(interval_s)

@@ -9,7 +9,7 @@ no vectorised form, take the per-node reference path; both give the same answers
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -38,6 +38,9 @@ from flexinfer_scheduler.core.protocol import (
 
 UNKNOWN_NODE = "Unknown node: not in the extender's node cache"
 
+UNKNOWN_NODE_REASON = "UnknownNode"
+"""The rejection reason (a metric label) of a node the scheduler has no facts about."""
+
 
 class Extender:
     """Answers ExtenderArgs with ExtenderFilterResult and HostPriorityList bodies (JSON)."""
@@ -51,7 +54,9 @@ class Extender:
         weights: PlacementWeights,
         sink: Malformed,
         on_tenant: Callable[[str, TenantShare], None] = lambda namespace, share: None,
+        on_rejections: Callable[[Mapping[str, int]], None] = lambda counts: None,
     ) -> None:
+        """``on_rejections``: told each filter call's rejected nodes per reason."""
         self._placement = placement
         self._columnar = placement.columnar()
         self._nodes = nodes
@@ -61,6 +66,7 @@ class Extender:
         self._sink = sink
         self._parsed = ParsedNodes(sink)
         self._on_tenant = on_tenant
+        self._on_rejections = on_rejections
 
     def use_sources(
         self, nodes: NodeLookup, benchmarks: BenchmarkSource, tenants: TenantPods | None
@@ -80,6 +86,13 @@ class Extender:
         rows, unknown = table.rows(request.node_names or [])
         return table.facts_of(rows), unknown
 
+    def _rejected(self, rejections: Mapping[str, int], unknown: list[str]) -> None:
+        """Tell ``on_rejections`` the nodes one filter call rejected, per reason."""
+        counts = dict(rejections)
+        if unknown:
+            counts[UNKNOWN_NODE_REASON] = len(unknown)
+        self._on_rejections(counts)
+
     def filter(self, request: ExtenderRequest) -> bytes:
         """An ExtenderFilterResult: the passing nodes and each failed node's reason."""
         if request.node_meta is None and self._columnar is not None:
@@ -89,11 +102,13 @@ class Extender:
             failed = columns.failed
             for name in unknown:
                 failed[name] = UNKNOWN_NODE
+            self._rejected(columns.rejections, unknown)
             return filter_result(table.name_json[columns.passed].tolist(), failed)
         facts, unknown = self._facts(request)
         outcome = self._placement.filter(request.pod, facts)
         for name in unknown:
             outcome.failed[name] = UNKNOWN_NODE
+        self._rejected(outcome.rejections, unknown)
         result: dict[str, Any] = {
             "nodenames": [node.name for node in outcome.passed],
             "failedNodes": outcome.failed,

@@ -70,10 +70,23 @@ def engine_container(ctx: RenderContext) -> Obj:
     return out
 
 
+def scrape_annotations(ctx: RenderContext) -> dict[str, str]:
+    """``prometheus.io/*``: a Prometheus discovering pods by annotation scrapes the engine
+    (none for a backend that serves no metrics)."""
+    path = ctx.backend.metrics_path
+    if path is None:
+        return {}
+    return {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(ctx.engine.port),
+        "prometheus.io/path": path,
+    }
+
+
 def pod_annotations(ctx: RenderContext) -> dict[str, str]:
-    """What the scheduler extender and discovery read off the pod."""
+    """What the scheduler extender, discovery and Prometheus read off the pod."""
     spec = ctx.model.spec
-    out = {SOURCE_ANNOTATION: spec.source}
+    out = {SOURCE_ANNOTATION: spec.source, **scrape_annotations(ctx)}
     if spec.gpu and spec.gpu.vram_estimate_mb is not None:
         out[VRAM_ANNOTATION] = str(spec.gpu.vram_estimate_mb)
     if spec.service_labels:
