@@ -218,6 +218,7 @@ class AsyncRunner:
         adapter: Adapter | None,
     ) -> None:
         first = True
+        final: object = _DONE
         try:
             for event in self.engine.generate(prompts, params, cancel, adapter):
                 if isinstance(event, Delta) and event.tokens:
@@ -226,12 +227,17 @@ class AsyncRunner:
                         first = False
                     self.hooks.on_tokens(event.tokens)
                 _post(loop, queue.put_nowait, event)
-            _post(loop, queue.put_nowait, _DONE)
         except Exception as exc:
             log.exception("generation failed")
-            _post(loop, queue.put_nowait, exc)
+            final = exc
         finally:
-            _post(loop, self._release)
+            _post(loop, self._end, queue, final)
+
+    def _end(self, queue: asyncio.Queue[object], final: object) -> None:
+        """The generation ended: its slot is free before its caller hears the end (in one
+        callback, so that no request sees an ended generation still counted as running)."""
+        self._release()
+        queue.put_nowait(final)
 
     def _release(self) -> None:
         self._active -= 1
