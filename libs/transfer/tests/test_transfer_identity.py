@@ -1,5 +1,6 @@
-"""SourceIdentity/mx_source_id against the registry's and modelexpress's, the copied p2p
-stubs against the registry's, and memory pools."""
+"""SourceIdentity/mx_source_id (flexinfer_common.mx_identity, shared with the registry)
+against modelexpress's on the wire, the copied p2p stubs against the registry's, and
+memory pools."""
 
 from __future__ import annotations
 
@@ -14,10 +15,9 @@ from modelexpress.metadata.source_id import compute_mx_source_id as mx_compute
 
 import flexinfer_registry._generated.model_express as registry_generated
 import flexinfer_transfer._generated as transfer_generated
-from flexinfer_registry.core.records import SourceIdentity as RegistryIdentity
-from flexinfer_registry.core.sources import compute_mx_source_id as registry_compute
+from flexinfer_common.mx_identity import SourceIdentity, compute_mx_source_id
 from flexinfer_transfer.pools import Region, memory_type, pools
-from flexinfer_transfer.source_identity import SourceIdentity, compute_mx_source_id
+from flexinfer_transfer.source_identity import identity_from_proto, identity_to_proto
 
 text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
 identities = st.builds(
@@ -45,12 +45,11 @@ identities = st.builds(
 
 @settings(max_examples=300, deadline=None)
 @given(identities)
-def test_mx_source_id_matches_the_registry_and_modelexpress(identity: SourceIdentity) -> None:
+def test_mx_source_id_matches_modelexpress_over_the_wire(identity: SourceIdentity) -> None:
     ours = compute_mx_source_id(identity)
-    assert ours == registry_compute(RegistryIdentity(**dataclasses.asdict(identity)))
-    message = mx_p2p.SourceIdentity.FromString(identity.to_proto().SerializeToString())
-    assert ours == mx_compute(message)
-    assert SourceIdentity.from_proto(identity.to_proto()) == identity
+    wire = identity_to_proto(identity).SerializeToString()
+    assert ours == mx_compute(mx_p2p.SourceIdentity.FromString(wire))
+    assert identity_from_proto(identity_to_proto(identity)) == identity
     assert len(ours) == 16
     assert int(ours, 16) >= 0
 
@@ -58,7 +57,7 @@ def test_mx_source_id_matches_the_registry_and_modelexpress(identity: SourceIden
 def test_mx_source_id_is_pinned() -> None:
     # A change of the canonical JSON would move every source's id: pinned here.
     identity = SourceIdentity(mx_version="0.7.0", model_name="Org/Model", dtype="BF16")
-    assert identity.mx_source_id == mx_compute(identity.to_proto())
+    assert identity.mx_source_id == mx_compute(identity_to_proto(identity))
     assert identity.mx_source_id == compute_mx_source_id(
         dataclasses.replace(identity, model_name="org/model", dtype="bf16")
     )

@@ -13,13 +13,14 @@ import grpc
 import modelexpress.p2p_pb2 as mx_p2p
 import modelexpress.p2p_pb2_grpc as mx_p2p_grpc
 
+from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_common.serving import serve_in_background
 from flexinfer_registry.app import create_app
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_testing.clients import wait_until
 from flexinfer_transfer.directory import RemoteTensor, SourceManifest
 from flexinfer_transfer.publisher import Publisher, PublisherSettings, worker_metadata
-from flexinfer_transfer.source_identity import SourceIdentity
+from flexinfer_transfer.source_identity import identity_to_proto
 
 IDENTITY = SourceIdentity(mx_version="0.7.0", model_name="Org/Published", dtype="BF16")
 MANIFEST = SourceManifest("agent-w1", b"nixl-md", [RemoteTensor("w", 2**63 + 8, 64)], "cpu")
@@ -33,7 +34,7 @@ def _free_port() -> int:
 
 def _workers(address: str, status: int) -> list[Any]:
     request = mx_p2p.ListSourcesRequest(
-        identity=mx_p2p.SourceIdentity.FromString(IDENTITY.to_proto().SerializeToString()),
+        identity=mx_p2p.SourceIdentity.FromString(identity_to_proto(IDENTITY).SerializeToString()),
         status_filter=status,
     )
     with grpc.insecure_channel(address) as channel:

@@ -12,9 +12,9 @@ import modelexpress.p2p_pb2_grpc as mx_p2p_grpc
 import pytest
 from modelexpress.metadata.worker_server import prepare_tensor_read
 
+from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_transfer.directory import RemoteTensor, SourceManifest
 from flexinfer_transfer.read_leases import ReadLeases
-from flexinfer_transfer.source_identity import SourceIdentity
 from flexinfer_transfer.worker_service import ServedWorker, serve_worker
 
 SOURCE_ID = SourceIdentity(mx_version="0.7.0", model_name="Org/Served").mx_source_id

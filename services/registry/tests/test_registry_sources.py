@@ -8,14 +8,10 @@ import modelexpress.p2p_pb2 as mx_p2p
 import pytest
 from modelexpress.metadata.source_id import compute_mx_source_id as their_id
 
+from flexinfer_common.mx_identity import compute_mx_source_id
 from flexinfer_registry.adapters.stores.memory import MemorySourceStore
 from flexinfer_registry.core.records import SourceStatus
-from flexinfer_registry.core.sources import (
-    ListFilter,
-    Publication,
-    SourceRegistry,
-    compute_mx_source_id,
-)
+from flexinfer_registry.core.sources import ListFilter, Publication, SourceRegistry
 from flexinfer_registry.server.p2p_convert import identity_from_proto
 
 IDENTITIES = [

@@ -18,10 +18,10 @@ import grpc
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_transfer._generated import p2p_pb2, p2p_pb2_grpc
 from flexinfer_transfer.directory import RemoteTensor, SourceManifest
 from flexinfer_transfer.selector import SourceCandidate
-from flexinfer_transfer.source_identity import SourceIdentity
 from flexinfer_transfer.strategy import LoadContext
 
 log = logging.getLogger(__name__)

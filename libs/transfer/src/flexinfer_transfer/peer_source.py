@@ -19,11 +19,11 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from torch import nn
 
+from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_transfer.nixl_manager import NixlSettings, NixlTransferManager
 from flexinfer_transfer.nixl_source import NixlSource
 from flexinfer_transfer.publisher import Publisher, PublisherSettings, worker_metadata
 from flexinfer_transfer.read_leases import ReadLeases
-from flexinfer_transfer.source_identity import SourceIdentity
 from flexinfer_transfer.worker_service import ServedWorker, serve_worker
 
 log = logging.getLogger(__name__)

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import grpc
 
+from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_transfer._generated import p2p_pb2
 from flexinfer_transfer.directory import SourceManifest
 from flexinfer_transfer.p2p_stub import p2p_stub
-from flexinfer_transfer.source_identity import SourceIdentity
+from flexinfer_transfer.source_identity import identity_to_proto
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ class Publisher:
 
     def _publish(self) -> bool:
         request = p2p_pb2.PublishMetadataRequest(
-            identity=self.identity.to_proto(), worker=self.worker, worker_id=self.worker_id
+            identity=identity_to_proto(self.identity), worker=self.worker, worker_id=self.worker_id
         )
         with grpc.insecure_channel(self.address) as channel:
             reply = p2p_stub(channel).PublishMetadata(request, timeout=self.settings.call_timeout_s)

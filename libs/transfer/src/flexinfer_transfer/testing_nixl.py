@@ -16,10 +16,10 @@ import sys
 import torch
 from torch import nn
 
+from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_transfer.nixl_manager import NixlSettings, NixlTransferManager
 from flexinfer_transfer.nixl_source import NixlSource
 from flexinfer_transfer.publisher import Publisher, PublisherSettings, worker_metadata
-from flexinfer_transfer.source_identity import SourceIdentity
 from flexinfer_transfer.worker_service import ServedWorker, serve_worker
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import socket
 
+from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_engine.core.engine import InferenceEngine
 from flexinfer_transfer.peer_source import PeerSource, PeerSourceSettings, SourceRole
-from flexinfer_transfer.source_identity import SourceIdentity
 
 
 class EnginePeerSource:

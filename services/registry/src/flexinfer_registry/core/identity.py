@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from flexinfer_common.errors import InvalidSpecError
-from flexinfer_registry.core.records import SourceIdentity
+from flexinfer_common.mx_identity import SourceIdentity
 
 MAX_MODEL_NAME = 4096
 """The hard ceiling on a model name (PATH_MAX): the configured limit may not exceed it."""

@@ -8,10 +8,10 @@ wire's units. Records are frozen: stores return copies, never live objects.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+
+from flexinfer_common.mx_identity import SourceIdentity
 
 
 class ModelStatus(IntEnum):
@@ -55,41 +55,6 @@ class ModelRecord:
     last_used_at: float
     updated_at: float
     message: str | None = None
-
-
-@dataclass(frozen=True)
-class SourceIdentity:
-    """The fields of ``model_express.p2p.SourceIdentity``, exactly as sent (not lowercased)."""
-
-    mx_version: str = ""
-    mx_source_type: int = 0
-    model_name: str = ""
-    backend_framework: int = 0
-    tensor_parallel_size: int = 0
-    pipeline_parallel_size: int = 0
-    expert_parallel_size: int = 0
-    dtype: str = ""
-    quantization: str = ""
-    extra_parameters: dict[str, str] = field(default_factory=dict)
-    revision: str = ""
-    backend_framework_version: str = ""
-    torch_version: str = ""
-    cuda_version: str = ""
-    triton_version: str = ""
-    gpu_arch: str = ""
-    compile_config_digest: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict of every field (for stores that persist JSON)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SourceIdentity:
-        """The inverse of :meth:`to_dict`; unknown keys are ignored (forward compatibility)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in names}
-        values["extra_parameters"] = dict(values.get("extra_parameters") or {})
-        return cls(**values)
 
 
 @dataclass(frozen=True)

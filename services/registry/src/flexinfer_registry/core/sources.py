@@ -1,23 +1,20 @@
 """P2P source metadata (P2pService): ids, publishing, freshness-aware listing, the reaper.
 
-``mx_source_id`` is the first 16 hex digits of SHA-256 over the canonical JSON of the
-SourceIdentity, byte for byte as modelexpress's ``compute_mx_source_id`` (strings
-lowercased, ``extra_parameters`` sorted then lowercased with the first of case-colliding
-keys kept, optional compatibility fields only when set, keys sorted, no spaces).
+``mx_source_id`` is ``flexinfer_common.mx_identity.compute_mx_source_id``, the one the
+workers of libs/transfer compute too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
-import json
 import logging
 import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from flexinfer_common.mx_identity import SourceIdentity, compute_mx_source_id
 from flexinfer_registry.core.identity import (
     Checker,
     IdentityLimits,
@@ -26,7 +23,6 @@ from flexinfer_registry.core.identity import (
     WorkerFields,
 )
 from flexinfer_registry.core.records import (
-    SourceIdentity,
     SourceQuery,
     SourceRecord,
     SourceStatus,
@@ -34,45 +30,6 @@ from flexinfer_registry.core.records import (
 from flexinfer_registry.core.store import SourceStore
 
 log = logging.getLogger(__name__)
-
-_OPTIONAL_FIELDS = (
-    "backend_framework_version",
-    "torch_version",
-    "cuda_version",
-    "triton_version",
-    "gpu_arch",
-    "compile_config_digest",
-)
-
-
-def canonical_json(identity: SourceIdentity) -> str:
-    """The canonical JSON the source id hashes (see the module docstring)."""
-    extra: dict[str, str] = {}
-    for key, value in sorted(identity.extra_parameters.items()):
-        extra.setdefault(key.lower(), value.lower())
-    payload: dict[str, object] = {
-        "mx_version": identity.mx_version.lower(),
-        "mx_source_type": identity.mx_source_type,
-        "model_name": identity.model_name.lower(),
-        "backend_framework": identity.backend_framework,
-        "tensor_parallel_size": identity.tensor_parallel_size,
-        "pipeline_parallel_size": identity.pipeline_parallel_size,
-        "expert_parallel_size": identity.expert_parallel_size,
-        "dtype": identity.dtype.lower(),
-        "quantization": identity.quantization.lower(),
-        "extra_parameters": extra,
-        "revision": identity.revision.lower(),
-    }
-    for name in _OPTIONAL_FIELDS:
-        value = getattr(identity, name)
-        if value:
-            payload[name] = value.lower()
-    return json.dumps(payload, separators=(",", ":"), sort_keys=True)
-
-
-def compute_mx_source_id(identity: SourceIdentity) -> str:
-    """16 hex digits identifying the source (see the module docstring)."""
-    return hashlib.sha256(canonical_json(identity).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

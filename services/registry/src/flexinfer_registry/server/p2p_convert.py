@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_registry._generated.model_express import p2p_pb2
 from flexinfer_registry.core.identity import WorkerFields
-from flexinfer_registry.core.records import SourceIdentity, SourceRecord
+from flexinfer_registry.core.records import SourceRecord
 
 
 def identity_from_proto(identity: p2p_pb2.SourceIdentity) -> SourceIdentity:

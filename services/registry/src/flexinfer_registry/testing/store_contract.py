@@ -19,10 +19,10 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_registry.core.records import (
     ModelStatus,
     Provider,
-    SourceIdentity,
     SourceQuery,
     SourceRecord,
     SourceStatus,

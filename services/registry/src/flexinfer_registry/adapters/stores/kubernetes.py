@@ -25,13 +25,13 @@ from typing import Any
 
 from flexinfer_common.errors import ConflictError, NotFoundError, StoreError
 from flexinfer_common.kube.client import Resource
+from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_registry.adapters.kubernetes_api import KubeApi, KubeObjects
 from flexinfer_registry.adapters.stores.rfc3339 import format_ts, parse_ts
 from flexinfer_registry.core.records import (
     ModelRecord,
     ModelStatus,
     Provider,
-    SourceIdentity,
     SourceQuery,
     SourceRecord,
     SourceStatus,

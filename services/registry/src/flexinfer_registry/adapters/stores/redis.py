@@ -23,13 +23,13 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from flexinfer_common.errors import InvalidSpecError, StoreError
+from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_registry.adapters.stores import redis_scripts as lua
 from flexinfer_registry.adapters.stores.rfc3339 import format_ts, parse_ts
 from flexinfer_registry.core.records import (
     ModelRecord,
     ModelStatus,
     Provider,
-    SourceIdentity,
     SourceQuery,
     SourceRecord,
     SourceStatus,

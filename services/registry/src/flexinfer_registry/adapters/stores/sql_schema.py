@@ -25,11 +25,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 from flexinfer_common.errors import StoreError
+from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_registry.core.records import (
     ModelRecord,
     ModelStatus,
     Provider,
-    SourceIdentity,
     SourceRecord,
     SourceStatus,
 )
