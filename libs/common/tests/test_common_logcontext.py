@@ -42,9 +42,15 @@ def captured(formatter: logging.Formatter) -> Iterator[io.StringIO]:
 
 
 async def test_each_task_logs_its_own_requests_fields_as_json() -> None:
+    bound: list[str] = []
+    both = asyncio.Event()
+
     async def serve(model: str, request_id: str) -> None:
         bind(Request(model, request_id))
-        await asyncio.sleep(0)  # let the other request's task bind its own in between
+        bound.append(model)
+        if len(bound) == 2:
+            both.set()
+        await both.wait()  # log only once the other request's task has bound its own
         logging.getLogger("test.ctx").info("served")
 
     with captured(JsonFormatter()) as out:
@@ -54,9 +60,9 @@ async def test_each_task_logs_its_own_requests_fields_as_json() -> None:
         )
         logging.getLogger("test.ctx").info("outside any request")
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert {"model": "default/a", "request_id": "req-1"}.items() <= lines[0].items()
-    assert lines[1]["model"] == "default/b"
-    assert "request_id" not in lines[1]
+    served = {line["model"]: line for line in lines[:2]}  # the two tasks log in either order
+    assert {"model": "default/a", "request_id": "req-1"}.items() <= served["default/a"].items()
+    assert "request_id" not in served["default/b"]
     assert "model" not in lines[2]
     assert lines[2]["message"] == "outside any request"
 
