@@ -93,7 +93,9 @@ async def settle(done: Any) -> None:
 
 async def run(args: argparse.Namespace) -> None:
     """Build the app, wire the fake connections, measure."""
-    settings = ProxySettings()
+    # Nothing listens on the engine's port: a health check during a long (profiled) run
+    # would mark it down and queue the requests, so none runs while we measure.
+    settings = ProxySettings(health_interval_s=24 * 3600)
     store = StaticStore.from_declarations([StaticEndpoint("fake", ENGINE)], settings.namespace)
     app: Any = create_app(settings, bus=MemoryBus(), store=store)
     async with app.router.lifespan_context(app):

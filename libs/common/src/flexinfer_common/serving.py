@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -41,6 +42,18 @@ class _Server(uvicorn.Server):
         # Requests see what the lifespan (run by the group) put in its state, as under uvicorn.
         self.lifespan.state.update(self.app_lifespan.state)
         await super().startup(sockets=sockets)
+
+
+def freeze_startup_heap() -> None:
+    """Collect once, then move every live object out of the collector's reach (gc.freeze).
+
+    What a service builds before it serves (modules, the app, pydantic and prometheus
+    objects, an informer's first list) lives for the whole process. A full collection that
+    walks it took tens of ms (30-70 ms of CPU in the scheduler, more under load), which
+    showed as p99 latency whenever one ran; frozen, collections walk only newer objects.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

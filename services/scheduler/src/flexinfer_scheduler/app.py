@@ -22,6 +22,7 @@ from flexinfer_common.placement import (
     TenantShare,
     default_placement,
 )
+from flexinfer_common.serving import freeze_startup_heap
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers, openai_error
 from flexinfer_scheduler import openapi
@@ -222,6 +223,14 @@ def create_app(
     return app
 
 
+async def _freeze_when_synced(sources: kube.KubeSources) -> None:
+    # The informers' first lists (every Node, ConfigMap and Pod) live as long as the
+    # process: freeze them with the rest of the startup heap once they are in.
+    while not await sources.wait_synced(60):
+        pass
+    freeze_startup_heap()
+
+
 def _lifespan(settings: SchedulerSettings, gate: SyncGate) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -241,6 +250,7 @@ def _lifespan(settings: SchedulerSettings, gate: SyncGate) -> Callable[[FastAPI]
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(sources.run)
+                tasks.start_soon(_freeze_when_synced, sources)
                 try:
                     yield
                 finally:
