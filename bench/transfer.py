@@ -13,16 +13,24 @@ lazily mmapped:
 - safetensors: ``safetensors.torch.load_file`` per shard, each tensor cloned;
 - ceiling: one ``readinto`` per file into a buffer allocated before the clock starts but
   not yet touched (so it pays the same page faults every loader pays);
-- copy-bound: the same into buffers already faulted in (what the copy alone costs).
+- copy-bound: the same into buffers already faulted in (what the copy alone costs);
+- runai, runai-tuned, fastsafetensors: the peers, each in a worker process of their own
+  venv (bench/transfer_peers.py; ``--setup`` creates it), where it exists. runai-tuned is
+  runai-model-streamer with the setting that was fastest here (sync_buffered, 2 threads).
 
 Reports GB/s (decimal) per contender (median, min-max) and the medians of the per-round
-ratios chain/ceiling and chain/safetensors.
+ratios of the chain to each other contender.
+
+``--cache cold`` evicts the checkpoint from the page cache before every load
+(``posix_fadvise(DONTNEED)`` on its files, which needs no root, unlike drop_caches) and
+prints how much of it ``fincore`` still finds resident.
 
 The P2P section (``--section p2p``; bench/transfer_p2p.py) pulls a model between two
 processes over NIXL/UCX and compares with a raw NIXL READ and a local memcpy.
 
+    python bench/transfer.py --setup       # once: the peers' venv in bench/.venvs/
     python bench/transfer.py [--section all|loader|p2p] [--size-mb 1200] [--shards 2]
-        [--rounds 5] [--p2p-mb 512] [--p2p-tensors 256]
+        [--rounds 5] [--cache warm|cold] [--p2p-mb 512] [--p2p-tensors 256]
 """
 
 from __future__ import annotations
@@ -30,12 +38,16 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from prometheus_client import CollectorRegistry
@@ -53,8 +65,21 @@ from flexinfer_transfer import (
 )
 
 MIB = 1 << 20
-Loaded = tuple[int, str, object]
-"""(bytes loaded, strategy, what holds the memory until the clock has stopped)."""
+HERE = Path(__file__).resolve().parent
+PEER_VENV = HERE / ".venvs" / "transfer-peers"
+PEER_PACKAGES = ["torch==2.13.0", "safetensors", "runai-model-streamer", "fastsafetensors"]
+
+
+class Loaded(NamedTuple):
+    """One load: its bytes, the strategy that ran, what holds the memory until the clock has
+    stopped, and the seconds a worker process measured itself (None: time it here)."""
+
+    nbytes: int
+    strategy: str
+    kept: object
+    seconds: float | None = None
+
+
 TENSOR_SHAPE = (4096, 4096)  # 32 MiB in bf16: a 7B-class projection
 
 
@@ -95,7 +120,7 @@ def chain_loader(root: Path, hugepages: bool, threads: int = 2) -> Callable[[], 
     def run() -> Loaded:
         report = chain.run(LoadContext(root))
         total = sum(t.numel() * t.element_size() for t in report.tensors.values())
-        return total, report.strategy, report.tensors
+        return Loaded(total, report.strategy, report.tensors)
 
     return run
 
@@ -105,7 +130,7 @@ def safetensors_loader(paths: list[Path]) -> Callable[[], Loaded]:
 
     def run() -> Loaded:
         kept = [t.clone() for path in paths for t in load_file(path).values()]
-        return sum(t.numel() * t.element_size() for t in kept), "safetensors", kept
+        return Loaded(sum(t.numel() * t.element_size() for t in kept), "safetensors", kept)
 
     return run
 
@@ -127,22 +152,91 @@ def readinto(paths: list[Path], prefault: bool) -> Callable[[], Loaded]:
         for path, buf in zip(paths, bufs, strict=True):
             with path.open("rb", buffering=0) as handle:
                 total += handle.readinto(buf.numpy().data) or 0
-        return total, "readinto", bufs
+        return Loaded(total, "readinto", bufs)
 
     run.prepare = prepare  # type: ignore[attr-defined]
     return run
 
 
-def timed(contender: Callable[[], Loaded]) -> tuple[float, str]:
+class PeerWorker:
+    """bench/transfer_peers.py in the peers' venv: loads on request, each timed there."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [str(PEER_VENV / "bin" / "python"), str(HERE / "transfer_peers.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def loader(self, peer: str, paths: list[Path]) -> Callable[[], Loaded]:
+        """A contender that asks the worker for one load by ``peer``."""
+
+        def run() -> Loaded:
+            assert self.proc.stdin is not None
+            assert self.proc.stdout is not None
+            request = {"peer": peer, "files": [str(p) for p in paths]}
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            answer = json.loads(self.proc.stdout.readline() or '{"error": "worker exited"}')
+            if "error" in answer:
+                raise RuntimeError(f"{peer}: {answer['error']}")
+            return Loaded(answer["bytes"], peer, None, answer["seconds"])
+
+        return run
+
+    def close(self) -> None:
+        """End the worker (it exits when its stdin closes)."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+def setup() -> int:
+    """Create the peers' venv (torch pinned to the CPU build this machine has)."""
+    if not (PEER_VENV / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+    pip = [str(PEER_VENV / "bin" / "pip"), "install", "-q", *PEER_PACKAGES]
+    print(f"installing {' '.join(PEER_PACKAGES)} into {PEER_VENV}", flush=True)
+    return subprocess.run(pip, check=False).returncode
+
+
+def evict(paths: list[Path]) -> None:
+    """Drop the files' pages from the page cache (their pages are clean: no root needed)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def resident_bytes(paths: list[Path]) -> int | None:
+    """How much of the files the page cache holds, by util-linux's fincore (None: absent)."""
+    if shutil.which("fincore") is None:
+        return None
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--output", "RES", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return sum(int(v) for v in out.split())
+
+
+def timed(contender: Callable[[], Loaded], cold: list[Path] | None = None) -> tuple[float, str]:
     """GB/s of one run, and the strategy that ran. What was loaded is freed after the
-    clock stops: unmapping a gigabyte costs about as much as faulting it in."""
+    clock stops: unmapping a gigabyte costs about as much as faulting it in. With ``cold``,
+    those files leave the page cache first."""
+    if cold is not None:
+        evict(cold)
     prepare = getattr(contender, "prepare", None)
     if prepare is not None:
         prepare()
     gc.collect()
     started = time.perf_counter()
-    nbytes, strategy, kept = contender()
-    seconds = time.perf_counter() - started
+    nbytes, strategy, kept, measured = contender()
+    seconds = measured or time.perf_counter() - started
     del kept
     gc.collect()
     return nbytes / seconds / 1e9, strategy
@@ -155,23 +249,29 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--section", choices=["all", "loader", "p2p"], default="all")
+    parser.add_argument("--cache", choices=["warm", "cold"], default="warm")
+    parser.add_argument("--setup", action="store_true", help="create the peers' venv, then exit")
     parser.add_argument("--p2p-mb", type=int, default=512)
     parser.add_argument("--p2p-tensors", type=int, default=256)
     args = parser.parse_args()
+    if args.setup:
+        sys.exit(setup())
     if args.section in ("all", "loader"):
-        loader_section(args.size_mb, args.shards, args.rounds)
+        loader_section(args.size_mb, args.shards, args.rounds, cold=args.cache == "cold")
     if args.section in ("all", "p2p"):
         print(f"P2P: {args.p2p_mb} MiB in {args.p2p_tensors} tensors, 2 pools")
         run_p2p(args.p2p_mb, args.p2p_tensors, args.rounds)
 
 
-def loader_section(size_mb: int, shards: int, rounds: int) -> None:
+def loader_section(size_mb: int, shards: int, rounds: int, *, cold: bool = False) -> None:
     """The loader section: a generated checkpoint through every loader."""
     root = Path(tempfile.mkdtemp(prefix="flexinfer-bench-transfer-", dir="/tmp"))
+    worker = PeerWorker() if (PEER_VENV / "bin" / "python").exists() else None
     try:
         paths = generate(root, size_mb, shards)
         total = sum(p.stat().st_size for p in paths)
         print(f"checkpoint: {total / 1e9:.2f} GB in {len(paths)} files under {root}")
+        os.sync()  # written pages must be clean before posix_fadvise can drop them
         warm(paths)
         contenders = {
             "chain": chain_loader(root, hugepages=False),
@@ -181,30 +281,42 @@ def loader_section(size_mb: int, shards: int, rounds: int) -> None:
             "ceiling": readinto(paths, prefault=False),
             "copy-bound": readinto(paths, prefault=True),
         }
-        report(contenders, rounds)
+        if worker is None:
+            print(f"no peers: run `python bench/transfer.py --setup` to create {PEER_VENV}")
+        else:
+            for peer in ("runai", "runai-tuned", "fastsafetensors"):
+                contenders[peer] = worker.loader(peer, paths)
+        if cold:
+            evict(paths)
+            print(f"cold: after eviction the page cache holds {resident_bytes(paths)} bytes")
+        report(contenders, rounds, paths if cold else None)
     finally:
+        if worker is not None:
+            worker.close()
         shutil.rmtree(root, ignore_errors=True)
 
 
-def report(contenders: dict[str, Callable[[], Loaded]], rounds: int) -> None:
-    """Run the rounds and print GB/s and ratios."""
+def report(
+    contenders: dict[str, Callable[[], Loaded]], rounds: int, cold: list[Path] | None
+) -> None:
+    """Run the rounds and print GB/s and ratios (``cold``: those files evicted each time)."""
     rates: dict[str, list[float]] = {name: [] for name in contenders}
     strategy = ""
     for round_ in range(rounds):
         names = list(contenders) if round_ % 2 == 0 else list(reversed(contenders))
         for name in names:
-            rate, used = timed(contenders[name])
+            rate, used = timed(contenders[name], cold)
             rates[name].append(rate)
             strategy = used if name == "chain" else strategy
     print(f"chain picked: {strategy}")
     for name, values in rates.items():
         print(
-            f"{name:12s} median {statistics.median(values):5.2f} GB/s "
+            f"{name:15s} median {statistics.median(values):5.2f} GB/s "
             f"(min {min(values):.2f}, max {max(values):.2f})"
         )
-    for peer in ("ceiling", "safetensors", "copy-bound"):
+    for peer in (name for name in rates if not name.startswith("chain")):
         ratios = [c / p for c, p in zip(rates["chain"], rates[peer], strict=True)]
-        print(f"chain / {peer:11s} median {statistics.median(ratios):.2f}")
+        print(f"chain / {peer:15s} median {statistics.median(ratios):.2f}")
 
 
 if __name__ == "__main__":
