@@ -24,6 +24,7 @@ from flexinfer_testing.artifacts import (
     tree,
 )
 from flexinfer_transfer.artifact_fetch import ArtifactFetcher, ArtifactTransferError
+from flexinfer_transfer.artifact_server import read_range
 from flexinfer_transfer.metrics import TransferMetrics
 from flexinfer_transfer.nixl_manager import NixlTransferManager
 
@@ -75,6 +76,7 @@ def test_modelexpress_client_reads_our_manifest_and_a_chunk(
         _validate_fetched_artifact_manifest,
     )
     from modelexpress.metadata.worker_server import (
+        fetch_artifact_manifest_chunks,
         fetch_artifact_manifest_header,
         prepare_artifact_chunk,
         release_artifact_chunk,
@@ -87,6 +89,10 @@ def test_modelexpress_client_reads_our_manifest_and_a_chunk(
     )
     # modelexpress's own check: counts, tiling, and the id as the manifest's SHA-256.
     _validate_fetched_artifact_manifest(header, chunks, source.manifest.artifact_id)
+    page, _ = fetch_artifact_manifest_chunks(
+        source.endpoint, SOURCE_ID, header.artifact_id, start_chunk_index=1, max_chunks=2
+    )
+    assert ([c.chunk_index for c in page.chunks], page.next_page_token) == ([1, 2], "3")
     mx_manifest = mx_p2p.ArtifactManifest(
         manifest_version=header.manifest_version,
         mx_source_type=header.mx_source_type,
@@ -184,6 +190,23 @@ def test_a_chunk_corrupt_every_time_falls_back_and_installs_nothing(
     assert sample(registry, "mx_artifact_chunk_retries_total", **labels) == 3
     assert sample(registry, "mx_artifact_transfer_failures_total", **labels, reason="checksum") == 1
     assert sample(registry, "mx_artifact_install_bytes_total", **labels) == 0
+    assert source.server.slots.lent() == 0
+
+
+def test_a_source_failing_mid_artifact_leaves_nothing_installed(
+    serve: Callable[..., Source], fetcher: tuple[ArtifactFetcher, CollectorRegistry], tmp_path: Path
+) -> None:
+    def vanishing(path: Path, offset: int, into: memoryview) -> None:
+        if offset > 0:  # the second chunk of entry.bin: the first chunks already landed
+            raise OSError(f"{path}: the cache volume went away")
+        read_range(path, offset, into)
+
+    source = serve(vanishing)
+    parent = tmp_path / "caches"
+    with pytest.raises(ArtifactTransferError, match="went away") as caught:
+        fetcher[0].fetch(source.endpoint, SOURCE_ID, source.manifest.artifact_id, parent / "tc")
+    assert caught.value.reason == "failed_precondition"
+    assert os.listdir(parent) == []  # the partial staging directory is gone too
     assert source.server.slots.lent() == 0
 
 
