@@ -34,7 +34,7 @@ from flexinfer_transfer.artifact_manifest import (
     UnsafeManifestError,
     build_manifest,
 )
-from flexinfer_transfer.artifact_proto import chunk_pb, files_pb
+from flexinfer_transfer.artifact_proto import chunk_pb, files_pb, source_metadata_pb
 from flexinfer_transfer.metrics import TransferMetrics
 from flexinfer_transfer.nixl_manager import NixlTransferManager
 
@@ -165,7 +165,10 @@ def test_a_manifest_escaping_the_destination_is_refused(
 
 
 def test_our_artifact_id_is_modelexpress_s(tmp_path: Path) -> None:
-    from modelexpress.metadata.artifact_manifest import artifact_manifest_id
+    from modelexpress.metadata.artifact_manifest import (
+        artifact_manifest_id,
+        artifact_source_metadata,
+    )
 
     root = tmp_path / "cache"
     root.mkdir()
@@ -191,5 +194,7 @@ def test_our_artifact_id_is_modelexpress_s(tmp_path: Path) -> None:
         ],
     )
     assert artifact_manifest_id(wire) == ours.artifact_id
+    theirs = artifact_source_metadata(wire, node_rank=3).SerializeToString(deterministic=True)
+    assert source_metadata_pb(ours, node_rank=3).SerializeToString(deterministic=True) == theirs
     with pytest.raises(UnsafeManifestError, match="over"):
         build_manifest(root, TORCH_COMPILE, 1 << 20, ArtifactLimits(max_total_bytes=1024))

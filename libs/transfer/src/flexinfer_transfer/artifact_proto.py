@@ -72,3 +72,17 @@ def manifest_from_pb(
             f"the manifest hashes to {manifest.artifact_id}, not {header.artifact_id[:64]}"
         )
     return manifest
+
+
+def source_metadata_pb(
+    manifest: ArtifactManifest, node_rank: int = 0
+) -> p2p_pb2.ArtifactSourceMetadata:
+    """What a publisher puts in WorkerMetadata.artifact_source so targets can discover the
+    artifact through the registry (ListSources with the artifact's identity)."""
+    return p2p_pb2.ArtifactSourceMetadata(
+        artifact_id=manifest.artifact_id,
+        total_size=manifest.total_size,
+        file_count=len(manifest.files),
+        chunk_count=len(manifest.chunks),
+        node_rank=node_rank,
+    )
