@@ -187,7 +187,7 @@ def test_a_chunk_corrupt_every_time_falls_back_and_installs_nothing(
     assert caught.value.reason == "checksum"
     assert os.listdir(parent) == []  # neither the artifact nor its staging directory
     labels = {"artifact": "torch_compile_cache"}
-    assert sample(registry, "mx_artifact_chunk_retries_total", **labels) == 3
+    assert sample(registry, "mx_artifact_chunk_retries_total", **labels) == 2  # 3 reads
     assert sample(registry, "mx_artifact_transfer_failures_total", **labels, reason="checksum") == 1
     assert sample(registry, "mx_artifact_install_bytes_total", **labels) == 0
     assert source.server.slots.lent() == 0

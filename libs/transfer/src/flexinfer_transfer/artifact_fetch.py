@@ -195,28 +195,32 @@ class ArtifactFetcher:
     def _pull_all(self, pull: _Pull, manifest: ArtifactManifest, staging: Path) -> int:
         crcs = [0] * len(manifest.files)
         retried = 0
-        kind = artifact_kind(manifest.mx_source_type)
         for chunk in manifest.chunks:
-            for attempt in range(1, self.settings.chunk_attempts + 1):
-                data = self._pull_chunk(pull, chunk)
-                if crc32c_hex(data) == chunk.checksum:
-                    break
-                retried += 1
-                self.metrics.artifact_chunk_retries.labels(kind).inc()
-                log.warning("artifact chunk %d failed CRC32C (attempt %d)", chunk.index, attempt)
-            else:
-                raise ArtifactTransferError(
-                    "checksum",
-                    f"artifact chunk {chunk.index} failed CRC32C on all "
-                    f"{self.settings.chunk_attempts} attempts",
-                )
+            data, retries = self._verified_chunk(pull, chunk, manifest.mx_source_type)
+            retried += retries
             file = manifest.files[chunk.file_index]
             _write(staging / file.path, chunk.offset, data)
-            crcs[chunk.file_index] = google_crc32c.extend(crcs[chunk.file_index], bytes(data))
+            crcs[chunk.file_index] = google_crc32c.extend(crcs[chunk.file_index], data)
         for file, crc in zip(manifest.files, crcs, strict=True):
             if f"{crc:08x}" != file.checksum:
                 raise ArtifactTransferError("checksum", f"{file.path} failed its file CRC32C")
         return retried
+
+    def _verified_chunk(
+        self, pull: _Pull, chunk: ArtifactChunk, mx_source_type: int
+    ) -> tuple[bytes, int]:
+        """The chunk's bytes once their CRC32C matches, and how many reads were retried."""
+        attempts = self.settings.chunk_attempts
+        for attempt in range(1, attempts + 1):
+            data = bytes(self._pull_chunk(pull, chunk))  # one copy: google_crc32c needs bytes
+            if crc32c_hex(data) == chunk.checksum:
+                return data, attempt - 1
+            log.warning("artifact chunk %d failed CRC32C (attempt %d)", chunk.index, attempt)
+            if attempt < attempts:
+                self.metrics.artifact_chunk_retries.labels(artifact_kind(mx_source_type)).inc()
+        raise ArtifactTransferError(
+            "checksum", f"artifact chunk {chunk.index} failed CRC32C on all {attempts} attempts"
+        )
 
     def _pull_chunk(self, pull: _Pull, chunk: ArtifactChunk) -> memoryview:
         """Prepare, READ and release one chunk; its bytes in the receive buffer."""
@@ -270,12 +274,13 @@ def _check_destination(dest: Path) -> None:
         raise ArtifactTransferError("exists", f"{dest} exists and is not an empty directory")
 
 
-def _write(path: Path, offset: int, data: memoryview) -> None:
+def _write(path: Path, offset: int, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    view = memoryview(data)  # slices without copying on a short write
     try:
         done = 0
-        while done < len(data):
-            done += os.pwrite(fd, data[done:], offset + done)
+        while done < len(view):
+            done += os.pwrite(fd, view[done:], offset + done)
     finally:
         os.close(fd)
 

@@ -83,9 +83,9 @@ class ArtifactManifest:
         return sum(f.size for f in self.files)
 
 
-def crc32c_hex(data: bytes | memoryview) -> str:
+def crc32c_hex(data: bytes) -> str:
     """CRC32C of ``data`` as eight lowercase hex digits."""
-    return f"{google_crc32c.value(bytes(data)):08x}"
+    return f"{google_crc32c.value(data):08x}"
 
 
 def safe_relative_path(path: str) -> PurePosixPath:
