@@ -186,6 +186,12 @@ def test_rdma_skips_stale_and_mismatched_sources_and_reinitialises(tmp_path: Pat
         == 1
     )
 
+    def pulls(outcome: str) -> float | None:
+        labels = {"policy": "fixed", "outcome": outcome}
+        return registry.get_sample_value("mx_p2p_transfer_seconds_count", labels)
+
+    assert (pulls("retry"), pulls("success")) == (2, 1)  # one timing per source tried
+
 
 def test_rdma_tries_at_most_three_sources_then_files(tmp_path: Path) -> None:
     tensors = {k: v.clone() for k, v in Tiny().state_dict().items() if k != "head.weight"}

@@ -95,7 +95,7 @@ def test_read_leases_through_modelexpress_client() -> None:
                 stub.GetArtifactManifestHeader(
                     mx_p2p.GetArtifactManifestHeaderRequest(mx_source_id=SOURCE_ID)
                 )
-            assert artifact.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            assert artifact.value.code() == grpc.StatusCode.NOT_FOUND  # serves no artifacts
     finally:
         server.stop(None)
 

@@ -9,6 +9,7 @@ tries the next candidate; when all fail the chain falls through to file loading.
 from __future__ import annotations
 
 import logging
+import time
 
 from flexinfer_transfer.accelerators import MX_SOURCE_TYPE_WEIGHTS, accelerators_compatible
 from flexinfer_transfer.errors import SourceTransferError
@@ -74,9 +75,11 @@ class RdmaStrategy(LoadStrategy):
         errors: list[str] = []
         for candidate in ordered:
             self.metrics.selections.labels(self.selector.name, candidate.key).inc()
+            started = time.perf_counter()
             try:
-                return LoadResult(self.transport.receive(candidate, ctx), candidate.key)
+                tensors = self.transport.receive(candidate, ctx)
             except SourceTransferError as exc:
+                self._timed(started, "retry")
                 errors.append(f"{candidate.key}: {exc}")
                 self.metrics.source_failures.labels(_reason(exc)).inc()
                 log.warning(
@@ -86,7 +89,14 @@ class RdmaStrategy(LoadStrategy):
                     extra={"source": candidate.key, "reason": _reason(exc)},
                 )
                 ctx.reset_target()
+                continue
+            self._timed(started, "success")
+            return LoadResult(tensors, candidate.key)
         raise SourceTransferError(f"all {len(ordered)} sources failed: {'; '.join(errors)}")
+
+    def _timed(self, started: float, outcome: str) -> None:
+        seconds = time.perf_counter() - started
+        self.metrics.transfer_seconds.labels(self.selector.name, outcome).observe(seconds)
 
 
 def _reason(exc: SourceTransferError) -> str:

@@ -6,21 +6,27 @@ GetTensorManifest on the worker instead of asking the registry. The request name
 selected; either differing answers FAILED_PRECONDITION, which is how a target notices a
 stale discovery record whose endpoint a new process (another model revision, a restarted
 worker) has since taken. PrepareTensorRead/ReleaseTensorRead hand out read leases (what
-modelexpress targets call), see read_leases.py. The artifact RPCs answer UNIMPLEMENTED.
+modelexpress targets call), see read_leases.py. The artifact RPCs (manifest header,
+chunk pages, prepare/release a chunk) are answered by an ArtifactServer when the worker
+serves artifacts (artifact_server.py), NOT_FOUND otherwise.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
 from flexinfer_transfer._generated import p2p_pb2, p2p_pb2_grpc
+from flexinfer_transfer.artifact_server import ArtifactRequestError, ArtifactServer
 from flexinfer_transfer.directory import SourceManifest
 from flexinfer_transfer.publisher import descriptors
 from flexinfer_transfer.read_leases import DrainingError, ReadLeases
+
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -38,9 +44,15 @@ class ServedWorker:
 class WorkerServicer(p2p_pb2_grpc.WorkerServiceServicer):
     """model_express.p2p.WorkerService for one worker."""
 
-    def __init__(self, worker: ServedWorker, leases: ReadLeases | None = None) -> None:
+    def __init__(
+        self,
+        worker: ServedWorker,
+        leases: ReadLeases | None = None,
+        artifacts: ArtifactServer | None = None,
+    ) -> None:
         self.worker = worker
         self.leases = leases or ReadLeases()
+        self.artifacts = artifacts
         self._response = p2p_pb2.GetTensorManifestResponse(
             tensors=descriptors(worker.manifest),
             mx_source_id=worker.mx_source_id,
@@ -83,6 +95,43 @@ class WorkerServicer(p2p_pb2_grpc.WorkerServiceServicer):
             )
         return p2p_pb2.ReleaseTensorReadResponse()
 
+    def GetArtifactManifestHeader(  # noqa: N802
+        self, request: p2p_pb2.GetArtifactManifestHeaderRequest, context: grpc.ServicerContext
+    ) -> p2p_pb2.GetArtifactManifestHeaderResponse:
+        """An artifact's identity, counts and file table."""
+        return self._artifact(lambda a: a.header(request), context)
+
+    def GetArtifactManifestChunks(  # noqa: N802
+        self, request: p2p_pb2.GetArtifactManifestChunksRequest, context: grpc.ServicerContext
+    ) -> p2p_pb2.GetArtifactManifestChunksResponse:
+        """One page of an artifact's chunk table."""
+        return self._artifact(lambda a: a.chunk_page(request), context)
+
+    def PrepareArtifactChunk(  # noqa: N802
+        self, request: p2p_pb2.PrepareArtifactChunkRequest, context: grpc.ServicerContext
+    ) -> p2p_pb2.PrepareArtifactChunkResponse:
+        """One chunk read into registered DRAM, lent under a lease."""
+        return self._artifact(lambda a: a.prepare(request), context)
+
+    def ReleaseArtifactChunk(  # noqa: N802
+        self, request: p2p_pb2.ReleaseArtifactChunkRequest, context: grpc.ServicerContext
+    ) -> p2p_pb2.ReleaseArtifactChunkResponse:
+        """Return a prepared chunk's lease."""
+        return self._artifact(lambda a: a.release(request), context)
+
+    def _artifact(
+        self, answer: Callable[[ArtifactServer], _R], context: grpc.ServicerContext
+    ) -> _R:
+        try:
+            if self.artifacts is None:
+                raise ArtifactRequestError(
+                    grpc.StatusCode.NOT_FOUND, "this worker serves no artifacts"
+                )
+            return answer(self.artifacts)
+        except ArtifactRequestError as exc:
+            context.abort(exc.code, str(exc))
+            raise  # abort raised already; this line only tells the type checker
+
     def _validate(self, request: Any, context: grpc.ServicerContext) -> None:
         if not request.mx_source_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "mx_source_id is required")
@@ -105,11 +154,12 @@ def serve_worker(
     host: str = "0.0.0.0",
     port: int = 0,
     leases: ReadLeases | None = None,
+    artifacts: ArtifactServer | None = None,
 ) -> tuple[Any, int]:
     """A started gRPC server with the WorkerService; returns (server, bound port)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     p2p_pb2_grpc.add_WorkerServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        WorkerServicer(worker, leases), server
+        WorkerServicer(worker, leases, artifacts), server
     )
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
