@@ -103,6 +103,7 @@ async def test_prometheus_finds_the_engine_through_service_discovery(
         await h.endpoints_event("default/tiny", count=0)
         after_delete = await scrape(h.client)
     check_families(engine_families, ENGINE_FAMILIES)
+    check_conventions(engine_families)
     assert (sample_value(engine_families, "flexinfer_engine_generated_tokens_total") or 0) >= 1
     assert sample_value(engine_families, "flexinfer_engine_sleep_level") == 0
     check_families(controller_families, CONTROLLER_FAMILIES)

@@ -208,3 +208,29 @@ async def test_a_client_sends_traceparent_only_with_a_current_span() -> None:
         assert metadata.get("traceparent") == expected, method
         assert metadata.get("tracestate") == "vendor=v1", method
         assert metadata["authorization"] == "Bearer t0ken"
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        (("traceparent", "not-a-traceparent"),),
+        (("traceparent", f"00-{'0' * 32}-{'cd' * 8}-01"),),  # an all-zero trace id
+        (("traceparent", f"ff-{'ab' * 16}-{'cd' * 8}-01"),),  # version ff is invalid
+        (("tracestate", "vendor=v1"), ("trace-bin", b"\x00\x01")),
+    ],
+)
+async def test_a_bad_traceparent_starts_a_trace_of_its_own(
+    traced_registry: tuple[str, InMemorySpanExporter], metadata: Any
+) -> None:
+    address, server_spans = traced_registry
+    async with grpc.aio.insecure_channel(address) as channel:
+        get_health = channel.unary_unary(
+            "/model_express.health.HealthService/GetHealth",
+            request_serializer=health_pb2.HealthRequest.SerializeToString,
+            response_deserializer=health_pb2.HealthResponse.FromString,
+        )
+        reply = await get_health(health_pb2.HealthRequest(), metadata=metadata, timeout=10)
+    assert reply.status == "ok"
+    name = "model_express.health.HealthService/GetHealth"
+    [span] = await asyncio.to_thread(wait_for_spans, server_spans, name)
+    assert_trace_root(span)
