@@ -40,6 +40,39 @@ def check_families(families: Families, expected: Mapping[str, set[str]]) -> None
         )
 
 
+FOREIGN_PREFIXES = ("http_", "python_", "process_")
+"""Families other libraries name (the FastAPI instrumentator, prometheus_client's
+platform collectors): the ``flexinfer_`` prefix is ours alone."""
+UNIT_SUFFIXES = ("_seconds", "_bytes", "_tokens", "_ratio", "_perc")
+"""Base units a histogram or summary may be in (Prometheus: seconds and bytes, never
+milliseconds or kilobytes)."""
+NON_BASE_UNITS = ("_ms", "_milliseconds", "_microseconds", "_minutes", "_kb", "_mb", "_gb")
+UNBOUNDED_LABELS = frozenset({"request_id", "prompt", "trace_id", "span_id", "user", "messages"})
+"""Label names whose values are per request: each value would be a series of its own."""
+
+
+def check_conventions(families: Families) -> None:
+    """Every family follows Prometheus's naming rules: a ``flexinfer_`` prefix (ours), base
+    units, ``_total`` on counters and only there, and no per-request label."""
+    problems: list[str] = []
+    for name, family in families.items():
+        if not name.startswith(("flexinfer_", *FOREIGN_PREFIXES)):
+            problems.append(f"{name}: no flexinfer_ prefix")
+        if any(name.endswith(unit) or f"{unit}_" in name for unit in NON_BASE_UNITS):
+            problems.append(f"{name}: not in base units")
+        if family.type in ("histogram", "summary") and not name.endswith(UNIT_SUFFIXES):
+            problems.append(f"{name}: a {family.type} without a unit suffix")
+        suffixes = {s.name.removeprefix(name) for s in family.samples}
+        if family.type == "counter" and not suffixes <= {"_total", "_created"}:
+            problems.append(f"{name}: counter samples {sorted(suffixes)}, not _total")
+        if family.type != "counter" and name.endswith("_total"):
+            problems.append(f"{name}: a {family.type} named _total")
+        labels = {label for sample in family.samples for label in sample.labels}
+        if bad := labels & UNBOUNDED_LABELS:
+            problems.append(f"{name}: per-request labels {sorted(bad)}")
+    assert not problems, "metric naming: " + "; ".join(problems)
+
+
 def sample_value(families: Families, sample: str, **labels: str) -> float | None:
     """The value of sample ``sample`` (``x_total``, ``x_bucket``...) whose labels include
     ``labels``; None when there is none."""

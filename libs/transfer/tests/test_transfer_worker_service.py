@@ -13,8 +13,16 @@ import pytest
 from modelexpress.metadata.worker_server import prepare_tensor_read
 
 from flexinfer_common.mx_identity import SourceIdentity
+from flexinfer_testing.traces import (
+    assert_server_child,
+    assert_trace_root,
+    recording_provider,
+    wait_for_spans,
+)
 from flexinfer_transfer.directory import RemoteTensor, SourceManifest
+from flexinfer_transfer.k8s_service_directory import K8sServiceDirectory, K8sServiceSettings
 from flexinfer_transfer.read_leases import ReadLeases
+from flexinfer_transfer.selector import SourceCandidate
 from flexinfer_transfer.worker_service import ServedWorker, serve_worker
 
 SOURCE_ID = SourceIdentity(mx_version="0.7.0", model_name="Org/Served").mx_source_id
@@ -115,3 +123,28 @@ def test_leases_expire_and_a_drain_waits_for_readers() -> None:
     busy.release(busy.prepare())
     with pytest.raises(ValueError, match="positive"):
         ReadLeases(timeout_s=0)
+
+
+def test_a_manifest_call_joins_the_targets_trace() -> None:
+    """The k8s-service directory sends its span's traceparent; the WorkerService's span of
+    GetTensorManifest is its child. Without a span the call starts no trace here."""
+    server_provider, server_spans = recording_provider()
+    worker = ServedWorker(SOURCE_ID, "w-7", 1, MANIFEST)
+    server, port = serve_worker(worker, "127.0.0.1", tracer_provider=server_provider)
+    identity = SourceIdentity(mx_version="0.7.0", model_name="Org/Served")
+    directory = K8sServiceDirectory(
+        identity, K8sServiceSettings(k8s_service_pattern=f"127.0.0.1:{port}")
+    )
+    candidate = SourceCandidate(SOURCE_ID, "", worker_rank=1)
+    try:
+        tracer = recording_provider()[0].get_tracer("target")
+        with tracer.start_as_current_span("load from peers") as load:
+            assert directory.manifest(candidate).agent_name == "agent-7"
+        directory.manifest(candidate)
+        traced, untraced = wait_for_spans(
+            server_spans, "model_express.p2p.WorkerService/GetTensorManifest", 2
+        )
+    finally:
+        server.stop(None)
+    assert_server_child(traced, load.get_span_context())
+    assert_trace_root(untraced, load.get_span_context())

@@ -15,7 +15,7 @@ import pytest
 from flexinfer_common.bus import topics
 from flexinfer_common.telemetry import SD_ENGINES_PATH
 from flexinfer_controller.testing import kill_engines, model_doc, run_controller
-from flexinfer_testing.scrape import check_families, sample_value, scrape
+from flexinfer_testing.scrape import check_conventions, check_families, sample_value, scrape
 
 pytestmark = pytest.mark.slow
 
@@ -101,12 +101,18 @@ async def test_prometheus_finds_the_engine_through_service_discovery(
         controller_families = await scrape(h.client)
         assert (await h.client.delete("/v1/admin/models/tiny")).status_code == 204
         await h.endpoints_event("default/tiny", count=0)
+        after_delete = await scrape(h.client)
     check_families(engine_families, ENGINE_FAMILIES)
+    check_conventions(engine_families)
     assert (sample_value(engine_families, "flexinfer_engine_generated_tokens_total") or 0) >= 1
     assert sample_value(engine_families, "flexinfer_engine_sleep_level") == 0
     check_families(controller_families, CONTROLLER_FAMILIES)
+    check_conventions(controller_families)
     scaled = "flexinfer_controller_scale_events_total"
     assert sample_value(controller_families, scaled, direction="up") == 1
+    starts = "flexinfer_controller_engine_starts_total"
+    assert sample_value(controller_families, starts, backend="reference") == 1
+    assert sample_value(after_delete, scaled, direction="down") == 1
     assert sample_value(controller_families, "flexinfer_controller_models", phase="Ready") == 1
 
 

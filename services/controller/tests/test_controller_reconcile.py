@@ -149,6 +149,8 @@ async def test_crash_loop_goes_failed(tmp_path: Path) -> None:
         assert "crashing on purpose" in loaded.message
         starts = h.app.state.metrics.engine_starts.labels("reference")._value.get()
         assert starts == 3  # restarted after each crash, until the crash-loop limit
+        # One scale-up (0 -> 1 wanted): the restarts are engine starts, not scale events.
+        assert h.app.state.metrics.scale_events.labels("up")._value.get() == 1
         await asyncio.sleep(0.3)
         assert engine_pids(tmp_path) == []
 

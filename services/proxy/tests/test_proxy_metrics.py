@@ -14,7 +14,13 @@ from flexinfer_common.bus import topics
 from flexinfer_common.bus.topics import ProgressEvent
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_stack import proxy_stack, upstreams, wait_until
-from flexinfer_testing.scrape import check_families, sample_value, scrape, wait_for_sample
+from flexinfer_testing.scrape import (
+    check_conventions,
+    check_families,
+    sample_value,
+    scrape,
+    wait_for_sample,
+)
 
 CHAT = "/v1/chat/completions"
 PROXY_FAMILIES = {
@@ -67,6 +73,7 @@ async def test_every_family_after_warm_streamed_cold_and_refused_requests(
         families = await scrape(client)
 
     check_families(families, PROXY_FAMILIES)
+    check_conventions(families)
 
     def value(name: str, **labels: str) -> float | None:
         return sample_value(families, name, **labels)

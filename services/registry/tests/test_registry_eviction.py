@@ -25,7 +25,12 @@ from flexinfer_registry.core.metrics import RegistryMetrics
 from flexinfer_registry.core.records import ModelStatus
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_registry.testing.fakes import OneProvider, ScriptedProvider
-from flexinfer_testing.scrape import check_families, sample_value, wait_for_sample
+from flexinfer_testing.scrape import (
+    check_conventions,
+    check_families,
+    sample_value,
+    wait_for_sample,
+)
 
 DAY = 24 * 3600.0
 REGISTRY_FAMILIES: dict[str, set[str]] = {
@@ -35,6 +40,7 @@ REGISTRY_FAMILIES: dict[str, set[str]] = {
         "flexinfer_registry_downloads_completed",
         "flexinfer_registry_downloads_failed",
         "flexinfer_registry_downloaded_bytes",
+        "flexinfer_registry_streamed_bytes",
         "flexinfer_registry_cache_hits",
         "flexinfer_registry_cache_misses",
         "flexinfer_registry_evictions",
@@ -90,6 +96,10 @@ async def test_rest_admin_api(tmp_path: Path) -> None:
         for name in ("org/a", "org/b"):
             request = mx_model.ModelDownloadRequest(model_name=name)
             _ = [u async for u in models.EnsureModelDownloaded(request, metadata=auth)]
+        again = mx_model.ModelDownloadRequest(model_name="org/a")  # cached now: a hit
+        _ = [u async for u in models.EnsureModelDownloaded(again, metadata=auth)]
+        files = mx_model.ModelFilesRequest(model_name="org/a")
+        _ = [c async for c in models.StreamModelFiles(files, metadata=auth)]
         p2p = mx_p2p_grpc.P2pServiceStub(ch)
         worker = mx_p2p.WorkerMetadata(worker_rank=0, status=mx_p2p.SOURCE_STATUS_READY)
         identity = mx_p2p.SourceIdentity(model_name="org/a")
@@ -103,7 +113,7 @@ async def test_rest_admin_api(tmp_path: Path) -> None:
                 await client.get("/v1/registry/models", headers={"authorization": ""})
             ).status_code == 401
             listed = (await client.get("/v1/registry/models")).json()
-            assert [m["key"] for m in listed] == ["org/a", "org/b"]
+            assert [m["key"] for m in listed] == ["org/b", "org/a"]  # least recently used first
             described = (await client.get("/v1/registry/models/org/a")).json()
             assert described["files"] == [{"path": "a.json", "size": 2}]
             assert (await client.get("/v1/registry/models/org/zz")).status_code == 404
@@ -119,6 +129,13 @@ async def test_rest_admin_api(tmp_path: Path) -> None:
             sources = "flexinfer_registry_sources"
             families = await wait_for_sample(client, sources, 1, status="READY")
             check_families(families, REGISTRY_FAMILIES)
+            check_conventions(families)
             assert sample_value(families, "flexinfer_registry_downloads_started_total") == 2
+            assert sample_value(families, "flexinfer_registry_downloads_completed_total") == 2
+            assert sample_value(families, "flexinfer_registry_cache_misses_total") == 2
+            assert sample_value(families, "flexinfer_registry_cache_hits_total") == 1
+            # a.json's two bytes in, then out again by StreamModelFiles.
+            assert sample_value(families, "flexinfer_registry_downloaded_bytes_total") == 4
+            assert sample_value(families, "flexinfer_registry_streamed_bytes_total") == 2
             assert sample_value(families, "flexinfer_registry_evictions_total") == 1
             assert (await client.get("/openapi.json")).status_code == 200

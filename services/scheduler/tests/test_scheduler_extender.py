@@ -21,7 +21,7 @@ from flexinfer_common.placement import (
 from flexinfer_scheduler.app import create_app
 from flexinfer_scheduler.core.nodes import NodeCache
 from flexinfer_scheduler.settings import SchedulerSettings
-from flexinfer_testing.scrape import check_families, sample_value, scrape
+from flexinfer_testing.scrape import check_conventions, check_families, sample_value, scrape
 
 GPU_LABELS = {keys.GPU_VENDOR: "NVIDIA", keys.GPU_ARCH: "sm_89", keys.GPU_VRAM: "24Gi"}
 
@@ -95,6 +95,7 @@ async def test_filter_and_score_are_timed_and_rejections_counted_by_reason() -> 
             "http_requests": {"handler", "method", "status"},
         },
     )
+    check_conventions(families)
     timed = "flexinfer_scheduler_extender_duration_seconds_count"
     assert sample_value(families, timed, verb="filter") == 1
     assert sample_value(families, timed, verb="prioritize") == 1

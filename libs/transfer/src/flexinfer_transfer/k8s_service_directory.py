@@ -18,6 +18,7 @@ import grpc
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from flexinfer_common.grpc_tracing import trace_metadata
 from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_transfer._generated import p2p_pb2, p2p_pb2_grpc
 from flexinfer_transfer.directory import RemoteTensor, SourceManifest
@@ -99,7 +100,7 @@ class K8sServiceDirectory:
             stub = p2p_pb2_grpc.WorkerServiceStub(channel)  # type: ignore[no-untyped-call]
             request = p2p_pb2.GetTensorManifestRequest(mx_source_id=mx_source_id)
             reply: p2p_pb2.GetTensorManifestResponse = stub.GetTensorManifest(
-                request, timeout=self.settings.call_timeout_s
+                request, timeout=self.settings.call_timeout_s, metadata=trace_metadata()
             )
             return reply
 

@@ -6,6 +6,10 @@ registry's reaper (MX_HEARTBEAT_TIMEOUT_SECS, 90 s) keeps the worker listed. ``s
 sends UpdateStatus(STALE) so targets stop choosing it at once. No failure is fatal: a
 publish or heartbeat that fails is logged and retried, and a heartbeat the registry
 rejects (it forgot the worker: restarted, or reaped it) publishes again.
+
+Tracing: a publication carries the ``traceparent`` of the span current where ``start``
+was called (the load that made this worker a source), and ``stop``'s STALE update that of
+its caller; heartbeats are background work and start no trace (they carry none).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
+from opentelemetry import context as otel_context
 
+from flexinfer_common.grpc_tracing import trace_metadata
 from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_transfer._generated import p2p_pb2
 from flexinfer_transfer.directory import SourceManifest
@@ -96,10 +102,13 @@ class Publisher:
         self.failures = 0
         """Publish or heartbeat calls that failed (and were retried)."""
         self._stop = threading.Event()
+        self._origin = otel_context.get_current()
+        """The context ``start`` was called in: publications are traced under it."""
         self._thread = threading.Thread(target=self._run, name="mx-publisher", daemon=True)
 
     def start(self) -> None:
         """Publish and heartbeat in the background."""
+        self._origin = otel_context.get_current()
         self._thread.start()
 
     def stop(self) -> None:
@@ -144,7 +153,11 @@ class Publisher:
             identity=identity_to_proto(self.identity), worker=self.worker, worker_id=self.worker_id
         )
         with grpc.insecure_channel(self.address) as channel:
-            reply = p2p_stub(channel).PublishMetadata(request, timeout=self.settings.call_timeout_s)
+            reply = p2p_stub(channel).PublishMetadata(
+                request,
+                timeout=self.settings.call_timeout_s,
+                metadata=trace_metadata(context=self._origin),
+            )
         if not reply.success:
             log.warning("the registry refused %s: %s", self.worker_id, reply.message)
             return False
@@ -170,7 +183,10 @@ class Publisher:
         if self.load is not None and status == p2p_pb2.SOURCE_STATUS_READY:
             request.source_load = float(self.load())
         with grpc.insecure_channel(self.address) as channel:
-            reply = p2p_stub(channel).UpdateStatus(request, timeout=self.settings.call_timeout_s)
+            # The calling thread's span: stop()'s caller, or none on the heartbeat thread.
+            reply = p2p_stub(channel).UpdateStatus(
+                request, timeout=self.settings.call_timeout_s, metadata=trace_metadata()
+            )
         return bool(reply.success)
 
 

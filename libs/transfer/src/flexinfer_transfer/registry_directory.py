@@ -1,6 +1,7 @@
 """RegistryDirectory: sources and manifests from the registry's P2pService (ModelExpress's
 central metadata mode): ListSources(READY) for candidates, GetMetadata for one worker's
-NIXL agent metadata and tensor descriptors."""
+NIXL agent metadata and tensor descriptors. Each call carries the current span's
+``traceparent`` (none without one)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from flexinfer_common.grpc_tracing import trace_metadata
 from flexinfer_transfer._generated import p2p_pb2
 from flexinfer_transfer.directory import RemoteTensor, SourceManifest
 from flexinfer_transfer.p2p_stub import p2p_stub
@@ -32,7 +34,9 @@ class RegistryDirectory:
             worker_rank_filter=ctx.worker_rank,
         )
         with grpc.insecure_channel(self.address) as channel:
-            reply = p2p_stub(channel).ListSources(request, timeout=self.timeout_s)
+            reply = p2p_stub(channel).ListSources(
+                request, timeout=self.timeout_s, metadata=trace_metadata()
+            )
         return [
             SourceCandidate(
                 mx_source_id=ref.mx_source_id,
@@ -50,7 +54,9 @@ class RegistryDirectory:
             mx_source_id=candidate.mx_source_id, worker_id=candidate.worker_id
         )
         with grpc.insecure_channel(self.address) as channel:
-            reply = p2p_stub(channel).GetMetadata(request, timeout=self.timeout_s)
+            reply = p2p_stub(channel).GetMetadata(
+                request, timeout=self.timeout_s, metadata=trace_metadata()
+            )
         if not reply.found:
             raise LookupError(f"the registry no longer knows {candidate.key}")
         worker = reply.worker

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
+from opentelemetry.trace import TracerProvider
 
+from flexinfer_common.grpc_tracing import TracingInterceptor
 from flexinfer_transfer._generated import p2p_pb2, p2p_pb2_grpc
 from flexinfer_transfer.artifact_server import ArtifactRequestError, ArtifactServer
 from flexinfer_transfer.directory import SourceManifest
@@ -155,9 +157,17 @@ def serve_worker(
     port: int = 0,
     leases: ReadLeases | None = None,
     artifacts: ArtifactServer | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> tuple[Any, int]:
-    """A started gRPC server with the WorkerService; returns (server, bound port)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    """A started gRPC server with the WorkerService; returns (server, bound port).
+
+    Each call is a span under the caller's ``traceparent``, from ``tracer_provider`` (the
+    global one when None: a no-op unless the process set one, which still passes the
+    caller's trace on to spans the handler starts)."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=4),
+        interceptors=[TracingInterceptor(tracer_provider)],
+    )
     p2p_pb2_grpc.add_WorkerServiceServicer_to_server(  # type: ignore[no-untyped-call]
         WorkerServicer(worker, leases, artifacts), server
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from fastapi import Depends, FastAPI
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from flexinfer_common.auth import AdminTokens
 from flexinfer_common.errors import UnavailableError
@@ -103,6 +104,7 @@ async def _running(app: FastAPI, wiring: _Wiring) -> AsyncIterator[None]:
         port=settings.grpc_port,
         max_message_bytes=settings.grpc_max_message_bytes,
         tokens=wiring.tokens,
+        tracer_provider=app.state.telemetry.tracer_provider,
     )
     grpc_server = await start_grpc_server(options, wiring.info, core)
     app.state.core = core
@@ -128,11 +130,13 @@ def create_app(
     stores: Stores | None = None,
     providers: ProviderResolver | None = None,
     clock: Callable[[], float] = time.time,
+    span_exporter: SpanExporter | None = None,
 ) -> FastAPI:
     """The registry app: admin REST, /healthz, /readyz, /metrics, and gRPC on grpc_port.
 
     ``stores`` and ``providers`` default to what the settings name; injected stores are not
-    closed by the app (their owner may share them between apps). Once started,
+    closed by the app (their owner may share them between apps). ``span_exporter``
+    replaces the OTLP exporter when tracing is on (an in-process collector, tests). Once started,
     ``app.state.grpc_address`` is the bound gRPC address and ``app.state.core`` the core.
     """
     secret = settings.auth_token.get_secret_value() if settings.auth_token else None
@@ -160,7 +164,9 @@ def create_app(
     guard = [Depends(bearer_guard(tokens))]
     app.include_router(admin_router(running_core, eviction), dependencies=guard)
     document_errors_as_answered(app)
-    app.state.telemetry = setup_telemetry(app, "registry", settings.telemetry)
+    app.state.telemetry = setup_telemetry(
+        app, "registry", settings.telemetry, span_exporter=span_exporter
+    )
     app.state.metrics = RegistryMetrics(app.state.telemetry.registry)
     return app
 

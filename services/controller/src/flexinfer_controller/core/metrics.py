@@ -37,7 +37,7 @@ class ModelPhases(Collector):
 
 
 class ControllerMetrics:
-    """Reconciles, engine starts and crashes, scale events, replicas and Models by state."""
+    """Reconciles, scale events, engine starts and crashes, replicas and Models by state."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.models = ModelPhases()
@@ -50,10 +50,12 @@ class ControllerMetrics:
         )
         self.scale_events = Counter(
             "flexinfer_controller_scale_events",
-            "Replicas started (up) and stopped on purpose (down) by the reconcile",
+            "Changes of a Model's desired replica count, by the replicas added (up) or "
+            "removed (down); crash restarts and replacements are engine starts, not these.",
             ["direction"],
             registry=registry,
         )
+        self._desired: dict[str, int] = {}
         self.reconciles = Counter(
             "flexinfer_controller_reconciles",
             "Reconciles of one model, by result (ok, error).",
@@ -62,7 +64,8 @@ class ControllerMetrics:
         )
         self.engine_starts = Counter(
             "flexinfer_controller_engine_starts",
-            "Engine replicas started, by backend.",
+            "Engine replicas started, by backend: scale-ups, restarts after a crash and "
+            "replacements on a spec change.",
             ["backend"],
             registry=registry,
         )
@@ -82,6 +85,25 @@ class ControllerMetrics:
             ["state"],
             registry=registry,
         )
+
+    def desired(self, key: str, desired: int, running: int) -> None:
+        """Model ``key`` wants ``desired`` replicas now: a change from the last count is a
+        scale event. The first time, the ``running`` replicas stand for the last count, so a
+        restarted controller that finds its engines running counts no scale-up."""
+        before = self._desired.get(key, running)
+        self._desired[key] = desired
+        self._scaled(desired - before)
+
+    def forget(self, key: str) -> None:
+        """Model ``key`` is gone: whatever it wanted is scaled down."""
+        self.models.forget(key)
+        self._scaled(-self._desired.pop(key, 0))
+
+    def _scaled(self, change: int) -> None:
+        if change > 0:
+            self.scale_events.labels("up").inc(change)
+        elif change < 0:
+            self.scale_events.labels("down").inc(-change)
 
     def observe_replicas(self, replicas: list[Replica]) -> None:
         """Set the replicas gauge from the runtime's current list."""

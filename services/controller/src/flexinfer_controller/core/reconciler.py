@@ -215,6 +215,8 @@ class Reconciler:
         await self.sleep.tend(model)
         plan = await self._planner.plan(model, active_at)
         verdict, desired = plan.verdict, plan.desired
+        if self._metrics is not None:
+            self._metrics.desired(key, desired, len(replicas))
         # A cold start: replicas are wanted and none serves yet (the proxy queues requests).
         cold = not any(r.state is ReplicaState.READY for r in replicas)
         current = [r for r in replicas if r.generation == generation]
@@ -264,8 +266,6 @@ class Reconciler:
         to_stop = await self.sleep.spare(model, to_stop, desired, plan.model_dir)
         for replica in to_stop:
             await self._runtime.stop(replica.id)
-        if to_stop and self._metrics is not None:
-            self._metrics.scale_events.labels("down").inc(len(to_stop))
         # ensureService/ensureDeployment before status, as the seed: a status that reports
         # this generation means the runtime's objects were converged to it.
         await self._runtime.ensure(model, verdict.gpu)
@@ -393,7 +393,6 @@ class Reconciler:
             started.append(replica)
             if self._metrics is not None:
                 self._metrics.engine_starts.labels(model.spec.backend).inc()
-                self._metrics.scale_events.labels("up").inc()
         return started, verdict
 
     async def _prepared(self, model: Model, plan: Plan) -> LaunchSpec:
@@ -417,7 +416,7 @@ class Reconciler:
             await self._runtime.stop(replica.id)
         await self.sleep.forget(key)
         if self._metrics is not None:
-            self._metrics.models.forget(key)
+            self._metrics.forget(key)
         await self._runtime.release(key)
         await self._prestart.release(key)
         await self._cache.release(key)

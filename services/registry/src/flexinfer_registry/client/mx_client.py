@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from flexinfer_common.grpc_tracing import trace_metadata
 from flexinfer_registry._generated.model_express import (
     api_pb2,
     api_pb2_grpc,
@@ -67,7 +68,8 @@ class MxClient:
     """One channel to the registry; every call has a deadline.
 
     ``token``: sent as ``authorization: Bearer <token>`` on every call, for a registry
-    started with an auth token.
+    started with an auth token. Each call also carries the current span's ``traceparent``
+    (none without one), so the registry's span joins the caller's trace.
     """
 
     address: str
@@ -94,7 +96,7 @@ class MxClient:
     def _unary(self, method: Callable[..., Any], request: Any) -> Any:
         """One unary call with the deadline and the token; gRPC errors become the CLI's."""
         try:
-            return method(request, timeout=self.timeout_s, metadata=self._metadata)
+            return method(request, timeout=self.timeout_s, metadata=trace_metadata(self._metadata))
         except grpc.RpcError as exc:
             raise _translate(exc, self.address) from exc
 
@@ -126,7 +128,7 @@ class MxClient:
             request.revision = revision
         try:
             for update in self._model.EnsureModelDownloaded(
-                request, timeout=self.download_timeout_s, metadata=self._metadata
+                request, timeout=self.download_timeout_s, metadata=trace_metadata(self._metadata)
             ):
                 yield _update(update)
                 if update.status != model_pb2.DOWNLOADING:
@@ -170,7 +172,7 @@ class MxClient:
             request.SerializeToString(),
             timeout_s=self.download_timeout_s,
             max_message_bytes=MAX_MESSAGE_BYTES,
-            metadata=self._metadata,
+            metadata=trace_metadata(self._metadata),
         )
         try:
             for message in messages:

@@ -15,8 +15,10 @@ import grpc
 from grpc_health.v1 import health_pb2 as std_health_pb2
 from grpc_health.v1 import health_pb2_grpc as std_health_grpc
 from grpc_health.v1.health import aio as health_aio
+from opentelemetry.trace import TracerProvider
 
 from flexinfer_common.auth import AdminTokens, AuthenticationError
+from flexinfer_common.grpc_tracing import AioTracingInterceptor
 from flexinfer_registry._generated.model_express import (
     api_pb2,
     api_pb2_grpc,
@@ -151,19 +153,26 @@ def _denied(handler: Any) -> Any:
 
 @dataclass(frozen=True)
 class GrpcOptions:
-    """Listen address, message limit and the optional bearer tokens."""
+    """Listen address, message limit, the optional bearer tokens and tracer provider."""
 
     host: str = "127.0.0.1"
     port: int = 8001
     max_message_bytes: int = 100 * 1024 * 1024
     tokens: AdminTokens | None = None
+    tracer_provider: TracerProvider | None = None
+    """Set when tracing is on: each call is a span under the caller's ``traceparent``."""
 
 
 async def start_grpc_server(
     options: GrpcOptions, info: ServerInfo, core: RegistryCore | None = None
 ) -> GrpcServer:
     """Bind host:port (0 = any free port), register every service and start serving."""
-    interceptors = [TokenAuthInterceptor(options.tokens)] if options.tokens else []
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    if options.tracer_provider is not None:
+        # First, so a call refused for its token is traced too.
+        interceptors.append(AioTracingInterceptor(options.tracer_provider))
+    if options.tokens:
+        interceptors.append(TokenAuthInterceptor(options.tokens))
     limits = [
         ("grpc.max_send_message_length", options.max_message_bytes),
         ("grpc.max_receive_message_length", options.max_message_bytes),

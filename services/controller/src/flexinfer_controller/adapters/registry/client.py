@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 
 from flexinfer_common.errors import FlexInferError
+from flexinfer_common.grpc_tracing import trace_metadata
 from flexinfer_controller.adapters.registry._generated import model_pb2
 
 _SERVICE = "/model_express.model.ModelService/"
@@ -80,7 +81,8 @@ class ModelRef:
 
 
 class RegistryClient:
-    """One channel to the registry; every call has a deadline and the bearer token."""
+    """One channel to the registry; every call has a deadline, the bearer token and the
+    current span's ``traceparent`` (none without one)."""
 
     def __init__(
         self, address: str, *, token: str | None, call_timeout_s: float, stream_timeout_s: float
@@ -114,7 +116,7 @@ class RegistryClient:
 
     async def _updates(self, request: Any) -> AsyncIterator[StatusUpdate]:
         call = self._stream("EnsureModelDownloaded", model_pb2.ModelStatusUpdate)(
-            request, timeout=self._stream_timeout_s, metadata=self._metadata
+            request, timeout=self._stream_timeout_s, metadata=trace_metadata(self._metadata)
         )
         failure: str | None = None
         try:
@@ -148,7 +150,9 @@ class RegistryClient:
         )
         request = model_pb2.ModelFilesRequest(model_name=ref.name, provider=_enum(ref.provider))
         try:
-            reply = await method(request, timeout=self._call_timeout_s, metadata=self._metadata)
+            reply = await method(
+                request, timeout=self._call_timeout_s, metadata=trace_metadata(self._metadata)
+            )
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc) from exc
         return [RemoteFile(f.relative_path, int(f.size)) for f in reply.files]
@@ -159,7 +163,7 @@ class RegistryClient:
         if chunk_size is not None:
             request.chunk_size = chunk_size
         call = self._stream("StreamModelFiles", model_pb2.FileChunk)(
-            request, timeout=self._stream_timeout_s, metadata=self._metadata
+            request, timeout=self._stream_timeout_s, metadata=trace_metadata(self._metadata)
         )
         try:
             async for chunk in call:
