@@ -200,3 +200,34 @@ async def test_the_winner_of_a_swap_gets_no_pod_while_the_losers_pod_drains(
         assert "Preempted" in c.reasons("a")
         _, message = c.events("a")[c.reasons("a").index("Preempted")]
         assert message == "preempted by default/b in shared GPU group 'g' (priority)"
+
+
+async def test_a_restarted_controller_keeps_a_sleeping_pod_asleep_and_wakes_it_on_demand(
+    apiserver: KubeApiServer,
+) -> None:
+    """The annotation is the state: the next controller neither publishes the sleeping pod
+    nor counts it live (no second pod is made), and its next request wakes that pod."""
+    apiserver.create("nodes", {"kind": "Node", "metadata": {"name": "node-1", "labels": {
+        **GPU_LABELS, **TIME_SLICED}}})  # fmt: skip
+    bus = MemoryBus()
+    try:
+        async with running_kubelet(apiserver) as kubelet:
+            kubelet.pod_network = loopback_network()
+            async with running_sleepy_engines(apiserver) as engines:
+                c = Cluster(apiserver, engines, bus)
+                async with controller(apiserver, bus, sleep=SLEEP):
+                    apiserver.create("models", gpu_model("tiny", idle="1s"))
+                    await c.demand("tiny")
+                    await apiserver.until(lambda a: "Sleeping" in c.reasons("tiny"))
+                (pod,) = c.pods("tiny")
+                assert SLEEPING_ANNOTATION in pod["metadata"]["annotations"]
+                async with controller(apiserver, bus, sleep=SLEEP):
+                    await apiserver.until(lambda a: c.status("tiny").get("residency") == "Sleeping")
+                    await c.demand("tiny")
+                    await apiserver.until(lambda a: c.reasons("tiny").count("Woken") == 1)
+                    (engine,) = engines.of("tiny")
+                    assert engine.calls[:2] == ["POST /sleep?level=1", "POST /wake_up"]
+                    names = [p["metadata"]["name"] for p in c.pods("tiny")]
+                    assert names == [pod["metadata"]["name"]]
+    finally:
+        await bus.close()

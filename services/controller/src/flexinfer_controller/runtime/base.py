@@ -95,7 +95,8 @@ class Runtime(ABC):
 
     name: str = ""
     sleeps: bool = False
-    """Whether ``sleep`` and ``wake`` work here (the local runtime's)."""
+    """Whether ``sleep`` and ``wake`` work here (the local runtime's, and the kubernetes
+    runtime's where ``sleep_refusal`` allows)."""
 
     @abstractmethod
     async def adopt(self) -> list[Replica]:

@@ -93,7 +93,6 @@ class KubernetesRuntime(PodSleepers):
     """Engine replicas as pods of one Deployment per Model."""
 
     name = "kubernetes"
-    sleeps = True
 
     def __init__(
         self,
