@@ -62,7 +62,7 @@ class Cluster:
         return dict((self.api.get("models", "default", model) or {}).get("status") or {})
 
     def events(self, model: str) -> list[tuple[str, str]]:
-        """(reason, message) of the Events on Model ``model``, oldest first."""
+        """(reason, message) of the Events on Model ``model`` (in no particular order)."""
         uid = (self.api.get("models", "default", model) or {})["metadata"]["uid"]
         found = [
             e for e in self.api.objects("events", "default")
@@ -74,7 +74,7 @@ class Cluster:
         return [(e["reason"], e["message"]) for e in found]
 
     def reasons(self, model: str) -> list[str]:
-        """The reasons of the Events on Model ``model``, oldest first."""
+        """The reasons of the Events on Model ``model``."""
         return [reason for reason, _ in self.events(model)]
 
 
@@ -231,3 +231,45 @@ async def test_a_restarted_controller_keeps_a_sleeping_pod_asleep_and_wakes_it_o
                     assert names == [pod["metadata"]["name"]]
     finally:
         await bus.close()
+
+
+async def test_on_a_time_sliced_gpu_the_loser_sleeps_and_the_winner_starts_once_it_does(
+    apiserver: KubeApiServer,
+) -> None:
+    """A swap's cheap half on Kubernetes: the loser's pod drains and sleeps (it stays, its
+    device-plugin share of the time-sliced GPU with it), and only then is the winner's pod
+    made."""
+    sharing = GPUSharingSettings(mode="arbiter", drain_timeout_s=60, drain_poll_s=0.05)
+    early: list[str] = []
+    labels = {**GPU_LABELS, **TIME_SLICED}
+    # Room for a sleeper costed at its 16000 MB estimate (no weight files to measure here).
+    sleep = SleepSettings(budget_mb=20_000, stop_after_s=600)
+    async with cluster(apiserver, labels, gpu_sharing=sharing, sleep=sleep) as c:
+
+        def awake(pod: dict[str, Any]) -> bool:
+            return SLEEPING_ANNOTATION not in (pod["metadata"].get("annotations") or {})
+
+        def winner_early() -> None:
+            if c.pods("b") and any(awake(p) for p in c.pods("a")):
+                early.append("b has a pod while a's is awake")
+
+        async with sync_after_changes(apiserver, winner_early):
+            shared: dict[str, Any] = {"shared": "g", "vramEstimateMB": 16000, "swapCooldown": "0s"}
+            apiserver.create("models", gpu_model("a", priority=10, **shared))
+            apiserver.create("models", gpu_model("b", priority=500, **shared))
+            await c.demand("a")
+            await apiserver.until(lambda a: c.status("a").get("phase") == "Ready")
+            await c.demand("b")
+            await apiserver.until(lambda a: c.status("b").get("phase") == "Ready")
+        assert early == []
+        (loser,) = c.engines.of("a")
+        assert loser.asleep
+        assert loser.calls == ["POST /sleep?level=1"]
+        await apiserver.until(
+            lambda a: (
+                (c.status("a").get("phase"), c.status("a").get("residency"))
+                == ("Preempted", "Sleeping")
+            )
+        )
+        assert "GPUSwap" in c.reasons("b")
+        assert sorted(c.reasons("a")) == ["Preempted", "Sleeping"]

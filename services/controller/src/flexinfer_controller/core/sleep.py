@@ -120,7 +120,8 @@ class SleepKeeper:
         self.book.retain({r.id for r in self._runtime.sleepers()})
         evict = self.book.admit(cost, candidate.node)
         if evict is None:
-            log.info("%s: %d MiB exceeds the sleep budget; stopping it", model.key, cost)
+            budget = f"the sleep budget of {self._policy.budget_mb} MiB"
+            self._events.record(model.key, "SleepRefused", f"{cost} MiB exceed {budget}")
             return to_stop
         for replica in evict:
             await self._stop(replica, f"the sleep budget needs room for {model.key}")
