@@ -215,7 +215,10 @@ async def test_the_running_controller_swaps_a_gpugroup_on_its_queue_annotation(
     gpu_labels = {"vendor": "NVIDIA", "arch": "sm_89", "vram": "24Gi", "count": "1"}
     labels = {f"flexinfer.ai/gpu.{k}": v for k, v in gpu_labels.items()}
     apiserver.create("nodes", {"kind": "Node", "metadata": {"name": "gpu-1", "labels": labels}})
-    group = {**PAIR, "spec": {**PAIR["spec"], "antiThrashing": NO_WAIT}}
+    # Nothing serves at these pods' IPs, so a drain could not read them and would last its
+    # whole grace: the loser stops at once, and the winner's pod is made once it is gone.
+    immediate = {"preemptionPolicy": "Immediate"}
+    group = {**PAIR, "spec": {**PAIR["spec"], "antiThrashing": NO_WAIT, "scalingPolicy": immediate}}
     async with running_cluster(apiserver, gpu_sharing=GPUSharingSettings(mode="arbiter")):
         for name in ("a", "b"):
             apiserver.create("modeldeployments", deployment(name, minReplicas=1))

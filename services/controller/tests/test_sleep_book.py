@@ -46,6 +46,19 @@ def test_the_least_recently_used_sleepers_make_room_first() -> None:
     assert sleepers.admit(5000) == ["r2"]
 
 
+def test_the_budget_is_per_node_each_sleeper_holds_its_own_nodes_host_ram() -> None:
+    sleepers, clock = book()
+    sleepers.add("n1-old", "default/a", 6000, "n1")
+    clock.advance(10)
+    sleepers.add("n2-old", "default/b", 6000, "n2")
+    assert (sleepers.used_on("n1"), sleepers.used_on("n2"), sleepers.used_mb) == (6000, 6000, 12000)
+    assert sleepers.admit(4000, "n1") == []  # n1 has room, whatever n2 holds
+    assert sleepers.admit(5000, "n2") == ["n2-old"]  # only n2's own sleepers make room
+    assert sleepers.admit(9000, "n3") == []
+    assert "n1-old" in sleepers
+    assert "n3-new" not in sleepers
+
+
 def test_the_second_timeout_stops_each_sleeper_in_turn() -> None:
     sleepers, clock = book()
     sleepers.add("r1", "default/a", 1000)

@@ -33,6 +33,7 @@ from flexinfer_controller.catalog.wiring import CatalogSources, catalog_controll
 from flexinfer_controller.core.activation_trace import ActivationTraces
 from flexinfer_controller.core.adapters import AdapterEvents, AdapterService
 from flexinfer_controller.core.controller import Controller, ControllerConfig
+from flexinfer_controller.core.events import ModelEvents
 from flexinfer_controller.core.feed import ModelFeed, NoFeed
 from flexinfer_controller.core.gpu import Placer
 from flexinfer_controller.core.kvcache import KVCacheCheck
@@ -66,6 +67,8 @@ class SharingParts:
     gpugroups: GPUGroupWiring
     """The GPUGroups the runtime's GPUGroup loop follows (empty without one)."""
     metrics: SwapMetrics | None = None
+    events: ModelEvents | None = None
+    """Where each swap is recorded as Events on its Models."""
 
 
 SharingFactory = Callable[[GPUSharingSettings, SharingParts], SharedGPUHook]
@@ -109,7 +112,9 @@ def _arbiter(settings: GPUSharingSettings, parts: SharingParts) -> SharedGPUHook
         swap_cooldown_s=settings.swap_cooldown_s,
         drain_timeout_s=settings.drain_timeout_s,
     )
-    return running_arbiter(parts.store, policy, parts.requeue, parts.gpugroups, parts.metrics)
+    return running_arbiter(
+        parts.store, policy, parts.requeue, parts.gpugroups, parts.metrics, parts.events
+    )
 
 
 SHARING_MODES: Mapping[str, SharingFactory] = {
@@ -125,12 +130,13 @@ def create_shared_gpu(
     requeue: Requeue,
     gpugroups: GPUGroupWiring | None = None,
     metrics: SwapMetrics | None = None,
+    events: ModelEvents | None = None,
 ) -> SharedGPUHook:
     """Step 4's shared-GPU hook by ``gpu_sharing.mode``; it reconciles Models via ``requeue``,
     arbitrates the GPUGroups of ``gpugroups`` (shared with the GPUGroup loop) and counts its
-    swaps on ``metrics``."""
+    swaps on ``metrics`` and records them on ``events``."""
     sharing = settings.gpu_sharing
-    parts = SharingParts(store, requeue, gpugroups or GPUGroupWiring(), metrics)
+    parts = SharingParts(store, requeue, gpugroups or GPUGroupWiring(), metrics, events)
     return SHARING_MODES[sharing.mode](sharing, parts)
 
 
@@ -217,6 +223,7 @@ def create_app(
             await controller_.stop(stop_engines=settings.stop_engines_on_shutdown)
             await engine_metrics.aclose()
             await adapter_engine.aclose()
+            await events.aclose()
 
     app = FastAPI(title="FlexInfer controller", lifespan=lifespan)
     install_admin_auth(app, settings, host=settings.host, telemetry=settings.telemetry)
@@ -228,6 +235,7 @@ def create_app(
     gpugroups = GPUGroupWiring()  # filled by the runtime's GPUGroup loop, read by the arbiter
     clock = MonotonicClock()
     swap_metrics = SwapMetrics(telemetry.registry, clock.now)
+    events = plugin.events(settings, store)
     drainer = Drainer(
         in_flight=engine_metrics,
         clock=clock,
@@ -249,9 +257,10 @@ def create_app(
         sources=plugin.sources,
         placer=placer or create_placer(settings, store),
         shared_gpu=shared_gpu
-        or create_shared_gpu(settings, store, queue.add, gpugroups, swap_metrics),
+        or create_shared_gpu(settings, store, queue.add, gpugroups, swap_metrics, events),
         queue=queue,
         drainer=drainer,
+        events=events,
     )
     controller_ = controller
     if telemetry.tracer_provider is not None:

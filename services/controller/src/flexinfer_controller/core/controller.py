@@ -23,6 +23,7 @@ from flexinfer_controller.core.cache import ModelCache, NoRegistryCache, Notify
 from flexinfer_controller.core.consumers import EventLoop
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.endpoints import EndpointPublisher
+from flexinfer_controller.core.events import ModelEvents
 from flexinfer_controller.core.gpu import DeclaredInventory, GPUInventory, Placer
 from flexinfer_controller.core.kvcache import KVCacheCheck
 from flexinfer_controller.core.metrics import ControllerMetrics
@@ -108,13 +109,15 @@ class Controller:
         reported: ReportedNodes | None = None,
         queue: WorkQueue | None = None,
         drainer: Drainer | None = None,
+        events: ModelEvents | None = None,
     ) -> None:
         """``placer`` picks the GPUs of a replica (step 3; default: the placement core
         without benchmarks); ``shared_gpu`` arbitrates shared GPUs (step 4; default: no
         sharing) and hears the proxies' demand; ``reported`` holds the nodes the agents
         report on the bus, which join the fleet (default: a fresh one); ``queue`` is the
         work queue (given when the hook must reconcile Models through it); ``drainer``
-        drains a preempted Model's engines before they stop (default: they stop at once)."""
+        drains a preempted Model's engines before they stop (default: they stop at once);
+        ``events`` records sleeps and wakes on the Models (default: the log)."""
         self._config = config
         self._store = store
         self._bus = bus
@@ -163,6 +166,7 @@ class Controller:
             shared_gpu=self.shared_gpu,
             sleep=config.sleep,
             drainer=drainer,
+            events=events,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._loops: list[EventLoop] = []

@@ -50,6 +50,7 @@ from flexinfer_controller.core.gpu import (
 )
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sharing import SharedGPUHook
+from flexinfer_controller.core.sharing.handover import hand_over
 from flexinfer_controller.core.sources import SourceResolution, SourceState, source_hold
 from flexinfer_controller.core.status import Verdict
 from flexinfer_controller.core.vram import VramEstimates
@@ -93,6 +94,9 @@ class Planner:
     sharing: SharedGPUHook
     holds: Callable[[], list[Hold] | None] = lambda: None
     """The GPUs the runtime's replicas hold (None: the runtime does not pin GPUs)."""
+    busy: Callable[[str], bool] = lambda key: False
+    """Whether Model ``key``'s engines still hold their GPU (``Runtime.gpu_busy``): a swap's
+    winner starts only once its losers' do not (``sharing.handover``)."""
     estimates: VramEstimates = field(default_factory=VramEstimates)
     """VRAM estimates from the Models' files, for those whose spec sets none."""
     waiting: set[str] = field(default_factory=set)
@@ -185,6 +189,7 @@ class Planner:
             delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
             self.queue.add_after(model.key, delay)
         shared = await self.sharing.arbitrate(model, gpu, wanted.replicas)
+        shared = hand_over(shared, self.busy)
         if shared.recheck_s is not None:
             self.queue.add_after(model.key, shared.recheck_s)
         verdict = Verdict(

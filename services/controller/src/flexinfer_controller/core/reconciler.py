@@ -38,6 +38,7 @@ from flexinfer_controller.core.cache import (
 from flexinfer_controller.core.crashes import CrashTracker
 from flexinfer_controller.core.desired import busy_until, desired_replicas
 from flexinfer_controller.core.endpoints import EndpointPublisher
+from flexinfer_controller.core.events import ModelEvents
 from flexinfer_controller.core.failures import Failures
 from flexinfer_controller.core.finalizer import ensure_finalizer, release_finalizer
 from flexinfer_controller.core.gpu import (
@@ -99,6 +100,7 @@ class Reconciler:
         shared_gpu: SharedGPUHook | None = None,
         sleep: SleepPolicy | None = None,
         drainer: Drainer | None = None,
+        events: ModelEvents | None = None,
     ) -> None:
         self._store = store
         self._drainer = drainer
@@ -117,6 +119,7 @@ class Reconciler:
             queue=queue,
             sharing=shared_gpu or NoSharing(),
             holds=runtime.gpu_holds,
+            busy=runtime.gpu_busy,
         )
         self._kv = kv_check or KVCacheCheck(NoEngineMetrics())
         self._prestart: PreStart = prestart or NoPreStart()
@@ -129,7 +132,11 @@ class Reconciler:
         self._progress = progress
         self._activity: dict[str, datetime] = {}
         self.sleep = SleepKeeper(
-            runtime=runtime, planner=self._planner, queue=queue, policy=sleep or SleepPolicy()
+            runtime=runtime,
+            planner=self._planner,
+            queue=queue,
+            policy=sleep or SleepPolicy(),
+            events=events,
         )
         """Sleeps replicas instead of stopping them at zero, and wakes them (issue 13)."""
 

@@ -6,7 +6,14 @@ budget allows, one READY replica is put to sleep rather than stopped: the engine
 GPU memory and keeps its process. When the Model wants replicas again it is woken, if its
 GPUs have room again, instead of cold-started. A sleeper is stopped after the second
 timeout (``stop_after_s``), when its spec changes, when its Model is deleted, or when a
-newer sleeper needs its share of the budget (least recently used first).
+newer sleeper on the same node needs its share of the budget (least recently used first).
+
+A runtime may refuse a replica's sleep where it would free nothing (``Runtime.sleep_refusal``:
+on Kubernetes, a pod whose GPU is not shared keeps its allocation while asleep); the replica
+stops instead. Sleeps, wakes and refusals are recorded as Events on the Model (``events``).
+A sleeper this keeper does not know (a previous controller put it to sleep; Kubernetes keeps
+that on the pod) is taken into the budget at its next reconcile, its second timeout counted
+from then.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from pathlib import Path
 from flexinfer_common.api import Model
 from flexinfer_common.api.operations import unloaded_at
 from flexinfer_controller.backends import SleepEndpoints
+from flexinfer_controller.core.events import LogEvents, ModelEvents
 from flexinfer_controller.core.gpu import GPUAssignment, Placement, place
 from flexinfer_controller.core.planner import Planner, gpu_request
 from flexinfer_controller.core.queue import WorkQueue
@@ -50,11 +58,13 @@ class SleepKeeper:
         queue: WorkQueue,
         policy: SleepPolicy,
         clock: Clock | None = None,
+        events: ModelEvents | None = None,
     ) -> None:
         self._runtime = runtime
         self._planner = planner
         self._queue = queue
         self._policy = policy
+        self._events: ModelEvents = events or LogEvents()
         self.book = SleepBook(policy, clock or MonotonicClock())
 
     def sleeping(self, key: str) -> bool:
@@ -67,6 +77,9 @@ class SleepKeeper:
         self.book.retain({r.id for r in self._runtime.sleepers()})
         generation = model.metadata.generation or 1
         for sleeper in self._runtime.sleepers(model.key):
+            if sleeper.id not in self.book and self._policy.on:
+                cost = host_cost_mb(self._policy, None, model.spec.gpu_or_default.vram_estimate_mb)
+                self.book.add(sleeper.id, model.key, cost, sleeper.node)  # slept before us
             if sleeper.generation != generation:
                 await self._stop(sleeper.id, "its spec changed")
             elif unloaded_after(model, sleeper):
@@ -98,12 +111,17 @@ class SleepKeeper:
         )
         if candidate is None:
             return to_stop
+        refused = self._runtime.sleep_refusal(candidate)
+        if refused is not None:
+            self._events.record(model.key, "SleepRefused", refused)
+            return to_stop
         estimate = model.spec.gpu_or_default.vram_estimate_mb
         cost = host_cost_mb(self._policy, model_dir, estimate)
         self.book.retain({r.id for r in self._runtime.sleepers()})
-        evict = self.book.admit(cost)
+        evict = self.book.admit(cost, candidate.node)
         if evict is None:
-            log.info("%s: %d MiB exceeds the sleep budget; stopping it", model.key, cost)
+            budget = f"the sleep budget of {self._policy.budget_mb} MiB"
+            self._events.record(model.key, "SleepRefused", f"{cost} MiB exceed {budget}")
             return to_stop
         for replica in evict:
             await self._stop(replica, f"the sleep budget needs room for {model.key}")
@@ -112,7 +130,13 @@ class SleepKeeper:
         )
         if slept is None:
             return to_stop
-        self.book.add(candidate.id, model.key, cost)
+        self.book.add(candidate.id, model.key, cost, candidate.node)
+        where = f" on node {candidate.node}" if candidate.node else ""
+        self._events.record(
+            model.key, "Sleeping", f"engine {candidate.id} put to sleep (level "
+            f"{self._policy.level}) instead of stopped; it holds about {cost} MiB of host "
+            f"RAM{where}",
+        )  # fmt: skip
         self._queue.add_after(model.key, self._policy.stop_after_s + _SLACK_S)
         return [r for r in to_stop if r.id != candidate.id]
 
@@ -128,6 +152,7 @@ class SleepKeeper:
                 replica = await self._runtime.wake(sleeper.id, routes, self._policy.timeout_s)
                 if replica is not None:
                     woken.append(replica)
+                    self._events.record(model.key, "Woken", f"engine {sleeper.id} woken")
                     continue
                 await self._stop(sleeper.id, "it did not wake")
             else:

@@ -1,5 +1,6 @@
 """Which engines sleep, the host RAM they cost, and which to stop first: the sleep policy's
-bookkeeping, on an injected clock (no runtime, no I/O)."""
+bookkeeping, on an injected clock (no runtime, no I/O). The budget is per node: sleepers
+hold the host RAM of the node they run on (one node on the local runtime)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class Sleeper:
     model: str
     cost_mb: int
     slept_at: float
+    node: str | None = None
 
 
 class SleepBook:
@@ -49,26 +51,35 @@ class SleepBook:
 
     @property
     def used_mb(self) -> int:
-        """Host RAM the sleepers hold now."""
+        """Host RAM the sleepers hold now, on every node."""
         return sum(s.cost_mb for s in self._sleepers.values())
 
-    def admit(self, cost_mb: int) -> list[str] | None:
-        """Room for one more sleeper of ``cost_mb``: the sleepers to stop first, least
-        recently used (longest asleep) first; None when it exceeds the whole budget."""
+    def used_on(self, node: str | None) -> int:
+        """Host RAM the sleepers on ``node`` hold now."""
+        return sum(s.cost_mb for s in self._sleepers.values() if s.node == node)
+
+    def __contains__(self, replica: object) -> bool:
+        return replica in self._sleepers
+
+    def admit(self, cost_mb: int, node: str | None = None) -> list[str] | None:
+        """Room for one more sleeper of ``cost_mb`` on ``node``: the sleepers there to stop
+        first, least recently used (longest asleep) first; None when it exceeds the whole
+        budget."""
         budget = self._policy.budget_mb
         if not self._policy.on or cost_mb > budget:
             return None
-        used, evict = self.used_mb, []
-        for sleeper in sorted(self._sleepers.values(), key=lambda s: s.slept_at):
+        used, evict = self.used_on(node), []
+        here = [s for s in self._sleepers.values() if s.node == node]
+        for sleeper in sorted(here, key=lambda s: s.slept_at):
             if used + cost_mb <= budget:
                 break
             evict.append(sleeper.replica)
             used -= sleeper.cost_mb
         return evict
 
-    def add(self, replica: str, model: str, cost_mb: int) -> Sleeper:
-        """``replica`` went to sleep now."""
-        sleeper = Sleeper(replica, model, cost_mb, self._clock.now())
+    def add(self, replica: str, model: str, cost_mb: int, node: str | None = None) -> Sleeper:
+        """``replica`` (on ``node``) went to sleep now."""
+        sleeper = Sleeper(replica, model, cost_mb, self._clock.now(), node)
         self._sleepers[replica] = sleeper
         return sleeper
 

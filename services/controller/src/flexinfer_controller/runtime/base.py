@@ -95,7 +95,8 @@ class Runtime(ABC):
 
     name: str = ""
     sleeps: bool = False
-    """Whether ``sleep`` and ``wake`` work here (the local runtime's)."""
+    """Whether ``sleep`` and ``wake`` work here (the local runtime's, and the kubernetes
+    runtime's where ``sleep_refusal`` allows)."""
 
     @abstractmethod
     async def adopt(self) -> list[Replica]:
@@ -134,6 +135,16 @@ class Runtime(ABC):
     def sleepers(self, model: str | None = None) -> builtins.list[Replica]:
         """SLEEPING replicas, of one model or all (none where the runtime cannot sleep)."""
         return []
+
+    def sleep_refusal(self, replica: Replica) -> str | None:
+        """Why ``replica`` may not sleep here (its Model's engines stop instead); None: it
+        may. A runtime that sleeps only where a sleep frees something says so per replica."""
+        return None if self.sleeps else f"the {self.name} runtime cannot put replicas to sleep"
+
+    def gpu_busy(self, model: str) -> bool:
+        """Whether an engine of ``model`` may still hold its GPU: live, or stopping and not
+        yet gone; a sleeping one does not (its sleep gave the memory back)."""
+        return bool(self.list(model))
 
     def gpu_inventory(self) -> GPUInventory | None:
         """The fleet this runtime watches for detectGPU; None: the plugin's own (local

@@ -306,6 +306,13 @@ class LocalRuntime(Runtime):
         """Sleeping replicas (not stopping), optionally of one model."""
         return [r for r in self._of(model) if r.state is ReplicaState.SLEEPING]
 
+    def gpu_busy(self, model: str) -> bool:
+        """Whether an engine of ``model`` runs, or stops and has not exited yet, awake."""
+        return any(
+            e.replica.model == model and e.replica.state is not ReplicaState.SLEEPING
+            for e in self._engines.values()
+        )
+
     def _of(self, model: str | None) -> builtins.list[Replica]:
         return [
             e.replica

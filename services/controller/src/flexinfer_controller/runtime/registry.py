@@ -22,6 +22,7 @@ from flexinfer_controller.catalog.secrets import DirectorySecrets
 from flexinfer_controller.catalog.wiring import CatalogSources
 from flexinfer_controller.core.adapters import AdapterFeed, NoAdapterFeed
 from flexinfer_controller.core.cache import Notify
+from flexinfer_controller.core.events import LogEvents, ModelEvents
 from flexinfer_controller.core.feed import ModelFeed, NoFeed
 from flexinfer_controller.core.gpu import (
     DeclaredInventory,
@@ -53,6 +54,8 @@ AdapterFeedFactory = Callable[[ControllerSettings, ModelStore], AdapterFeed]
 AdapterCacheFactory = Callable[[ControllerSettings, Notify], AdapterCache]
 """Where remote LoRAAdapter sources are fetched, re-queueing the base Model via ``Notify``."""
 AdapterRootsFactory = Callable[[ControllerSettings], AdapterRoots]
+EventsFactory = Callable[[ControllerSettings, ModelStore], ModelEvents]
+"""Where Events on Models are written, given the opened store."""
 """Where engines may load LoRAAdapters from: the operator's roots and the runtime's own."""
 
 
@@ -115,6 +118,8 @@ class RuntimePlugin:
     gpugroups: GroupLoopFactory = lambda settings, store, wiring, requeue: Loops()
     """What serves v1alpha1 GPUGroups (none without an apiserver: the SQL store has no
     GPUGroup kind)."""
+    events: EventsFactory = lambda settings, store: LogEvents()
+    """Where Events on Models go (the log without an apiserver)."""
 
 
 def _local(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
@@ -260,6 +265,15 @@ def _kube_gpugroups(
     return loop if loop is not None else Loops()
 
 
+def _kube_events(settings: ControllerSettings, store: ModelStore) -> ModelEvents:
+    from flexinfer_controller.adapters.kube.events import KubeEvents
+    from flexinfer_controller.adapters.kube.store import KubernetesModelStore
+
+    if not isinstance(store, KubernetesModelStore):  # a test's SQL store under this runtime
+        return LogEvents()
+    return KubeEvents(store.client, store, settings.instance_id)
+
+
 def _kubernetes(settings: ControllerSettings, listener: ReplicaListener) -> Runtime:
     from flexinfer_controller.runtime.kubernetes.factory import kubernetes_runtime
 
@@ -310,6 +324,7 @@ def _plugins() -> dict[str, RuntimePlugin]:
             _job_adapters,
             _pod_roots,
             _kube_gpugroups,
+            _kube_events,
         ),
     }
 

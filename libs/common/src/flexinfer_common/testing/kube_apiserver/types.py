@@ -64,6 +64,7 @@ def builtin_types() -> list[ResourceType]:
         ResourceType("", "v1", "configmaps", "ConfigMap"),
         ResourceType("", "v1", "secrets", "Secret", defaulter=defaults.secret),
         ResourceType("", "v1", "serviceaccounts", "ServiceAccount"),
+        ResourceType("", "v1", "events", "Event"),
         ResourceType(
             "", "v1", "services", "Service", status_subresource=True,
             initial_status={"loadBalancer": {}}, defaulter=defaults.service,

@@ -40,7 +40,8 @@ def answer(state: GroupState, asked: Asked) -> Sharing:
         active = SharedGroupStatus(group_name=name, state="Active")
         # A holder looks again when a waiter's gate opens too: the waiter may not be
         # reconciled at all (unplaced while the GPU is full).
-        return Sharing(1, _taking_over(state, asked), recheck, active)
+        losers = frozenset(state.loading.get(key) or ())
+        return Sharing(1, _taking_over(state, asked), recheck, active, waits_for=losers)
     if key not in state.waiting:
         return Sharing(0, group=SharedGroupStatus(group_name=name, state="Idle"))
     line = sorted(state.waiting, key=lambda k: (state.waiting[k], k))
@@ -78,9 +79,13 @@ def _taking_over(state: GroupState, asked: Asked) -> SharedVerdict | None:
     losers = state.loading.get(asked.key)
     if asked.placed or not losers:
         return None
-    names = ", ".join(sorted(losers))
+    return waiting_for_swap(asked.group, sorted(losers), asked.drain_s)
+
+
+def waiting_for_swap(group: str, losers: list[str], drain_s: float) -> SharedVerdict:
+    """The verdict of a winner whose start waits for ``losers`` to drain and stop."""
     message = (
-        f"shared GPU group {asked.group!r} is handed to it: waiting for {names} to finish "
-        f"its running requests (up to {asked.drain_s:g}s) and stop"
+        f"shared GPU group {group!r} is handed to it: waiting for {', '.join(losers)} to "
+        f"finish its running requests (up to {drain_s:g}s) and stop"
     )
-    return SharedVerdict(Hold.QUEUED, "WaitingForSwap", message, 0.0, asked.group)
+    return SharedVerdict(Hold.QUEUED, "WaitingForSwap", message, 0.0, group)

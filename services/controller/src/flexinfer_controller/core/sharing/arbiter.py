@@ -20,7 +20,8 @@ never reconciled into a decision of its own.
 Engine events (``engine_event``) end a swap: the winner's Ready settles it; a crash puts
 the member in crash backoff (``Member.blocked_until``), and a winner that crashed while
 loading hands the GPU back to the members it evicted (``decide``'s fallback). Swaps and
-their steps are counted on ``metrics`` when given.
+their steps are counted on ``metrics`` when given, and each swap is an Event on the winner
+and on each loser (``events``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from flexinfer_common.api.meta import utcnow
 from flexinfer_common.api.operations import UNLOADED_AT_ANNOTATION, is_pinned
 from flexinfer_common.api.status import GPUStatus
 from flexinfer_common.bus.topics import ActivityEvent, DemandEvent
+from flexinfer_controller.core.events import LogEvents, ModelEvents
 from flexinfer_controller.core.sharing.answer import Asked, answer
 from flexinfer_controller.core.sharing.clock import Clock
 from flexinfer_controller.core.sharing.decide import GroupState, Member, Outcome, Swap, decide
@@ -83,6 +85,7 @@ class SharedArbiter:
         groups: GroupSource | None = None,
         metrics: SwapMetrics | None = None,
         wall: Callable[[], datetime] = utcnow,
+        events: ModelEvents | None = None,
     ) -> None:
         """``groups`` (default: ``SharedGroups(policy, members)``) says each Model's group,
         its members and its policy; ``policy`` is the v1alpha2 one."""
@@ -97,6 +100,7 @@ class SharedArbiter:
         self.swaps: deque[GroupSwap] = deque(maxlen=history)
         """The latest swaps, oldest first."""
         self._metrics = metrics
+        self._events: ModelEvents = events or LogEvents()
         self._wall = wall
         self._preempted_at: dict[str, datetime] = {}
         """When each preempted member was evicted, on the wall clock (status.sharedGroup)."""
@@ -168,10 +172,12 @@ class SharedArbiter:
         if change.kind is EngineKind.STOPPED:
             if self._metrics is not None:
                 self._metrics.stopped(change.replica)
+            self._hand_over(group, key)
             return
         if change.kind is EngineKind.SLEPT:
             if self._metrics is not None:
                 self._metrics.slept(change.replica, change.took_s)
+            self._hand_over(group, key)
             return
         if change.kind is EngineKind.READY:
             self._failed.pop(key, None)
@@ -184,6 +190,12 @@ class SharedArbiter:
         if group is not None:
             state = group.state
             self._poke({*state.residents, *state.waiting, *group.seen}, key)
+
+    def _hand_over(self, group: _Group | None, loser: str) -> None:
+        """An engine of ``loser`` freed the GPU: the winners waiting for it start now."""
+        if group is not None:
+            winners = [w for w, losers in group.state.loading.items() if loser in losers]
+            self._poke(winners, loser)
 
     def _poke(self, keys: Iterable[str], skip: str) -> None:
         """Reconcile ``keys`` (but ``skip``) now."""
@@ -236,12 +248,27 @@ class SharedArbiter:
             self._preempted_at[key] = self._wall()
         for key in outcome.granted:
             self._preempted_at.pop(key, None)
+        for swap in outcome.swaps:
+            self._tell(name, swap)
         if self._metrics is None:
             return
         for key in outcome.evicted + outcome.released:
             self._metrics.forget(key)  # it lost the GPU before its engine was Ready
         for swap in outcome.swaps:
             self._metrics.swapped(name, swap)
+
+    def _tell(self, name: str, swap: Swap) -> None:
+        """The swap as Events on its winner and on each of its losers."""
+        losers = ", ".join(swap.losers)
+        self._events.record(
+            swap.winner, "GPUSwap",
+            f"took shared GPU group {name!r} from {losers} ({swap.reason})",
+        )  # fmt: skip
+        for loser in swap.losers:
+            self._events.record(
+                loser, "Preempted",
+                f"preempted by {swap.winner} in shared GPU group {name!r} ({swap.reason})",
+            )  # fmt: skip
 
     def _member(self, key: str, model: Model, group: _Group, policy: SwapPolicy) -> Member:
         gpu = model.spec.gpu_or_default

@@ -96,6 +96,9 @@ class Sharing:
     its next event or resync is soon enough."""
     group: SharedGroupStatus | None = None
     """``status.sharedGroup`` of a member of a shared group (None: no group)."""
+    waits_for: frozenset[str] = frozenset()
+    """The members a swap this Model won evicted and whose engines must free the GPU
+    before its own starts (``handover``); empty once it served."""
 
 
 class SharedGPUHook(Protocol):

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from flexinfer_common.api import Model
 from flexinfer_common.store import ModelStore
+from flexinfer_controller.core.events import ModelEvents
 from flexinfer_controller.core.sharing.arbiter import SharedArbiter
 from flexinfer_controller.core.sharing.clock import MonotonicClock
 from flexinfer_controller.core.sharing.demand import DemandBook
@@ -38,10 +39,11 @@ def running_arbiter(
     requeue: Callable[[str], object],
     gpugroups: GPUGroupWiring | None = None,
     metrics: SwapMetrics | None = None,
+    events: ModelEvents | None = None,
 ) -> SharedArbiter:
     """An arbiter over ``store``'s groups on the monotonic clock, reconciling via ``requeue``:
     the GPUGroups of ``gpugroups.index`` with their own policies, then ``gpu.shared`` groups
-    with ``policy``; its swaps are counted on ``metrics``."""
+    with ``policy``; its swaps are counted on ``metrics`` and recorded on ``events``."""
     clock = MonotonicClock()
     demand = DemandBook(clock)
     wiring = gpugroups or GPUGroupWiring()
@@ -54,6 +56,7 @@ def running_arbiter(
         requeue=requeue,
         groups=groups,
         metrics=metrics,
+        events=events,
     )
     wiring.source, wiring.arbiter, wiring.clock = source, arbiter, clock
     return arbiter

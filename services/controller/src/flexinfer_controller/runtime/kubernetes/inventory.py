@@ -31,6 +31,13 @@ class NodeInventory:
                 found.append(gpu)
         return found
 
+    def labels(self, node: str | None) -> dict[str, str] | None:
+        """Node ``node``'s labels as last seen; None: not known (or not listed yet)."""
+        found = self.informer.get(f"/{node}") if node else None
+        if found is None:
+            return None
+        return dict((found.get("metadata") or {}).get("labels") or {})
+
     def _changed(self, change: Change) -> None:
         # Placement is read at each reconcile (and unplaced Models are requeued in 30 s):
         # a node change needs no event of its own.

@@ -33,6 +33,11 @@ FIRST_TO_GO = str(-(2**31))
 ENGINE_SELECTOR = f"{COMPONENT_LABEL}=engine,{MANAGED_BY[0]}={MANAGED_BY[1]}"
 """The label selector of every engine pod the controller's Deployments make."""
 CRASH_REASONS = frozenset({"CrashLoopBackOff", "Error", "OOMKilled"})
+SLEEPING_ANNOTATION = "flexinfer.ai/sleeping"
+"""On an engine pod the controller put to sleep: the sleep level (removed once it woke).
+Kept on the pod, so that a restarted controller still knows it sleeps."""
+DEVICE_RESOURCES = frozenset({"nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915"})
+"""The device plugins' GPU resources (``scheduling.GPU_RESOURCES``)."""
 
 
 def template_hash(template: Obj) -> str:
@@ -76,6 +81,10 @@ class PodView:
     crash_looping: bool
     """Its engine is down now: CrashLoopBackOff, or the pod failed."""
     created_at: float
+    sleeping: bool = False
+    """It carries ``SLEEPING_ANNOTATION``: its engine sleeps (or is being put to sleep)."""
+    device: str | None = None
+    """The device plugin's GPU resource it was allocated (``nvidia.com/gpu``), if any."""
 
 
 def _created(meta: Obj) -> float:
@@ -124,6 +133,16 @@ def _crash(statuses: list[Any], pod_status: Obj) -> str | None:
     return f"pod failed: {why}" if why else "pod failed"
 
 
+def _device(spec: Obj) -> str | None:
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        for kind in ("limits", "requests"):
+            for name, amount in (resources.get(kind) or {}).items():
+                if name in DEVICE_RESOURCES and str(amount) not in ("0", ""):
+                    return str(name)
+    return None
+
+
 def view(pod: Obj) -> PodView | None:
     """The pod's facts; None for a pod no Model's runtime stamped."""
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
@@ -144,6 +163,7 @@ def view(pod: Obj) -> PodView | None:
         node_tmpfs=_node_tmpfs(spec),
         restarts=sum(int(s.get("restartCount") or 0) for s in statuses),
         crash=_crash(statuses, status), created_at=_created(meta),
+        sleeping=SLEEPING_ANNOTATION in notes, device=_device(spec),
         crash_looping=status.get("phase") == "Failed" or any(
             ((s.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
             for s in statuses

@@ -7,7 +7,7 @@ reconcile does not ask for it again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from flexinfer_controller.runtime.base import Replica, ReplicaState
 from flexinfer_controller.runtime.kubernetes.names import Obj
@@ -67,14 +67,26 @@ def as_replica(pod: PodView, wanted: Wanted | None, ready_at: float | None) -> R
     )
 
 
+def as_sleeper(pod: PodView, wanted: Wanted | None) -> Replica:
+    """A sleeping pod as a SLEEPING replica (its address kept: its wake is sent there)."""
+    replica = as_replica(pod, wanted, None)
+    return replace(replica, state=ReplicaState.SLEEPING, url=pod.url)
+
+
 def replicas_of(
-    model: str, pods: list[PodView], wanted: Wanted | None, ready_at: dict[str, float]
+    model: str,
+    pods: list[PodView],
+    wanted: Wanted | None,
+    ready_at: dict[str, float],
+    asleep: list[PodView] | None = None,
 ) -> list[Replica]:
-    """The live replicas of ``model``: its pods, then placeholders for pods still to come."""
+    """The live replicas of ``model``: its pods, then placeholders for pods still to come
+    (``asleep``: its sleeping pods, made already though not live)."""
     out = [as_replica(p, wanted, ready_at.get(p.key)) for p in pods]
     if wanted is None:
         return out
-    current = sum(p.template_hash == wanted.template_hash for p in pods)
+    made = [*pods, *(asleep or [])]
+    current = sum(p.template_hash == wanted.template_hash for p in made)
     for index in range(current, wanted.replicas):
         out.append(
             Replica(

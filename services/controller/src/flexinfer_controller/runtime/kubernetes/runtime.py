@@ -17,6 +17,10 @@
   quantize Jobs it read, and the planner starts nothing until they succeeded.
 * ``prune`` deletes the Model's Failed pods (evicted, OOM-killed): the ReplicaSet has
   replaced them, and Kubernetes would keep them until thousands piled up.
+* ``sleep`` and ``wake`` (``sleeping``): a ready pod's engine is put to sleep where that
+  frees its GPU for another pod (a time-sliced or MPS-shared node, or no device-plugin GPU),
+  and the pod is annotated ``flexinfer.ai/sleeping``: it leaves ``list`` (and so the
+  proxies) and shows in ``sleepers``; a wake makes it READY again once its pod is Ready.
 * ``adopt`` lists the pods a previous controller left and reads their Deployments.
 * ``release`` deletes what the Model's reconciles created, and a node-tmpfs copy's
   cleanup Jobs (``release.Release``); the nodes come from the pods seen (``flashnodes``).
@@ -45,10 +49,14 @@ from flexinfer_controller.adapters.kube.pods import PodListWatch, delete_pod, pa
 from flexinfer_controller.adapters.kube.resources import MODELS
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.adapters.kube.workloads import Workloads
-from flexinfer_controller.backends import BackendRegistry, LaunchSpec, UnsupportedBackendError
+from flexinfer_controller.backends import (
+    BackendRegistry,
+    LaunchSpec,
+    UnsupportedBackendError,
+)
 from flexinfer_controller.core.cache import ModelCache, Notify
 from flexinfer_controller.core.gpu import GPUInventory
-from flexinfer_controller.runtime.base import Replica, ReplicaEvent, ReplicaListener, Runtime
+from flexinfer_controller.runtime.base import Replica, ReplicaEvent, ReplicaListener
 from flexinfer_controller.runtime.kubernetes import plan
 from flexinfer_controller.runtime.kubernetes.apply import Applier
 from flexinfer_controller.runtime.kubernetes.errors import cluster_call
@@ -75,11 +83,13 @@ from flexinfer_controller.runtime.kubernetes.replicas import (
     wanted_of,
 )
 from flexinfer_controller.runtime.kubernetes.retry import RetryPolicy, with_attempt
+from flexinfer_controller.runtime.kubernetes.sleepers import PodSleepers
+from flexinfer_controller.runtime.kubernetes.sleeping import PodSleep
 
 log = logging.getLogger(__name__)
 
 
-class KubernetesRuntime(Runtime):
+class KubernetesRuntime(PodSleepers):
     """Engine replicas as pods of one Deployment per Model."""
 
     name = "kubernetes"
@@ -116,6 +126,7 @@ class KubernetesRuntime(Runtime):
         self._stopping: set[str] = set()
         self._gone: dict[str, asyncio.Event] = {}
         self._ready_at: dict[str, float] = {}
+        self._sleep = PodSleep(client)
         self._gate = JobGate(job_poll_s, lambda model: bool(self._live(model)), job_retry)
 
     def _pod_informer(self, namespace: str | None, watch_timeout_s: int) -> Informer[Obj]:
@@ -274,7 +285,8 @@ class KubernetesRuntime(Runtime):
         )
         out: list[Replica] = []
         for key in sorted(models):
-            out += replicas_of(key, self._live(key), self._wanted.get(key), self._ready_at)
+            wanted, asleep = self._wanted.get(key), self._asleep(key)
+            out += replicas_of(key, self._live(key), wanted, self._ready_at, asleep)
         return out
 
     @cluster_call("deleting the Model's objects")
@@ -303,13 +315,6 @@ class KubernetesRuntime(Runtime):
         await self._client.close()
 
     # -- state -------------------------------------------------------------------------
-
-    def _live(self, model: str) -> builtins.list[PodView]:
-        return [
-            p
-            for p in self._pods.values()
-            if p.model == model and not p.deleting and not p.failed and p.key not in self._stopping
-        ]
 
     async def _read_wanted(self, model: str) -> Wanted | None:
         namespace, name = split_key(model)
@@ -343,12 +348,17 @@ class KubernetesRuntime(Runtime):
                 self._pod_gone(old)
             return
         self._pods[new.key] = new
+        self._sleep.seen(new)
         if new.node and new.node_tmpfs:
             self._flash_nodes.saw(new.model, new.node)
         wanted = self._wanted.get(new.model)
-        if new.ready and new.url and not (old is not None and old.ready and old.url):
+        became = new.ready and new.url and not (old is not None and old.ready and old.url)
+        if became and not self._sleep.asleep(new):
             self._ready_at[new.key] = time.time()
-            self._listener(ReplicaEvent("ready", as_replica(new, wanted, self._ready_at[new.key])))
+            woke = self._sleep.waking.pop(new.key, None)
+            took = time.monotonic() - woke if woke is not None else None
+            replica = as_replica(new, wanted, self._ready_at[new.key])
+            self._listener(ReplicaEvent("ready", replica, took_s=took))
         crashes = new.restarts - old.restarts if old is not None else 0
         if new.crash_looping and not (old is not None and old.crash_looping):
             crashes = max(crashes, 1)
@@ -360,6 +370,7 @@ class KubernetesRuntime(Runtime):
     def _pod_gone(self, pod: PodView) -> None:
         self._pods.pop(pod.key, None)
         self._ready_at.pop(pod.key, None)
+        self._sleep.forget(pod.key)
         self._stopping.discard(pod.key)
         self._gone.pop(pod.key, asyncio.Event()).set()
         replica = as_replica(pod, self._wanted.get(pod.model), None)
