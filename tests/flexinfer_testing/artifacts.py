@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_transfer._generated import p2p_pb2
+from flexinfer_transfer.artifact_fetch import ArtifactFetcher
 from flexinfer_transfer.artifact_manifest import ArtifactManifest
 from flexinfer_transfer.artifact_server import ArtifactServer, ChunkReader, read_range
 from flexinfer_transfer.artifact_settings import ArtifactSettings
 from flexinfer_transfer.directory import SourceManifest
+from flexinfer_transfer.metrics import TransferMetrics
 from flexinfer_transfer.nixl_manager import NixlSettings, NixlTransferManager
 from flexinfer_transfer.worker_service import ServedWorker, serve_worker
 
@@ -107,3 +111,28 @@ def corrupting(chunk_offset: int, times: int) -> ChunkReader:
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
     """A metric's value (0 when absent)."""
     return registry.get_sample_value(name, labels) or 0.0
+
+
+Fetcher = tuple[ArtifactFetcher, CollectorRegistry]
+
+
+def artifact_fixtures() -> tuple[Callable[..., object], Callable[[], Iterator[Fetcher]]]:
+    """The ``serve`` and ``fetcher`` fixtures of the artifact tests; assign them in a test
+    module: ``serve, fetcher = artifact_fixtures()``."""
+
+    @pytest.fixture
+    def serve(tmp_path: Path) -> Iterator[Callable[..., Source]]:
+        """Starts WorkerServices serving a fresh cache tree, with an optional chunk reader."""
+        sources = ArtifactSources(tmp_path)
+        yield sources.start
+        sources.close()
+
+    @pytest.fixture
+    def fetcher() -> Iterator[Fetcher]:
+        """A target's fetcher and the registry its metrics are on."""
+        registry = CollectorRegistry()
+        manager = NixlTransferManager("artifact-target", NIXL)
+        yield ArtifactFetcher(manager, TransferMetrics(registry), SETTINGS), registry
+        manager.close()
+
+    return serve, fetcher

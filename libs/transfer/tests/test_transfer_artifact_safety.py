@@ -4,7 +4,7 @@ before a byte moves, and escaping symlinks are never published."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import replace
 from pathlib import Path
@@ -17,12 +17,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from flexinfer_testing.artifacts import (
-    NIXL,
     SETTINGS,
     SOURCE_ID,
     TORCH_COMPILE,
-    ArtifactSources,
     Source,
+    artifact_fixtures,
     make_cache,
     sample,
 )
@@ -35,25 +34,8 @@ from flexinfer_transfer.artifact_manifest import (
     build_manifest,
 )
 from flexinfer_transfer.artifact_proto import chunk_pb, files_pb, source_metadata_pb
-from flexinfer_transfer.metrics import TransferMetrics
-from flexinfer_transfer.nixl_manager import NixlTransferManager
 
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Source]]:
-    """Starts WorkerServices serving a fresh cache tree, with an optional chunk reader."""
-    sources = ArtifactSources(tmp_path)
-    yield sources.start
-    sources.close()
-
-
-@pytest.fixture
-def fetcher() -> Iterator[tuple[ArtifactFetcher, CollectorRegistry]]:
-    """A target's fetcher and the registry its metrics are on."""
-    registry = CollectorRegistry()
-    manager = NixlTransferManager("artifact-target", NIXL)
-    yield ArtifactFetcher(manager, TransferMetrics(registry), SETTINGS), registry
-    manager.close()
+serve, fetcher = artifact_fixtures()
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ installed, and the opt-in metrics."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import modelexpress.p2p_pb2 as mx_p2p
@@ -14,11 +14,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from flexinfer_testing.artifacts import (
-    NIXL,
-    SETTINGS,
     SOURCE_ID,
-    ArtifactSources,
     Source,
+    artifact_fixtures,
     corrupting,
     sample,
     tree,
@@ -26,24 +24,8 @@ from flexinfer_testing.artifacts import (
 from flexinfer_transfer.artifact_fetch import ArtifactFetcher, ArtifactTransferError
 from flexinfer_transfer.artifact_server import read_range
 from flexinfer_transfer.metrics import TransferMetrics
-from flexinfer_transfer.nixl_manager import NixlTransferManager
 
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Source]]:
-    """Starts WorkerServices serving a fresh cache tree, with an optional chunk reader."""
-    sources = ArtifactSources(tmp_path)
-    yield sources.start
-    sources.close()
-
-
-@pytest.fixture
-def fetcher() -> Iterator[tuple[ArtifactFetcher, CollectorRegistry]]:
-    """A target's fetcher and the registry its metrics are on."""
-    registry = CollectorRegistry()
-    manager = NixlTransferManager("artifact-target", NIXL)
-    yield ArtifactFetcher(manager, TransferMetrics(registry), SETTINGS), registry
-    manager.close()
+serve, fetcher = artifact_fixtures()
 
 
 def test_a_compile_cache_is_installed_byte_for_byte(

@@ -135,13 +135,7 @@ class AioTracingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     ) -> Any:
         """The handler, wrapped so its call runs in a span."""
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
-            return handler
-        if not self._spans.traced(handler_call_details.method):
-            return handler
-        if handler.response_streaming:
-            return _replace(handler, self._streaming(handler.unary_stream, handler_call_details))
-        return _replace(handler, self._unary(handler.unary_unary, handler_call_details))
+        return _wrapped(handler, handler_call_details, self._spans, self._unary, self._streaming)
 
     def _unary(self, behavior: Any, details: Any) -> Any:
         async def call(request: Any, context: Any) -> Any:
@@ -172,13 +166,7 @@ class TracingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     ) -> Any:
         """The handler, wrapped so its call runs in a span."""
         handler = continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
-            return handler
-        if not self._spans.traced(handler_call_details.method):
-            return handler
-        if handler.response_streaming:
-            return _replace(handler, self._streaming(handler.unary_stream, handler_call_details))
-        return _replace(handler, self._unary(handler.unary_unary, handler_call_details))
+        return _wrapped(handler, handler_call_details, self._spans, self._unary, self._streaming)
 
     def _unary(self, behavior: Any, details: Any) -> Any:
         def call(request: Any, context: Any) -> Any:
@@ -193,6 +181,22 @@ class TracingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
                 yield from behavior(request, context)
 
         return call
+
+
+def _wrapped(
+    handler: Any,
+    details: Any,
+    spans: _ServerSpans,
+    unary: Callable[[Any, Any], Any],
+    streaming: Callable[[Any, Any], Any],
+) -> Any:
+    """``handler`` with its behaviour run in a span (``unary``/``streaming`` wrap it), or as
+    it is: absent, client-streaming (none here) or untraced (health probes)."""
+    if handler is None or handler.request_streaming or not spans.traced(details.method):
+        return handler
+    if handler.response_streaming:
+        return _replace(handler, streaming(handler.unary_stream, details))
+    return _replace(handler, unary(handler.unary_unary, details))
 
 
 def _replace(handler: Any, behavior: Any) -> Any:
