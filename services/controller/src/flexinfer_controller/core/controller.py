@@ -31,6 +31,7 @@ from flexinfer_controller.core.prestart import PreStart
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.reconciler import Reconciler
+from flexinfer_controller.core.scaleout import ScaleOut
 from flexinfer_controller.core.sharing import EngineChange, EngineKind, NoSharing, SharedGPUHook
 from flexinfer_controller.core.sharing.drain import Drainer
 from flexinfer_controller.core.sleepbook import SleepPolicy
@@ -108,13 +109,16 @@ class Controller:
         reported: ReportedNodes | None = None,
         queue: WorkQueue | None = None,
         drainer: Drainer | None = None,
+        scaleout: ScaleOut | None = None,
     ) -> None:
         """``placer`` picks the GPUs of a replica (step 3; default: the placement core
         without benchmarks); ``shared_gpu`` arbitrates shared GPUs (step 4; default: no
         sharing) and hears the proxies' demand; ``reported`` holds the nodes the agents
         report on the bus, which join the fleet (default: a fresh one); ``queue`` is the
         work queue (given when the hook must reconcile Models through it); ``drainer``
-        drains a preempted Model's engines before they stop (default: they stop at once)."""
+        drains a preempted Model's engines before they stop (default: they stop at once);
+        ``scaleout`` scales Models out by their engines' load (default: no readings, so
+        none scales out)."""
         self._config = config
         self._store = store
         self._bus = bus
@@ -163,6 +167,7 @@ class Controller:
             shared_gpu=self.shared_gpu,
             sleep=config.sleep,
             drainer=drainer,
+            scaleout=scaleout,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._loops: list[EventLoop] = []
