@@ -186,6 +186,7 @@ MODEL_SPECS = st.fixed_dictionaries(
                 "idleTimeout": st.sampled_from(["10m", "1.5s", "0"]),
                 "coldStartTimeout": st.sampled_from(["5s", "2h", "300s"]),
                 "scaleToZero": st.booleans(),
+                "targetConcurrency": st.integers(1, 10000),
             },
         ),
         "config": st.dictionaries(

@@ -42,6 +42,7 @@ from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.models import ModelService
 from flexinfer_controller.core.placement import CorePlacer, LogMalformed, StoreBenchmarks
 from flexinfer_controller.core.queue import WorkQueue
+from flexinfer_controller.core.scaleout import ScaleOut
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
 from flexinfer_controller.core.sharing.clock import MonotonicClock
 from flexinfer_controller.core.sharing.drain import Drainer
@@ -261,6 +262,7 @@ def create_app(
         queue=queue,
         drainer=drainer,
         events=events,
+        scaleout=ScaleOut(engine_metrics, clock=clock.now, policy=settings.scaleout.policy()),
     )
     controller_ = controller
     if telemetry.tracer_provider is not None:

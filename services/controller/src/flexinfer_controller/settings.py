@@ -25,6 +25,7 @@ from flexinfer_controller.adapters.registry.settings import RegistryClientSettin
 from flexinfer_controller.catalog.settings import CatalogSettings
 from flexinfer_controller.flashload.settings import FlashLoadSettings
 from flexinfer_controller.kube_settings import KubernetesSettings
+from flexinfer_controller.scaleout_settings import ScaleOutSettings
 from flexinfer_controller.sharing_settings import GPUSharingSettings
 from flexinfer_controller.sleep_settings import SleepSettings
 
@@ -153,6 +154,8 @@ class ControllerSettings(AdminAuthSettings):
     gpu_sharing: GPUSharingSettings = Field(default_factory=GPUSharingSettings)
     """Who holds a ``spec.gpu.shared`` group's GPU (``FLEXINFER_CONTROLLER_GPU_SHARING_*``;
     off by default, see ``GPUSharingSettings.mode``)."""
+    scaleout: ScaleOutSettings = Field(default_factory=ScaleOutSettings)
+    """Scale-out by the engines' load (``FLEXINFER_CONTROLLER_SCALEOUT_*``)."""
     sleep: SleepSettings = Field(default_factory=SleepSettings)
     """Sleep rather than stop engines at zero replicas (``FLEXINFER_CONTROLLER_SLEEP_*``;
     off by default, see ``SleepSettings.budget_mb``)."""

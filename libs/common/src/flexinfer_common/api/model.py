@@ -64,6 +64,15 @@ class GPUSpec(ApiModel):
         return self.count if self.count is not None else 1
 
 
+DEFAULT_TARGET_CONCURRENCY = 16
+"""In-flight requests per replica before the controller adds one. An engine batches the
+requests it holds, so a replica serves a few dozen at once with per-token latency growing
+slowly; 16 starts a second replica well before the engine's own queue (its waiting gauge)
+grows, which is the latency a client feels. Knative's default soft target is 100, sized
+for short HTTP requests; an LLM request holds its slot for seconds. With maxReplicas
+defaulting to 1 it changes nothing until a manifest raises maxReplicas."""
+
+
 class ServerlessSpec(ApiModel):
     """spec.serverless: scale to zero when idle, back up on the first request."""
 
@@ -78,6 +87,15 @@ class ServerlessSpec(ApiModel):
     )
     scale_to_zero: bool = Field(
         default=True, description="false keeps at least one replica even when idle"
+    )
+    target_concurrency: int = Field(
+        default=DEFAULT_TARGET_CONCURRENCY,
+        ge=1,
+        le=10000,
+        description="in-flight requests (running or queued in the engine) per replica that "
+        "the controller scales out for, between minReplicas and maxReplicas: replicas = "
+        "ceil(average in-flight / targetConcurrency). A soft target, as Knative's "
+        f"autoscaling target. Default {DEFAULT_TARGET_CONCURRENCY}",
     )
 
     @model_validator(mode="after")

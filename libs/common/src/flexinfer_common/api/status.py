@@ -104,6 +104,25 @@ class KVCacheStatus(ApiModel):
     evicted_at: datetime | None = None
 
 
+class AutoscalingStatus(ApiModel):
+    """status.autoscaling: FlexInfer's own; why the replica count is what it is when the
+    Model scales out by concurrency (maxReplicas above 1)."""
+
+    target_concurrency: int | None = None
+    """spec.serverless.targetConcurrency the decision used."""
+    recommended_replicas: int | None = None
+    """What the averaged concurrency alone asks for, before minReplicas/maxReplicas."""
+    mode: str | None = None
+    """``Stable`` (the stable window's average decides) or ``Panic`` (a burst: the short
+    window's average decides, and nothing scales down until it has passed)."""
+    reason: str | None = None
+    """Why ``desiredReplicas`` is what it is: ``Stable``, ``ScaledUp``, ``ScaleDownDelayed``,
+    ``AtMaxReplicas``, ``WaitingForGPU``, ``NoMetrics`` or ``Idle``."""
+    message: str | None = None
+    last_scale_time: datetime | None = None
+    """When the concurrency decision last changed the desired count."""
+
+
 class ModelStatus(ApiModel):
     """status of a Model.
 
@@ -127,6 +146,7 @@ class ModelStatus(ApiModel):
     )
     cache: CacheStatus | None = None
     kv_cache: KVCacheStatus | None = None
+    autoscaling: AutoscalingStatus | None = None
     message: str | None = None
 
 

@@ -32,6 +32,7 @@ from flexinfer_controller.core.prestart import PreStart
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.reconciler import Reconciler
+from flexinfer_controller.core.scaleout import ScaleOut
 from flexinfer_controller.core.sharing import EngineChange, EngineKind, NoSharing, SharedGPUHook
 from flexinfer_controller.core.sharing.drain import Drainer
 from flexinfer_controller.core.sleepbook import SleepPolicy
@@ -110,6 +111,7 @@ class Controller:
         queue: WorkQueue | None = None,
         drainer: Drainer | None = None,
         events: ModelEvents | None = None,
+        scaleout: ScaleOut | None = None,
     ) -> None:
         """``placer`` picks the GPUs of a replica (step 3; default: the placement core
         without benchmarks); ``shared_gpu`` arbitrates shared GPUs (step 4; default: no
@@ -117,7 +119,9 @@ class Controller:
         report on the bus, which join the fleet (default: a fresh one); ``queue`` is the
         work queue (given when the hook must reconcile Models through it); ``drainer``
         drains a preempted Model's engines before they stop (default: they stop at once);
-        ``events`` records sleeps and wakes on the Models (default: the log)."""
+        ``events`` records sleeps and wakes on the Models (default: the log).
+        ``scaleout`` scales Models out by their engines' load (default: no readings, so
+        none scales out)."""
         self._config = config
         self._store = store
         self._bus = bus
@@ -167,6 +171,7 @@ class Controller:
             sleep=config.sleep,
             drainer=drainer,
             events=events,
+            scaleout=scaleout,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._loops: list[EventLoop] = []

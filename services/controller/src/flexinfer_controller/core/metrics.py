@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter as Tally
 from collections.abc import Iterator
 
@@ -85,6 +86,32 @@ class ControllerMetrics:
             ["state"],
             registry=registry,
         )
+
+        self.scaling_concurrency = Gauge(
+            "flexinfer_controller_scaling_concurrency",
+            "In-flight requests a Model's engines held, averaged over the stable window "
+            "(the scale-out signal; Models with maxReplicas above 1)",
+            ["model"],
+            registry=registry,
+        )
+        self.scaling_desired = Gauge(
+            "flexinfer_controller_scaling_desired_replicas",
+            "Replicas the scale-out decision wants for a Model (before GPU sharing)",
+            ["model"],
+            registry=registry,
+        )
+
+    def observe_scaling(self, key: str, concurrency: float | None, desired: int) -> None:
+        """Set ``key``'s scale-out gauges (no concurrency series without a reading)."""
+        if concurrency is not None:
+            self.scaling_concurrency.labels(key).set(concurrency)
+        self.scaling_desired.labels(key).set(desired)
+
+    def forget_scaling(self, key: str) -> None:
+        """``key`` no longer scales out (or is gone): drop its series."""
+        for gauge in (self.scaling_concurrency, self.scaling_desired):
+            with contextlib.suppress(KeyError):
+                gauge.remove(key)
 
     def desired(self, key: str, desired: int, running: int) -> None:
         """Model ``key`` wants ``desired`` replicas now: a change from the last count is a

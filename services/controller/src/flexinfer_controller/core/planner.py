@@ -3,10 +3,11 @@
 The reconcile's steps before anything is started, in the seed's order: the backend from
 the plugin registry, the source (and, for a remote one, the cache's download), detectGPU
 and the compatibility check (which GPUs: the ``Placer``, the scheduler's placement core),
-the launch rendered for where the Model was placed, crash loops, the desired replicas, and
-what the shared-GPU hook (``sharing``) lets of them run. ``Planner.plan`` reads state and
-queues rechecks; it starts nothing, so running it again changes nothing (a stateful hook
-aside, which arbitrates again the same way).
+the launch rendered for where the Model was placed, crash loops, the desired replicas (the
+idle rule's, raised by the load: ``scale``), and what the shared-GPU hook (``sharing``)
+lets of them run. ``Planner.plan`` reads state and queues rechecks; it starts nothing, so
+running it again changes nothing (a stateful hook aside, which arbitrates again the same
+way, and the scale-out window, which a look adds to only once a tick).
 
 Where the runtime pins GPUs (local mode: ``Runtime.gpu_holds``), a Model whose replicas
 run is placed where they run; one with none is placed afresh against the GPUs other
@@ -99,6 +100,8 @@ class Planner:
     winner starts only once its losers' do not (``sharing.handover``)."""
     estimates: VramEstimates = field(default_factory=VramEstimates)
     """VRAM estimates from the Models' files, for those whose spec sets none."""
+    scale: Callable[[Model, int], int] = lambda _model, floor: floor
+    """Raises the idle rule's count by the load (scale-out; core/autoscaler.py)."""
     waiting: set[str] = field(default_factory=set)
     """Models waiting for a GPU: queued again when one frees or a node joins
     (``Controller.gpus_changed``)."""
@@ -188,7 +191,8 @@ class Planner:
         if wanted.idle_at is not None:
             delay = (wanted.idle_at - utcnow()).total_seconds() + _IDLE_SLACK_S
             self.queue.add_after(model.key, delay)
-        shared = await self.sharing.arbitrate(model, gpu, wanted.replicas)
+        # Scale-out before the hook: a shared GPU caps what the load asks for.
+        shared = await self.sharing.arbitrate(model, gpu, self.scale(model, wanted.replicas))
         shared = hand_over(shared, self.busy)
         if shared.recheck_s is not None:
             self.queue.add_after(model.key, shared.recheck_s)

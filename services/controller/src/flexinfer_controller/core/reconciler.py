@@ -30,6 +30,7 @@ from flexinfer_controller.backends import (
     LaunchContext,
     LaunchSpec,
 )
+from flexinfer_controller.core.autoscaler import Autoscaler, NoInFlight
 from flexinfer_controller.core.cache import (
     DownloadProgress,
     ModelCache,
@@ -56,6 +57,7 @@ from flexinfer_controller.core.planner import Plan, Planner
 from flexinfer_controller.core.prestart import NoPreStart, PreStart, PreStartRefusedError
 from flexinfer_controller.core.progress import ProgressReporter
 from flexinfer_controller.core.queue import WorkQueue
+from flexinfer_controller.core.scaleout import ScaleOut
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
 from flexinfer_controller.core.sharing.drain import Drainer
 from flexinfer_controller.core.sleep import SleepKeeper
@@ -101,8 +103,13 @@ class Reconciler:
         sleep: SleepPolicy | None = None,
         drainer: Drainer | None = None,
         events: ModelEvents | None = None,
+        scaleout: ScaleOut | None = None,
     ) -> None:
         self._store = store
+        self.autoscaler = Autoscaler(
+            scaleout or ScaleOut(NoInFlight(), clock=time.monotonic), queue, metrics
+        )
+        """Scales out between minReplicas and maxReplicas by the engines' load."""
         self._drainer = drainer
         """Drains a preempted Model's engines before they stop (None: they stop at once)."""
         # The workers' backoff: a failure's status tells the delay the worker will use.
@@ -120,6 +127,7 @@ class Reconciler:
             sharing=shared_gpu or NoSharing(),
             holds=runtime.gpu_holds,
             busy=runtime.gpu_busy,
+            scale=self.autoscaler.count,
         )
         self._kv = kv_check or KVCacheCheck(NoEngineMetrics())
         self._prestart: PreStart = prestart or NoPreStart()
@@ -220,6 +228,7 @@ class Reconciler:
             return
         active_at = busy_until(last_active, replicas, unloaded_at(model.metadata))
         await self.sleep.tend(model)
+        await self.autoscaler.look(model, replicas, self._metrics_path(model))
         plan = await self._planner.plan(model, active_at)
         verdict, desired = plan.verdict, plan.desired
         if self._metrics is not None:
@@ -261,6 +270,7 @@ class Reconciler:
             last_active=last_active,
             sleeping=self.sleep.sleeping(key),
         )
+        status = self.autoscaler.status(model, status, utcnow(), verdict.waiting)
         ready = [r for r in running if r.state is ReplicaState.READY]
         status = await self._with_kv_cache(model, status, ready)
         # Replicas on their way out serve no new request: withdrawn before they stop.
@@ -285,9 +295,13 @@ class Reconciler:
         """The replicas to stop now, and those a preempted Model keeps while they drain."""
         if self._drainer is None:
             return to_stop, set()
-        backend = self._backends.get(model.spec.backend)
-        path = backend.metrics_path if backend is not None else None
+        path = self._metrics_path(model)
         return await self._drainer.hold_back(model.key, plan.verdict.shared, to_stop, path)
+
+    def _metrics_path(self, model: Model) -> str | None:
+        """The path of ``model``'s engines' metrics page (None: its backend has none)."""
+        backend = self._backends.get(model.spec.backend)
+        return backend.metrics_path if backend is not None else None
 
     def _takes(self, model: Model) -> bool:
         """Whether ``model``'s engines take LoRA adapters (its endpoints say which)."""
@@ -299,8 +313,7 @@ class Reconciler:
     ) -> ModelStatus:
         """Post-reconcile: the KV-cache pressure check, then the seed's 30 s requeue so
         that the readings stay fresh while replicas serve."""
-        backend = self._backends.get(model.spec.backend)
-        path = backend.metrics_path if backend is not None else None
+        path = self._metrics_path(model)
         urls = [f"{r.url.rstrip('/')}{path}" for r in ready if r.url and path]
         if not urls:
             return status
@@ -428,6 +441,7 @@ class Reconciler:
         await self._prestart.release(key)
         await self._cache.release(key)
         self._activity.pop(key, None)
+        self.autoscaler.forget(key)
         if self._drainer is not None:
             self._drainer.forget(key)
         self._planner.forget(key)
