@@ -19,10 +19,14 @@ Reports GB/s (decimal) per contender (median, min-max) and the medians of the pe
 ratios chain/ceiling and chain/safetensors.
 
 The P2P section (``--section p2p``; bench/transfer_p2p.py) pulls a model between two
-processes over NIXL/UCX and compares with a raw NIXL READ and a local memcpy.
+processes over NIXL/UCX and compares with a raw NIXL READ and a local memcpy. The
+warm-start section (``--section warmstart``; bench/transfer_warmstart.py) times a second
+engine replica to ready through P2P, from the cache directory and through the registry's
+StreamModelFiles.
 
-    python bench/transfer.py [--section all|loader|p2p] [--size-mb 1200] [--shards 2]
-        [--rounds 5] [--p2p-mb 512] [--p2p-tensors 256]
+    python bench/transfer.py [--section all|loader|p2p|warmstart] [--size-mb 1200]
+        [--shards 2] [--rounds 5] [--p2p-mb 512] [--p2p-tensors 256]
+        [--warm-preset medium] [--warm-rounds 3]
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import torch
 from prometheus_client import CollectorRegistry
 from safetensors.torch import load_file, save_file
 from transfer_p2p import run_p2p
+from transfer_warmstart import run_warmstart
 
 from flexinfer_transfer import (
     DEFAULT_ORDER,
@@ -154,15 +159,21 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=1200)
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--section", choices=["all", "loader", "p2p"], default="all")
+    parser.add_argument(
+        "--section", choices=["all", "loader", "p2p", "warmstart"], default="all"
+    )
     parser.add_argument("--p2p-mb", type=int, default=512)
     parser.add_argument("--p2p-tensors", type=int, default=256)
+    parser.add_argument("--warm-preset", default="medium")
+    parser.add_argument("--warm-rounds", type=int, default=3)
     args = parser.parse_args()
     if args.section in ("all", "loader"):
         loader_section(args.size_mb, args.shards, args.rounds)
     if args.section in ("all", "p2p"):
         print(f"P2P: {args.p2p_mb} MiB in {args.p2p_tensors} tensors, 2 pools")
         run_p2p(args.p2p_mb, args.p2p_tensors, args.rounds)
+    if args.section in ("all", "warmstart"):
+        run_warmstart(args.warm_preset, args.warm_rounds)
 
 
 def loader_section(size_mb: int, shards: int, rounds: int) -> None:

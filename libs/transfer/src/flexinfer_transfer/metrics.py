@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.registry import Collector
 
 
 class TransferMetrics:
@@ -39,3 +40,21 @@ class TransferMetrics:
             ["transport"],
             registry=registry,
         )
+        self.load_seconds = Histogram(
+            "mx_p2p_load_seconds",
+            "Seconds a completed load took, by the strategy that produced the weights",
+            ["strategy"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=registry,
+        )
+
+    def collectors(self) -> list[Collector]:
+        """Every metric, for a service to expose on its own registry as well."""
+        return [
+            self.fallbacks,
+            self.selections,
+            self.source_failures,
+            self.loads,
+            self.transfer_bytes,
+            self.load_seconds,
+        ]

@@ -74,7 +74,8 @@ class ReferenceBackend(Backend):
             image=resolve_image(IMAGES, request),
             command=COMMAND,
             args=args,
-            env={},
+            env=peer_env(request),
+            field_env=PEER_FIELD_ENV if request.registry else {},
             host=host,
             port=port,
             served_name=name,
@@ -83,6 +84,18 @@ class ReferenceBackend(Backend):
             startup_timeout_s=self.startup_timeout_s,
             model_mount=request.model_location,
         )
+
+
+PEER_FIELD_ENV = {"FLEXINFER_TRANSFER_SOURCE_ADVERTISE_HOST": "status.podIP"}
+"""In a pod, peers reach this replica's WorkerService and NIXL agent at the pod IP."""
+
+
+def peer_env(request: RenderRequest) -> dict[str, str]:
+    """With a registry: pull the weights from a READY replica when one is listed (files
+    otherwise) and, once loaded, serve them to the next replica (publish, heartbeat)."""
+    if not request.registry:
+        return {}
+    return {"FLEXINFER_ENGINE_REGISTRY": request.registry, "FLEXINFER_ENGINE_P2P_SOURCE": "1"}
 
 
 def _lora_limits(request: RenderRequest) -> tuple[str, ...]:
