@@ -159,9 +159,7 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=1200)
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument(
-        "--section", choices=["all", "loader", "p2p", "warmstart"], default="all"
-    )
+    parser.add_argument("--section", choices=["all", "loader", "p2p", "warmstart"], default="all")
     parser.add_argument("--p2p-mb", type=int, default=512)
     parser.add_argument("--p2p-tensors", type=int, default=256)
     parser.add_argument("--warm-preset", default="medium")

@@ -109,7 +109,8 @@ def test_a_donor_dying_mid_copy_gets_a_fresh_skeleton_for_the_next(tmp_path: Pat
     loader = _loader(tmp_path, [dying, good])
     tiny = TinyEngine()
     report = loader.load(tiny)
-    assert report.strategy == "rdma" and report.source == "good/w0"
+    assert report.strategy == "rdma"
+    assert report.source == "good/w0"
     assert tiny.calls.count("build_skeleton") == 2  # the half-written one was dropped
     assert loader.target.builds == 2
     _same(tiny.model, good.module)

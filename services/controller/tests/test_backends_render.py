@@ -430,9 +430,10 @@ def test_reference_with_a_registry_warm_starts_from_peers_and_serves_them() -> N
     plain = render(model("reference", "file:///models/demo"), vendor="cpu")
     assert (plain.env, plain.field_env) == ({}, {})
     # Other engines load on their own: no registry is handed to them.
-    assert render(model("vllm", "HF://o/m"), registry=registry).env.get(
-        "FLEXINFER_ENGINE_REGISTRY"
-    ) is None
+    assert (
+        render(model("vllm", "HF://o/m"), registry=registry).env.get("FLEXINFER_ENGINE_REGISTRY")
+        is None
+    )
 
 
 IMAGES = [
