@@ -429,6 +429,12 @@ def test_reference_with_a_registry_warm_starts_from_peers_and_serves_them() -> N
     assert spec.field_env == {"FLEXINFER_TRANSFER_SOURCE_ADVERTISE_HOST": "status.podIP"}
     plain = render(model("reference", "file:///models/demo"), vendor="cpu")
     assert (plain.env, plain.field_env) == ({}, {})
+    # The local runtime's engines bind loopback: so does their WorkerService.
+    local = render(
+        model("reference", "file:///models/demo"), vendor="cpu", registry="127.0.0.1:8001",
+        host="127.0.0.1",
+    )  # fmt: skip
+    assert local.env["FLEXINFER_TRANSFER_SOURCE_BIND_HOST"] == "127.0.0.1"
     # Other engines load on their own: no registry is handed to them.
     assert (
         render(model("vllm", "HF://o/m"), registry=registry).env.get("FLEXINFER_ENGINE_REGISTRY")

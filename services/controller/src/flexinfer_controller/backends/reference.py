@@ -11,6 +11,7 @@ adapter created later loads without a restart.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import ClassVar
 
@@ -95,7 +96,18 @@ def peer_env(request: RenderRequest) -> dict[str, str]:
     otherwise) and, once loaded, serve them to the next replica (publish, heartbeat)."""
     if not request.registry:
         return {}
-    return {"FLEXINFER_ENGINE_REGISTRY": request.registry, "FLEXINFER_ENGINE_P2P_SOURCE": "1"}
+    env = {"FLEXINFER_ENGINE_REGISTRY": request.registry, "FLEXINFER_ENGINE_P2P_SOURCE": "1"}
+    if _loopback(request.host):
+        # A loopback engine (the local runtime) keeps its WorkerService on loopback too.
+        env["FLEXINFER_TRANSFER_SOURCE_BIND_HOST"] = request.host
+    return env
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _lora_limits(request: RenderRequest) -> tuple[str, ...]:
