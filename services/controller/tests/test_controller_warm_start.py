@@ -17,7 +17,7 @@ import pytest
 
 from flexinfer_common.serving import serve_in_background
 from flexinfer_controller.adapters.registry.settings import RegistryClientSettings
-from flexinfer_controller.testing import model_doc, run_controller
+from flexinfer_controller.testing import eventually, model_doc, run_controller
 from flexinfer_engine.core.weights import generate_model
 from flexinfer_registry.app import create_app as create_registry
 from flexinfer_registry.settings import RegistrySettings
@@ -33,9 +33,9 @@ def _ready_sources(registry: str) -> int:
 
 
 async def _wait_sources(registry: str, count: int) -> None:
-    async with asyncio.timeout(120):
-        while await asyncio.to_thread(_ready_sources, registry) < count:
-            await asyncio.sleep(0.1)
+    await eventually(
+        lambda: asyncio.to_thread(lambda: _ready_sources(registry) >= count), timeout_s=120
+    )
 
 
 async def _weights(url: str) -> dict[str, Any]:
