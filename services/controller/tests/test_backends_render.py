@@ -435,6 +435,7 @@ def test_reference_with_a_registry_warm_starts_from_peers_and_serves_them() -> N
         host="127.0.0.1",
     )  # fmt: skip
     assert local.env["FLEXINFER_TRANSFER_SOURCE_BIND_HOST"] == "127.0.0.1"
+    assert local.env["UCX_NET_DEVICES"] == "lo"
     # Other engines load on their own: no registry is handed to them.
     assert (
         render(model("vllm", "HF://o/m"), registry=registry).env.get("FLEXINFER_ENGINE_REGISTRY")

@@ -98,8 +98,10 @@ def peer_env(request: RenderRequest) -> dict[str, str]:
         return {}
     env = {"FLEXINFER_ENGINE_REGISTRY": request.registry, "FLEXINFER_ENGINE_P2P_SOURCE": "1"}
     if _loopback(request.host):
-        # A loopback engine (the local runtime) keeps its WorkerService on loopback too.
+        # A loopback engine (the local runtime: every peer on this host) keeps its
+        # WorkerService and UCX's listeners on loopback too.
         env["FLEXINFER_TRANSFER_SOURCE_BIND_HOST"] = request.host
+        env["UCX_NET_DEVICES"] = "lo"
     return env
 
 
