@@ -26,11 +26,15 @@ ratios of the chain to each other contender.
 prints how much of it ``fincore`` still finds resident.
 
 The P2P section (``--section p2p``; bench/transfer_p2p.py) pulls a model between two
-processes over NIXL/UCX and compares with a raw NIXL READ and a local memcpy.
+processes over NIXL/UCX and compares with a raw NIXL READ and a local memcpy. The
+warm-start section (``--section warmstart``; bench/transfer_warmstart.py) times a second
+engine replica to ready through P2P, from the cache directory and through the registry's
+StreamModelFiles.
 
     python bench/transfer.py --setup       # once: the peers' venv in bench/.venvs/
-    python bench/transfer.py [--section all|loader|p2p] [--size-mb 1200] [--shards 2]
-        [--rounds 5] [--cache warm|cold] [--p2p-mb 512] [--p2p-tensors 256]
+    python bench/transfer.py [--section all|loader|p2p|warmstart] [--size-mb 1200]
+        [--shards 2] [--rounds 5] [--cache warm|cold] [--p2p-mb 512] [--p2p-tensors 256]
+        [--warm-preset medium] [--warm-rounds 3]
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ import torch
 from prometheus_client import CollectorRegistry
 from safetensors.torch import load_file, save_file
 from transfer_p2p import run_p2p
+from transfer_warmstart import run_warmstart
 
 from flexinfer_transfer import (
     DEFAULT_ORDER,
@@ -248,11 +253,13 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=1200)
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--section", choices=["all", "loader", "p2p"], default="all")
+    parser.add_argument("--section", choices=["all", "loader", "p2p", "warmstart"], default="all")
     parser.add_argument("--cache", choices=["warm", "cold"], default="warm")
     parser.add_argument("--setup", action="store_true", help="create the peers' venv, then exit")
     parser.add_argument("--p2p-mb", type=int, default=512)
     parser.add_argument("--p2p-tensors", type=int, default=256)
+    parser.add_argument("--warm-preset", default="medium")
+    parser.add_argument("--warm-rounds", type=int, default=3)
     args = parser.parse_args()
     if args.setup:
         sys.exit(setup())
@@ -261,6 +268,8 @@ def main() -> None:
     if args.section in ("all", "p2p"):
         print(f"P2P: {args.p2p_mb} MiB in {args.p2p_tensors} tensors, 2 pools")
         run_p2p(args.p2p_mb, args.p2p_tensors, args.rounds)
+    if args.section in ("all", "warmstart"):
+        run_warmstart(args.warm_preset, args.warm_rounds)
 
 
 def loader_section(size_mb: int, shards: int, rounds: int, *, cold: bool = False) -> None:

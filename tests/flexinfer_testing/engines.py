@@ -161,11 +161,11 @@ def many_shard_model(out: Path, layers: int = 500) -> Path:
 
 
 def loaded_engine(model_dir: Path) -> InferenceEngine:
-    """An engine with its weights loaded from ``model_dir`` (plain safetensors)."""
-    from flexinfer_engine.core.engine import InferenceEngine
-    from flexinfer_transfer import create_loader_chain
+    """An engine with its weights loaded from ``model_dir`` (the file strategies)."""
+    from flexinfer_engine.app import build_engine
+    from flexinfer_engine.settings import EngineSettings
 
-    engine = InferenceEngine(model_dir, create_loader_chain(["safetensors"]))
+    engine = build_engine(EngineSettings(model_dir=model_dir))
     engine.load()
     return engine
 

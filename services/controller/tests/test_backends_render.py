@@ -418,6 +418,31 @@ def test_reference_gets_every_adapter_root_and_vllm_none() -> None:
     assert not any("root" in arg for arg in vllm.args)
 
 
+def test_reference_with_a_registry_warm_starts_from_peers_and_serves_them() -> None:
+    registry = "flexinfer-registry.flexinfer.svc:8001"
+    spec = render(model("reference", "file:///models/demo"), vendor="cpu", registry=registry)
+    assert spec.env == {
+        "FLEXINFER_ENGINE_REGISTRY": registry,
+        "FLEXINFER_ENGINE_P2P_SOURCE": "1",
+    }
+    # In a pod, peers reach the replica at its pod IP.
+    assert spec.field_env == {"FLEXINFER_TRANSFER_SOURCE_ADVERTISE_HOST": "status.podIP"}
+    plain = render(model("reference", "file:///models/demo"), vendor="cpu")
+    assert (plain.env, plain.field_env) == ({}, {})
+    # The local runtime's engines bind loopback: so does their WorkerService.
+    local = render(
+        model("reference", "file:///models/demo"), vendor="cpu", registry="127.0.0.1:8001",
+        host="127.0.0.1",
+    )  # fmt: skip
+    assert local.env["FLEXINFER_TRANSFER_SOURCE_BIND_HOST"] == "127.0.0.1"
+    assert local.env["UCX_NET_DEVICES"] == "lo"
+    # Other engines load on their own: no registry is handed to them.
+    assert (
+        render(model("vllm", "HF://o/m"), registry=registry).env.get("FLEXINFER_ENGINE_REGISTRY")
+        is None
+    )
+
+
 IMAGES = [
     # (backend, vendor, arch, environ, image)
     ("vllm", "amd", "gfx906", {}, "registry.harbor.lan/flexinfer/vllm:rocm-gfx906"),

@@ -206,6 +206,7 @@ def test_engines_inherit_only_an_allow_list_of_the_environment() -> None:
         "LC_ALL": "C.UTF-8",
         "CUDA_VISIBLE_DEVICES": "0",
         "FLEXINFER_ENGINE_LOG_LEVEL": "debug",
+        "FLEXINFER_TRANSFER_SELECTOR": "load_aware",
         "FLEXINFER_CONTROLLER_AUTH_TOKEN": "admin-secret-0123456789",
         "FLEXINFER_PROXY_AUTH_TOKENS": '["client-secret"]',
         "FLEXINFER_ENGINE_API_TOKEN": "not-even-in-its-own-family",
@@ -220,6 +221,7 @@ def test_engines_inherit_only_an_allow_list_of_the_environment() -> None:
         "LC_ALL": "C.UTF-8",
         "CUDA_VISIBLE_DEVICES": "0",
         "FLEXINFER_ENGINE_LOG_LEVEL": "debug",
+        "FLEXINFER_TRANSFER_SELECTOR": "load_aware",
         "FLEXINFER_RUNTIME_ID": "r1",
     }
 

@@ -201,6 +201,14 @@ def test_engine_pods_tell_prometheus_where_their_metrics_are() -> None:
     assert not any(key.startswith("prometheus.io/") for key in ollama["annotations"])
 
 
+def test_reference_pods_warm_start_from_peers_through_the_registry() -> None:
+    env = {e["name"]: e for e in engine(SAMPLE["reference-cpu-file"])["env"]}
+    assert env["FLEXINFER_ENGINE_REGISTRY"]["value"] == "flexinfer-registry.flexinfer.svc:8001"
+    assert env["FLEXINFER_ENGINE_P2P_SOURCE"]["value"] == "1"
+    advertise = env["FLEXINFER_TRANSFER_SOURCE_ADVERTISE_HOST"]
+    assert advertise["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+
+
 def test_cpu_models_get_no_gpu_scheduling() -> None:
     spec = pod(SAMPLE["reference-cpu-file"])
     assert "tolerations" not in spec

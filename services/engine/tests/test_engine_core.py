@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from flexinfer_common.errors import ConfigError, PermanentError
+from flexinfer_engine.app import build_engine
 from flexinfer_engine.core.config import PRESETS, parameter_count, read_config
 from flexinfer_engine.core.engine import Delta, Event, Finished, InferenceEngine
 from flexinfer_engine.core.model import DecoderLM, KVCache
@@ -19,7 +20,7 @@ from flexinfer_engine.core.sampling import SamplingParams
 from flexinfer_engine.core.stops import StopMatcher
 from flexinfer_engine.core.tokenizer import EOS, ByteTokenizer, IncrementalDecoder
 from flexinfer_engine.core.weights import generate_model
-from flexinfer_transfer import create_loader_chain
+from flexinfer_engine.settings import EngineSettings
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def engine(model_dir: Path) -> InferenceEngine:
-    engine = InferenceEngine(model_dir, create_loader_chain(["safetensors"]))
+    engine = build_engine(EngineSettings(model_dir=model_dir))
     engine.load()
     return engine
 
@@ -225,7 +226,7 @@ def test_cancel_stops_generation(engine: InferenceEngine) -> None:
 
 
 def test_sleep_frees_parameters_and_wake_restores(model_dir: Path) -> None:
-    engine = InferenceEngine(model_dir, create_loader_chain(["safetensors"]))
+    engine = build_engine(EngineSettings(model_dir=model_dir))
     engine.load()
     params = SamplingParams(max_tokens=12, seed=9)
     before = _texts(_run(engine, "hi", params), 1)
@@ -241,7 +242,7 @@ def test_sleep_frees_parameters_and_wake_restores(model_dir: Path) -> None:
 
 
 def test_a_level_1_sleep_on_the_cpu_keeps_the_weights_where_they_are(model_dir: Path) -> None:
-    engine = InferenceEngine(model_dir, create_loader_chain(["safetensors"]))
+    engine = build_engine(EngineSettings(model_dir=model_dir))
     engine.load()
     where = {k: v.data_ptr() for k, v in engine.model.state_dict().items()}
     engine.sleep(1)

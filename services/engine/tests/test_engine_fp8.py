@@ -11,15 +11,16 @@ import torch
 from flexinfer_common.errors import PermanentError
 from flexinfer_controller.quantize.request import build_request
 from flexinfer_controller.quantize.run import run
+from flexinfer_engine.app import build_engine
 from flexinfer_engine.core.engine import Finished, InferenceEngine
 from flexinfer_engine.core.fp8 import dequantize
 from flexinfer_engine.core.sampling import SamplingParams
 from flexinfer_engine.core.weights import generate_model
-from flexinfer_transfer import create_loader_chain
+from flexinfer_engine.settings import EngineSettings
 
 
 def _engine(model_dir: Path) -> InferenceEngine:
-    engine = InferenceEngine(model_dir, create_loader_chain(["safetensors"]))
+    engine = build_engine(EngineSettings(model_dir=model_dir))
     engine.load()
     return engine
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import iter_route_contexts
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
@@ -46,7 +46,9 @@ class ErrorBody(BaseModel):
 
 
 class HealthStatus(BaseModel):
-    """The body of /healthz and /readyz."""
+    """The body of /healthz and /readyz; a service may add its own fields to /healthz."""
+
+    model_config = ConfigDict(extra="allow")
 
     status: Literal["ok", "not ready"]
 
@@ -122,14 +124,17 @@ def openai_error(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def health_router(ready: ReadyCheck | None = None) -> APIRouter:
-    """/healthz (the process answers) and /readyz (``ready()`` says it can serve)."""
+def health_router(
+    ready: ReadyCheck | None = None, details: Callable[[], dict[str, Any]] | None = None
+) -> APIRouter:
+    """/healthz (the process answers, with ``details()`` added) and /readyz (``ready()``
+    says it can serve)."""
     router = APIRouter(tags=["health"])
 
     @router.get("/healthz")
     async def healthz() -> HealthStatus:
         """200 while the process answers: the liveness probe."""
-        return HealthStatus(status="ok")
+        return HealthStatus(status="ok", **(details() if details else {}))
 
     @router.get(
         "/readyz",

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.registry import Collector
 
 METRICS_ENV = "MX_METRICS_ENABLED"
 TRUTHY = frozenset({"1", "true", "yes", "on"})
@@ -70,6 +71,13 @@ class TransferMetrics:
             buckets=TRANSFER_BUCKETS_S,
             registry=registry,
         )
+        self.load_seconds = Histogram(
+            "mx_p2p_load_seconds",
+            "Seconds a completed load took, by the strategy that produced the weights",
+            ["strategy"],
+            buckets=TRANSFER_BUCKETS_S,
+            registry=registry,
+        )
         self._artifacts(registry)
 
     def _artifacts(self, registry: CollectorRegistry) -> None:
@@ -97,3 +105,18 @@ class TransferMetrics:
         """Metrics exported on ``registry`` when MX_METRICS_ENABLED is set, else counted on a
         private registry (for a library embedded in an engine that did not ask)."""
         return cls(registry if metrics_enabled(env) else CollectorRegistry())
+
+    def collectors(self) -> list[Collector]:
+        """Every metric, for a service to expose on its own registry as well."""
+        return [
+            self.fallbacks,
+            self.selections,
+            self.source_failures,
+            self.loads,
+            self.transfer_bytes,
+            self.transfer_seconds,
+            self.load_seconds,
+            self.artifact_bytes,
+            self.artifact_chunk_retries,
+            self.artifact_failures,
+        ]

@@ -43,7 +43,9 @@ class IncompatibleSourceError(RuntimeError):
 class ModuleHolder(Protocol):
     """The target: the live module tensors are written into."""
 
-    module: nn.Module
+    @property
+    def module(self) -> nn.Module:
+        """The module (a target may build it on first use)."""
 
 
 Progress = Callable[[int, int], None]

@@ -54,6 +54,7 @@ class RdmaStrategy(LoadStrategy):
             c
             for c in self.transport.list_sources(ctx)
             if c.worker_rank == ctx.worker_rank
+            and (not ctx.source_id or c.mx_source_id == ctx.source_id)
             and accelerators_compatible(
                 c.accelerator,
                 ctx.accelerator,

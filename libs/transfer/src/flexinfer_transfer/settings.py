@@ -29,6 +29,10 @@ class TransferSettings(BaseSettings):
     """Ask for transparent huge pages for file buffers. Off: it cuts page faults 512-fold
     where granted, but compaction stalls made it unstable on the VMs measured."""
 
+    peer_batch_mib: int = Field(default=256, ge=1, le=65536)
+    """MiB per NIXL READ from a peer (NixlTransport's BATCH_BYTES): per-request cost
+    vanishes above 64 MiB, and a dead donor is noticed between batches."""
+
     def reader(self) -> ReaderSettings:
         """The file reader's settings."""
         return ReaderSettings(self.read_threads, self.read_chunk_mib << 20, self.hugepages)

@@ -49,6 +49,9 @@ class LoadContext:
     worker_rank: int = 0
     worker_id: str = ""
     model_name: str = ""
+    source_id: str = ""
+    """The ``mx_source_id`` whose weights this worker needs; empty: any source of
+    ``model_name`` (the manifest check still rejects one of another shape)."""
     quantization: str = ""
     dtype: str = ""
     shard: ShardSpec | None = None

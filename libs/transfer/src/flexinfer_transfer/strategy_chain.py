@@ -52,6 +52,7 @@ class LoadStrategyChain:
                 continue
             seconds = time.perf_counter() - started
             self.metrics.loads.labels(strategy.name).inc()
+            self.metrics.load_seconds.labels(strategy.name).observe(seconds)
             return LoadReport(result.tensors, strategy.name, seconds, skipped, result.source)
         raise _exhausted(ctx, skipped, failures)
 

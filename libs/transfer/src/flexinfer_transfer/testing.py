@@ -14,6 +14,7 @@ from torch import nn
 
 from flexinfer_transfer.discovery import check_manifest, discover_tensors
 from flexinfer_transfer.errors import SourceTransferError
+from flexinfer_transfer.nixl_transport import ModuleHolder
 from flexinfer_transfer.selector import SourceCandidate
 from flexinfer_transfer.strategy import LoadContext
 
@@ -47,7 +48,7 @@ class LocalTransport:
     """PeerTransport over in-process modules."""
 
     sources: list[LocalSource]
-    target: ModuleTarget
+    target: ModuleHolder
     name: str = "local"
     received_from: list[str] = field(default_factory=list)
 

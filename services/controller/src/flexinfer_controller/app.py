@@ -94,6 +94,7 @@ def controller_config(settings: ControllerSettings) -> ControllerConfig:
             runtime=settings.runtime,
             engine_python=settings.engine_python,
             lora_roots=runtime_plugin(settings).adapter_roots(settings).texts,
+            registry=settings.registry.address,
         ),
         sleep=settings.sleep.policy(),
     )

@@ -14,9 +14,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from opentelemetry.sdk.trace.export import SpanExporter
+from prometheus_client import CollectorRegistry
 
 from flexinfer_common.errors import ConfigError
-from flexinfer_common.telemetry import setup_telemetry
+from flexinfer_common.telemetry import Telemetry, setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers, openai_error
 from flexinfer_engine.api.admin_routes import admin_router
 from flexinfer_engine.api.limits import BodyLimit
@@ -26,11 +28,12 @@ from flexinfer_engine.api.metrics import (
     kv_cache_gauge,
     request_gauges,
     sleep_gauge,
+    weights_gauge,
 )
 from flexinfer_engine.api.openai_routes import ServedModel, openai_router
 from flexinfer_engine.api.validation import install_request_errors
 from flexinfer_engine.core.adapters import AdapterRegistry, LoRALimits
-from flexinfer_engine.core.config import parameter_count
+from flexinfer_engine.core.config import ModelConfig, parameter_count, read_config
 from flexinfer_engine.core.engine import InferenceEngine
 from flexinfer_engine.core.lora import linear_shapes
 from flexinfer_engine.core.parameters import InvalidRequestError
@@ -38,30 +41,58 @@ from flexinfer_engine.core.runner import AsyncRunner, State
 from flexinfer_engine.core.timing import process_create_time
 from flexinfer_engine.peer_source import EnginePeerSource
 from flexinfer_engine.settings import EngineSettings
-from flexinfer_transfer import create_loader_chain
+from flexinfer_engine.weight_loading import Replica, build_loader, default_worker_id
+from flexinfer_transfer.nixl_transport import Progress
 from flexinfer_transfer.peer_source import PeerSourceSettings
 
 
-def build_engine(settings: EngineSettings) -> InferenceEngine:
-    """An (unloaded) engine for the model directory the settings name."""
+def build_engine(settings: EngineSettings, progress: Progress | None = None) -> InferenceEngine:
+    """An (unloaded) engine for the model directory the settings name, loading through the
+    strategy chain (``progress`` hears of each batch READ from a peer)."""
     if settings.model_dir is None:
         raise ConfigError("no model directory: pass --model-dir or set FLEXINFER_ENGINE_MODEL_DIR")
-    loader = create_loader_chain(settings.loaders)
-    return InferenceEngine(Path(settings.model_dir), loader, settings.device)
+    model_dir = Path(settings.model_dir)
+    config = read_config(model_dir)
+    loader = build_loader(
+        model_dir,
+        config,
+        replica_of(settings, model_dir, config),
+        settings.transfer,
+        settings.registry,
+        CollectorRegistry(),
+        progress,
+    )
+    return InferenceEngine(model_dir, loader, settings.device)
+
+
+def replica_of(settings: EngineSettings, model_dir: Path, config: ModelConfig) -> Replica:
+    """Who this engine is among its model's replicas (served name, config fingerprint)."""
+    return Replica(
+        model_name=settings.served_model_name or model_dir.name,
+        revision=fingerprint(config),
+        worker_id=default_worker_id(settings.worker_id),
+        device=settings.device,
+    )
 
 
 def create_app(
-    settings: EngineSettings, *, engine: InferenceEngine | None = None, url: str | None = None
+    settings: EngineSettings,
+    *,
+    engine: InferenceEngine | None = None,
+    url: str | None = None,
+    span_exporter: SpanExporter | None = None,
 ) -> FastAPI:
     """The app serving ``engine`` (built from settings when not given; loads in lifespan).
 
-    ``app.state.runner`` is the AsyncRunner, for the process entry point to await loading.
+    ``app.state.runner`` is the AsyncRunner, for the process entry point to await loading;
+    ``span_exporter`` replaces the OTLP exporter when tracing is on (tests).
     """
     engine = engine or build_engine(settings)
+    replica = replica_of(settings, engine.model_dir, engine.config)
     served = ServedModel(
-        name=settings.served_model_name or engine.model_dir.name,
+        name=replica.model_name,
         created=int(time.time()),
-        fingerprint=_fingerprint(engine),
+        fingerprint=replica.revision,
         default_max_tokens=settings.default_max_tokens,
     )
 
@@ -80,14 +111,15 @@ def create_app(
             await runner.stop_source()
 
     app = FastAPI(title="FlexInfer engine", lifespan=lifespan)
-    telemetry = setup_telemetry(app, "engine", settings.telemetry)
+    telemetry = setup_telemetry(app, "engine", settings.telemetry, span_exporter=span_exporter)
+    _instrument_loading(engine, telemetry)
     runner = AsyncRunner(
         engine,
         _adapters(settings, engine, served.name),
         max_concurrent=settings.max_concurrent_generations,
         max_waiting=settings.max_waiting_requests,
         hooks=engine_hooks(telemetry.registry),
-        source=_peer_source(settings, engine, served),
+        source=_peer_source(settings, engine, replica),
     )
     app.state.runner = runner
     capacity = settings.max_concurrent_generations * engine.config.max_position_embeddings
@@ -102,22 +134,40 @@ def create_app(
     async def ready() -> bool:
         return runner.state is State.READY
 
-    app.include_router(health_router(ready))
+    app.include_router(health_router(ready, lambda: {"weights": weights_report(engine)}))
     app.include_router(openai_router(runner, served))
     app.include_router(lora_router(runner))
     app.include_router(admin_router(runner, lambda: engine_info(runner, served.name, url)))
     return app
 
 
+def _instrument_loading(engine: InferenceEngine, telemetry: Telemetry) -> None:
+    """Weight loading on the app's /metrics and in its traces."""
+    for collector in engine.loader.chain.metrics.collectors():
+        telemetry.registry.register(collector)
+    weights_gauge(telemetry.registry, lambda: engine.load_info)
+    if telemetry.tracer_provider is not None:
+        engine.tracer = telemetry.tracer_provider.get_tracer("flexinfer.engine")
+
+
+def weights_report(engine: InferenceEngine) -> dict[str, Any] | None:
+    """How the weights were loaded (``/healthz``'s ``weights``); None before a load."""
+    load = engine.load_info
+    if load is None:
+        return None
+    return {"strategy": load.strategy, "source": load.source, "seconds": load.seconds}
+
+
 def _peer_source(
-    settings: EngineSettings, engine: InferenceEngine, served: ServedModel
+    settings: EngineSettings, engine: InferenceEngine, replica: Replica
 ) -> EnginePeerSource | None:
     if not settings.p2p_source:
         return None
-    # The fingerprint (a hash of config.json) stands in for a revision: replicas serve
-    # interchangeable bytes only when their configs agree.
+    source_settings = PeerSourceSettings()
+    if not source_settings.registry and settings.registry:
+        source_settings = source_settings.model_copy(update={"registry": settings.registry})
     return EnginePeerSource(
-        engine, served.name, served.fingerprint, PeerSourceSettings(), settings.worker_id
+        engine, replica.identity(engine.config), source_settings, replica.worker_id
     )
 
 
@@ -150,6 +200,7 @@ def engine_info(runner: AsyncRunner, model: str, url: str | None) -> dict[str, A
         "process_start_seconds": (load.started_at - process_create_time()) if load else None,
         "weight_load_seconds": load.seconds if load else None,
         "loader": load.strategy if load else None,
+        "weights": weights_report(engine),
         "parameters": parameter_count(engine.config),
         "max_model_len": engine.config.max_position_embeddings,
         "waiting_requests": runner.waiting,
@@ -160,9 +211,10 @@ def engine_info(runner: AsyncRunner, model: str, url: str | None) -> dict[str, A
     }
 
 
-def _fingerprint(engine: InferenceEngine) -> str:
-    config = json.dumps(engine.config.to_hf_dict(), sort_keys=True).encode()
-    return "fp_" + hashlib.sha256(config).hexdigest()[:12]
+def fingerprint(config: ModelConfig) -> str:
+    """A hash of the model's config: replicas with equal ones serve interchangeable bytes."""
+    text = json.dumps(config.to_hf_dict(), sort_keys=True).encode()
+    return "fp_" + hashlib.sha256(text).hexdigest()[:12]
 
 
 async def _on_invalid_request(request: Request, exc: Exception) -> JSONResponse:

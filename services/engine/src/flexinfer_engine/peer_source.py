@@ -7,9 +7,6 @@ freed (sleep, shutdown) it is withdrawn: STALE, readers drained, memory deregist
 
 from __future__ import annotations
 
-import os
-import socket
-
 from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_engine.core.engine import InferenceEngine
 from flexinfer_transfer.peer_source import PeerSource, PeerSourceSettings, SourceRole
@@ -21,24 +18,13 @@ class EnginePeerSource:
     def __init__(
         self,
         engine: InferenceEngine,
-        model_name: str,
-        revision: str,
+        identity: SourceIdentity,
         settings: PeerSourceSettings,
-        worker_id: str = "",
+        worker_id: str,
     ) -> None:
         self.engine = engine
         self.settings = settings
-        identity = SourceIdentity(
-            model_name=model_name,
-            dtype=str(engine.config.dtype).removeprefix("torch."),
-            tensor_parallel_size=1,
-            revision=revision,
-        )
-        self.role = SourceRole(
-            identity,
-            worker_id or f"{socket.gethostname()}-{os.getpid()}",
-            accelerator=engine.device.type,
-        )
+        self.role = SourceRole(identity, worker_id, accelerator=engine.device.type)
         self.source: PeerSource | None = None
 
     def start(self) -> None:

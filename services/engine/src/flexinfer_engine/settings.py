@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from flexinfer_common.settings import LogSettings, RootList, TelemetrySettings
+from flexinfer_transfer.settings import TransferSettings
 
 
 class EngineSettings(BaseSettings):
@@ -30,8 +31,14 @@ class EngineSettings(BaseSettings):
     device: str = "cpu"
     """Torch device for the weights: ``cpu`` or ``cuda[:N]``."""
 
-    loaders: list[str] = Field(default_factory=lambda: ["safetensors"])
-    """Weight loader strategies tried in order (names from flexinfer_transfer's registry)."""
+    registry: str = ""
+    """The registry's gRPC ``host:port``. Set: the weights are pulled over NIXL from a
+    READY replica of the same model and config when one is listed there (files
+    otherwise), and with ``p2p_source`` this replica publishes itself there. Empty: files
+    only (the strategies are ``FLEXINFER_TRANSFER_STRATEGIES``)."""
+
+    transfer: TransferSettings = Field(default_factory=TransferSettings)
+    """The load strategy chain, source selection and file reader (``FLEXINFER_TRANSFER_*``)."""
 
     p2p_source: bool = False
     """Serve the loaded weights to peer replicas over NIXL while awake (libs/transfer's

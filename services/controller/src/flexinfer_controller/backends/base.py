@@ -100,6 +100,9 @@ class RenderRequest:
     lora_roots: tuple[str, ...] = ()
     """Directories, as the engine sees them, that LoRA adapters may be loaded from; an
     engine that checks adapter paths itself is given them (the reference engine)."""
+    registry: str | None = None
+    """The registry's gRPC address as the engine reaches it; an engine that can is told
+    it, to pull its weights from a live replica and serve its own to the next (P2P)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,9 @@ class EngineSpec:
     startup: Probe | None
     startup_timeout_s: float
     model_mount: str | None
+    field_env: dict[str, str] = field(default_factory=dict)
+    """Variables set from the pod's own fields (name -> Kubernetes fieldPath, such as
+    ``status.podIP``); the local runtime's engines need none of them."""
     """Where the model volume is mounted (the rendered location); None: no volume."""
     pull: str | None = None
     """A model the server must pull before it serves (Ollama's tag); None: nothing to pull."""

@@ -89,6 +89,8 @@ class LaunchContext:
     """The detected GPU architecture (``sm_89``, ``gfx1100``); None: unknown."""
     lora_roots: tuple[str, ...] = ()
     """Directories engines may load LoRA adapters from (the runtime's ``AdapterRoots``)."""
+    registry: str | None = None
+    """The registry's gRPC address (engines pull weights from live peers through it)."""
 
 
 @dataclass(frozen=True, slots=True)

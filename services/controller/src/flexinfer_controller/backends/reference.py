@@ -11,6 +11,7 @@ adapter created later loads without a restart.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import ClassVar
 
@@ -74,7 +75,8 @@ class ReferenceBackend(Backend):
             image=resolve_image(IMAGES, request),
             command=COMMAND,
             args=args,
-            env={},
+            env=peer_env(request),
+            field_env=PEER_FIELD_ENV if request.registry else {},
             host=host,
             port=port,
             served_name=name,
@@ -83,6 +85,31 @@ class ReferenceBackend(Backend):
             startup_timeout_s=self.startup_timeout_s,
             model_mount=request.model_location,
         )
+
+
+PEER_FIELD_ENV = {"FLEXINFER_TRANSFER_SOURCE_ADVERTISE_HOST": "status.podIP"}
+"""In a pod, peers reach this replica's WorkerService and NIXL agent at the pod IP."""
+
+
+def peer_env(request: RenderRequest) -> dict[str, str]:
+    """With a registry: pull the weights from a READY replica when one is listed (files
+    otherwise) and, once loaded, serve them to the next replica (publish, heartbeat)."""
+    if not request.registry:
+        return {}
+    env = {"FLEXINFER_ENGINE_REGISTRY": request.registry, "FLEXINFER_ENGINE_P2P_SOURCE": "1"}
+    if _loopback(request.host):
+        # A loopback engine (the local runtime: every peer on this host) keeps its
+        # WorkerService and UCX's listeners on loopback too.
+        env["FLEXINFER_TRANSFER_SOURCE_BIND_HOST"] = request.host
+        env["UCX_NET_DEVICES"] = "lo"
+    return env
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _lora_limits(request: RenderRequest) -> tuple[str, ...]:

@@ -46,11 +46,12 @@ INHERITED_PREFIXES = (
     "NIXL_",
     "OTEL_",
     "FLEXINFER_ENGINE_",
+    "FLEXINFER_TRANSFER_",
     "FLEXINFER_LOG_",
     "FLEXINFER_TELEMETRY_",
 )
 """Families an engine reads: accelerator selection, allocator and transport tuning,
-tracing, and the engine's own FLEXINFER_ENGINE_* settings."""
+tracing, and the engine's own FLEXINFER_ENGINE_* and weight-transfer settings."""
 
 _SECRET_MARKS = ("TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "API_KEY")
 """Never inherited, whatever the family: a token-like name in an allowed family is still

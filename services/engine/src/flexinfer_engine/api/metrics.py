@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from flexinfer_engine.core.runner import Hooks
+
+if TYPE_CHECKING:
+    from flexinfer_engine.core.engine import LoadInfo
 
 
 def engine_hooks(registry: CollectorRegistry) -> Hooks:
@@ -61,3 +67,26 @@ def sleep_gauge(registry: CollectorRegistry, level: Callable[[], int]) -> None:
         "Sleep level of the engine: 0 awake, 1 weights offloaded, 2 weights dropped",
         registry=registry,
     ).set_function(level)
+
+
+def weights_gauge(registry: CollectorRegistry, load: Callable[[], LoadInfo | None]) -> None:
+    """``flexinfer_engine_weights_load_seconds{strategy}``: how long the last weight load
+    took, labelled with the strategy that produced the weights (``rdma`` from a peer,
+    ``gds``/``default`` from files); absent before the first load."""
+    registry.register(_WeightsCollector(load))
+
+
+class _WeightsCollector(Collector):
+    def __init__(self, load: Callable[[], LoadInfo | None]) -> None:
+        self.load = load
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "flexinfer_engine_weights_load_seconds",
+            "Seconds the last weight load took, by the strategy that loaded the weights",
+            labels=["strategy"],
+        )
+        info = self.load()
+        if info is not None:
+            family.add_metric([info.strategy], info.seconds)
+        yield family

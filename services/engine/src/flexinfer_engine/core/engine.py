@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from opentelemetry import trace
 
 from flexinfer_common.errors import ConfigError, PermanentError, UnavailableError
 from flexinfer_engine.core import fp8
@@ -25,7 +26,8 @@ from flexinfer_engine.core.model import DecoderLM, KVCache
 from flexinfer_engine.core.sampling import SamplingParams, make_generator, sample
 from flexinfer_engine.core.stops import StopMatcher
 from flexinfer_engine.core.tokenizer import EOS, ByteTokenizer, IncrementalDecoder
-from flexinfer_transfer import LoaderChain
+from flexinfer_engine.core.transfer_adapter import ReferenceEngineAdapter
+from flexinfer_transfer.adapter_loader import AdapterLoader
 
 log = logging.getLogger(__name__)
 
@@ -53,19 +55,28 @@ Event = Delta | Finished
 
 @dataclass(frozen=True)
 class LoadInfo:
-    """How a load went: when it started (epoch seconds), how long, which strategy."""
+    """How a load went: when it started (epoch seconds), how long, which strategy loaded
+    the weights and from where (a peer's ``mx_source_id/worker_id``, a directory)."""
 
     started_at: float
     seconds: float
     strategy: str
+    source: str = ""
 
 
 class InferenceEngine:
     """One model on one device."""
 
-    def __init__(self, model_dir: Path, loader: LoaderChain, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        loader: AdapterLoader,
+        device: str = "cpu",
+        tracer: trace.Tracer | None = None,
+    ) -> None:
         self.model_dir = model_dir
         self.loader = loader
+        self.tracer = tracer or trace.NoOpTracer()
         self.device = _check_device(device)
         self.config: ModelConfig = read_config(model_dir)
         self.tokenizer = ByteTokenizer()
@@ -80,15 +91,32 @@ class InferenceEngine:
         """Generations run in worker threads; the metrics scrape reads from the loop."""
 
     def load(self) -> LoadInfo:
-        """Load the weights through the loader chain onto the device."""
+        """Load the weights through the strategy chain (a live peer first) onto the device."""
         started_at, started = time.time(), time.perf_counter()
-        report = self.loader.load_report(self.model_dir, str(self.device))
-        self._assign(report.tensors)
+        with self.tracer.start_as_current_span("engine.load_weights") as span:
+            span.set_attribute("flexinfer.model_dir", str(self.model_dir))
+            report = self.loader.load(ReferenceEngineAdapter(self))
+            span.set_attribute("flexinfer.weights.strategy", report.strategy)
+            span.set_attribute("flexinfer.weights.source", report.source)
+            if report.skipped:
+                span.set_attribute("flexinfer.weights.skipped", report.skipped)
         self.loaded = True
-        info = LoadInfo(started_at, time.perf_counter() - started, report.strategy)
+        seconds = time.perf_counter() - started
+        info = LoadInfo(started_at, seconds, report.strategy, report.source)
         self.load_info = info
-        log.info("loaded %s via %s in %.3fs", self.model_dir, info.strategy, info.seconds)
+        log.info(
+            "loaded %s via %s from %s in %.3fs",
+            self.model_dir,
+            info.strategy,
+            info.source or "?",
+            info.seconds,
+            extra={"strategy": info.strategy, "source": info.source, "seconds": info.seconds},
+        )
         return info
+
+    def assign_weights(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Make ``tensors`` the model's weights (FP8 ones widened to the model's dtype)."""
+        self._assign(tensors)
 
     def _assign(self, tensors: dict[str, torch.Tensor]) -> None:
         tensors = fp8.dequantize(tensors, self.config.dtype)
@@ -131,10 +159,9 @@ class InferenceEngine:
         if not self.sleep_level:
             return
         if self._host_copy is not None:
-            tensors = {k: v.to(self.device) for k, v in self._host_copy.items()}
+            self._assign({k: v.to(self.device) for k, v in self._host_copy.items()})
         else:
-            tensors = self.loader.load(self.model_dir, str(self.device))
-        self._assign(tensors)
+            self.load()  # level 2: through the chain again, a live peer first
         self._host_copy = None
         self.sleep_level = 0
 

@@ -45,6 +45,7 @@ def launch_locally(
         arch=ctx.arch,
         environ=ctx.environ,
         lora_roots=ctx.lora_roots,
+        registry=ctx.registry,
     )
     if server is None:
         image = backend.render(request).image

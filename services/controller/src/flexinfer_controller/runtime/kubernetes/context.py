@@ -108,6 +108,7 @@ def build_context(model: Model, backends: BackendRegistry, options: RenderOption
     request = RenderRequest(
         model=model, model_location=location, vendor=vendor, arch=options.gpu.arch,
         environ=options.environ, lora_roots=options.lora_roots,
+        registry=options.registry_address or None,
     )  # fmt: skip
     return RenderContext(
         model=model, backend=backend, options=options, vendor=vendor,

@@ -81,8 +81,13 @@ def container(spec: EngineSpec, resources: Obj, mounts: Mounts) -> Obj:
         out["command"] = list(spec.command)
     if spec.args:
         out["args"] = list(spec.args)
-    if spec.env:
-        out["env"] = [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    env: list[Obj] = [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    env += [
+        {"name": k, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+        for k, path in sorted(spec.field_env.items())
+    ]
+    if env:
+        out["env"] = env
     out["ports"] = [{"name": PORT_NAME, "containerPort": spec.port, "protocol": "TCP"}]
     out["readinessProbe"] = probe(spec.readiness)
     if spec.startup is not None:
