@@ -12,11 +12,15 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
+from flexinfer_common.api import Model, ModelPhase, ModelStatus
 from flexinfer_common.api.meta import utcnow
 from flexinfer_common.bus import EventBus, topics
 from flexinfer_common.errors import FlexInferError
 from flexinfer_controller.core.cache import DownloadProgress
+from flexinfer_controller.core.desired import desired_replicas
+from flexinfer_controller.runtime import Replica
 
 log = logging.getLogger(__name__)
 
@@ -160,3 +164,31 @@ class ProgressReporter:
         with contextlib.suppress(asyncio.CancelledError):
             await sender
         self._sender = None
+
+
+def report_progress(
+    progress: ProgressReporter,
+    model: Model,
+    status: ModelStatus,
+    ready: list[Replica],
+    active_at: datetime | None,
+    download: DownloadProgress | None,
+    held: bool,
+) -> None:
+    """Advance the cold-start phases the proxy shows to waiting clients from one reconcile's
+    outcome (``held``: the shared-GPU hook holds the Model back; no start is under way)."""
+    key = model.key
+    if ready:
+        latest = max(ready, key=lambda r: r.ready_at or 0.0)
+        took = latest.ready_at - latest.started_at if latest.ready_at is not None else None
+        progress.ready(key, took)
+    elif held:
+        progress.abandon(key)
+    elif status.phase is ModelPhase.PENDING:
+        # Weights not in place: a start that is wanted waits for the pull.
+        if desired_replicas(model.spec, active_at, utcnow()).replicas > 0:
+            progress.pulling(key, download)
+        else:
+            progress.abandon(key)
+    elif status.desired_replicas == 0 or status.phase is ModelPhase.FAILED:
+        progress.abandon(key)

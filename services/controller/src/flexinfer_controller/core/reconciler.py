@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from flexinfer_common.api import Model, ModelPhase, ModelStatus
@@ -28,16 +27,14 @@ from flexinfer_common.store import ModelStore
 from flexinfer_controller.backends import (
     BackendRegistry,
     LaunchContext,
-    LaunchSpec,
 )
 from flexinfer_controller.core.autoscaler import Autoscaler, NoInFlight
 from flexinfer_controller.core.cache import (
-    DownloadProgress,
     ModelCache,
     NoRegistryCache,
 )
 from flexinfer_controller.core.crashes import CrashTracker
-from flexinfer_controller.core.desired import busy_until, desired_replicas
+from flexinfer_controller.core.desired import busy_until
 from flexinfer_controller.core.endpoints import EndpointPublisher
 from flexinfer_controller.core.events import ModelEvents
 from flexinfer_controller.core.failures import Failures
@@ -45,17 +42,15 @@ from flexinfer_controller.core.finalizer import ensure_finalizer, release_finali
 from flexinfer_controller.core.gpu import (
     RECHECK_S,
     DeclaredInventory,
-    GPUAssignment,
     GPUInventory,
     Placer,
-    Unplaced,
 )
 from flexinfer_controller.core.kvcache import KVCacheCheck, NoEngineMetrics
 from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.placement import CorePlacer
 from flexinfer_controller.core.planner import Plan, Planner
-from flexinfer_controller.core.prestart import NoPreStart, PreStart, PreStartRefusedError
-from flexinfer_controller.core.progress import ProgressReporter
+from flexinfer_controller.core.prestart import NoPreStart, PreStart
+from flexinfer_controller.core.progress import ProgressReporter, report_progress
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.scaleout import ScaleOut
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
@@ -63,8 +58,8 @@ from flexinfer_controller.core.sharing.drain import Drainer
 from flexinfer_controller.core.sleep import SleepKeeper
 from flexinfer_controller.core.sleepbook import SleepPolicy
 from flexinfer_controller.core.sources import SourceResolution, resolve_source
+from flexinfer_controller.core.starter import ReplicaStarter
 from flexinfer_controller.core.status import (
-    Verdict,
     build_external_status,
     build_status,
     phase_change,
@@ -131,6 +126,14 @@ class Reconciler:
         )
         self._kv = kv_check or KVCacheCheck(NoEngineMetrics())
         self._prestart: PreStart = prestart or NoPreStart()
+        self._starter = ReplicaStarter(
+            planner=self._planner,
+            runtime=runtime,
+            crashes=crashes,
+            queue=queue,
+            prestart=self._prestart,
+            metrics=metrics,
+        )
         self._runtime = runtime
         self._backends = backends
         self._publisher = publisher
@@ -249,7 +252,7 @@ class Reconciler:
             elif len(current) < desired and plan.launch is not None:
                 if cold:
                     self._progress.scheduled(key)
-                started, verdict = await self._scale_up(model, plan, desired - len(current))
+                started, verdict = await self._starter.start(model, plan, desired - len(current))
                 if started and cold:
                     self._progress.loading(key)
                 current += started
@@ -279,7 +282,7 @@ class Reconciler:
             key, serving, status.phase.value, blocked_reason(status), adapters=self._takes(model)
         )
         held = plan.verdict.shared is not None
-        self._report_progress(model, status, ready, active_at, plan.download, held)
+        report_progress(self._progress, model, status, ready, active_at, plan.download, held)
         to_stop = await self.sleep.spare(model, to_stop, desired, plan.model_dir)
         for replica in to_stop:
             await self._runtime.stop(replica.id)
@@ -342,33 +345,6 @@ class Reconciler:
             self._metrics.observe_replicas(self._runtime.list())
             self._metrics.models.set(model.key, status.phase.value)
 
-    def _report_progress(
-        self,
-        model: Model,
-        status: ModelStatus,
-        ready: list[Replica],
-        active_at: datetime | None,
-        download: DownloadProgress | None,
-        held: bool,
-    ) -> None:
-        """Advance the cold-start phases the proxy shows to waiting clients (``held``: the
-        shared-GPU hook holds the Model back; no start is under way)."""
-        key = model.key
-        if ready:
-            latest = max(ready, key=lambda r: r.ready_at or 0.0)
-            took = latest.ready_at - latest.started_at if latest.ready_at is not None else None
-            self._progress.ready(key, took)
-        elif held:
-            self._progress.abandon(key)
-        elif status.phase is ModelPhase.PENDING:
-            # Weights not in place: a start that is wanted waits for the pull.
-            if desired_replicas(model.spec, active_at, utcnow()).replicas > 0:
-                self._progress.pulling(key, download)
-            else:
-                self._progress.abandon(key)
-        elif status.desired_replicas == 0 or status.phase is ModelPhase.FAILED:
-            self._progress.abandon(key)
-
     async def _reconcile_external(
         self, model: Model, replicas: list[Replica], last_active: datetime | None
     ) -> None:
@@ -381,49 +357,6 @@ class Reconciler:
         for replica in replicas:
             await self._runtime.stop(replica.id)
         await self._write_status(model, build_external_status(model, last_active=last_active))
-
-    async def _scale_up(
-        self, model: Model, plan: Plan, count: int
-    ) -> tuple[list[Replica], Verdict]:
-        generation = model.metadata.generation or 1
-        verdict = plan.verdict
-        now = time.monotonic()
-        delay = self._crashes.restart_delay(model.key, generation, now)
-        if delay > 0:
-            self._queue.add_after(model.key, delay)
-            return [], replace(verdict, waiting=f"restarting after a crash in {delay:.1f}s")
-        started: list[Replica] = []
-        spec: LaunchSpec | None = None
-        for _ in range(count):
-            gpus = await self._planner.assign(model)
-            if isinstance(gpus, Unplaced):  # the GPUs are taken: it starts when one frees
-                return started, replace(verdict, waiting=gpus.message)
-            try:
-                spec = spec or await self._prepared(model, plan)
-                replica = await self._runtime.start(model.key, generation, _pinned(spec, gpus))
-            except PreStartRefusedError:
-                raise  # the Model goes Failed: the same step would refuse it again
-            except FlexInferError as exc:
-                log.warning("cannot start an engine for %s: %s", model.key, exc)
-                self._crashes.record(model.key, generation, now, str(exc))
-                self._queue.add_after(
-                    model.key, self._crashes.restart_delay(model.key, generation, now)
-                )
-                return started, replace(verdict, waiting=str(exc))
-            started.append(replica)
-            if self._metrics is not None:
-                self._metrics.engine_starts.labels(model.spec.backend).inc()
-        return started, verdict
-
-    async def _prepared(self, model: Model, plan: Plan) -> LaunchSpec:
-        """The launch after the pre-start step, re-rendered when it moved the model."""
-        assert plan.launch is not None
-        if plan.model_dir is None:
-            return plan.launch
-        model_dir = await self._prestart.prepare(model, plan.model_dir)
-        if model_dir == plan.model_dir:
-            return plan.launch
-        return self._planner.relaunch(model, plan, model_dir)
 
     async def _teardown(self, key: str) -> None:
         """The model is gone: withdraw its endpoints, then stop its replicas."""
@@ -448,8 +381,3 @@ class Reconciler:
         self._failures.forget(key)
         self._crashes.forget(key)
         self._progress.forget(key)
-
-
-def _pinned(spec: LaunchSpec, gpus: GPUAssignment | None) -> LaunchSpec:
-    """The launch of one replica on ``gpus`` (None: as rendered)."""
-    return spec if gpus is None else replace(spec, gpus=gpus)
