@@ -51,7 +51,7 @@ from flexinfer_testing.prometheus import (  # noqa: E402
 
 OUT = ROOT / "docs" / "images"
 GRID_COLUMNS = 24
-ROW_INCHES = 0.32
+ROW_INCHES = 0.36
 """Height of one Grafana grid row in the figure (a panel of h=8 is about 2.5 inches)."""
 WIDTH_INCHES = 18.0
 DEMO_RATE_INTERVAL = "15s"
@@ -59,6 +59,8 @@ DEMO_RATE_INTERVAL = "15s"
 enough that a minute of traffic shows its shape."""
 DEMO_SWAPS = 3
 """GPU swaps the demo's traffic makes (each starts an engine: seconds)."""
+DEMO_STEADY_S = 45.0
+"""Then warm traffic for this long, so that rates show over time."""
 LEGEND = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 BYTE_STEPS = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
 
@@ -89,7 +91,8 @@ def legend_of(legend_format: str, labels: dict[str, str]) -> str:
     """A series' name as Grafana writes it from the target's legendFormat."""
     if not legend_format:
         return "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-    return LEGEND.sub(lambda m: labels.get(m[1], ""), legend_format)
+    # The proxy labels a request whose model it did not know with model="".
+    return LEGEND.sub(lambda m: labels.get(m[1]) or f'{m[1]}=""', legend_format)
 
 
 def plot_panel(ax: Axes, prom: Prometheus, panel: dict[str, Any], window: tuple[float, float],
@@ -124,16 +127,22 @@ def render(board: dict[str, Any], prom: Prometheus, window: tuple[float, float],
     shown = [p for p in panels(board) if p.get("type") not in {"row", "text"}]
     rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in shown)
     fig = plt.figure(figsize=(WIDTH_INCHES, rows * ROW_INCHES + 1.0))
-    grid = fig.add_gridspec(rows, GRID_COLUMNS, hspace=2.2, wspace=1.5)
+    grid = fig.add_gridspec(rows, GRID_COLUMNS, hspace=0, wspace=0)
     for panel in shown:
         pos = panel["gridPos"]
-        ax = fig.add_subplot(grid[pos["y"] : pos["y"] + pos["h"], pos["x"] : pos["x"] + pos["w"]])
+        # The panel's cells less a margin: a row above for the title, one below for the
+        # time axis, a column on the left for the unit.
+        cells = grid[pos["y"] + 1 : pos["y"] + pos["h"] - 1, pos["x"] + 1 : pos["x"] + pos["w"]]
+        ax = fig.add_subplot(cells)
         plot_panel(ax, prom, panel, window, step_s, rate_interval)
+        ax.set_xlim(datetime.fromtimestamp(window[0]), datetime.fromtimestamp(window[1]))
+        if ax.get_ylim()[0] > 0 or (ax.get_ylim()[0] < 0 < ax.get_ylim()[1]):
+            ax.set_ylim(bottom=0)  # as Grafana's default for these non-negative series
     start, end = (datetime.fromtimestamp(t).strftime("%H:%M:%S") for t in window)
     fig.suptitle(f"{board['title']}  ({start} to {end}, Prometheus)", fontsize=14, x=0.01,
                  ha="left")  # fmt: skip
-    fig.subplots_adjust(left=0.04, right=0.99, top=1 - 0.6 / (rows * ROW_INCHES + 1.0),
-                        bottom=0.03)  # fmt: skip
+    fig.subplots_adjust(left=0.01, right=0.99, top=1 - 0.5 / (rows * ROW_INCHES + 1.0),
+                        bottom=0.01)  # fmt: skip
     path = out / f"{board['uid']}.png"
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -159,7 +168,12 @@ def _seconds(text: str) -> float:
 
 def demo(out: Path) -> list[Path]:
     """Start the test's stack and Prometheus, drive its traffic, render what was scraped."""
-    from flexinfer_testing.dashboard_stack import dashboard_stack, drive_traffic
+    from flexinfer_testing.dashboard_stack import (
+        SHARED,
+        dashboard_stack,
+        drive_traffic,
+        steady_traffic,
+    )
 
     binary = prometheus_binary()
     if binary is None:
@@ -170,6 +184,7 @@ def demo(out: Path) -> list[Path]:
     ):
         start = time.time()
         asyncio.run(drive_traffic(procs, swaps=DEMO_SWAPS))
+        asyncio.run(steady_traffic(procs, SHARED[DEMO_SWAPS % 2], DEMO_STEADY_S))
         failures = wait_for_series(prom, all_queries(), DEMO_RATE_INTERVAL, 30.0)
         if failures:
             print("render_dashboards: panels without data:", *failures, sep="\n  ")

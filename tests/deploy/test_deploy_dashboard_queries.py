@@ -52,6 +52,7 @@ async def test_every_dashboard_expression_returns_series_after_real_traffic(
 ) -> None:
     procs, prom = scraped
     seen = await drive_traffic(procs)
+    assert seen["prefetch"], seen  # a cache entry the registry downloaded, then evicted
     assert seen["cold"], seen
     assert seen["stream"], seen
     assert all(seen["swaps"]), seen

@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import openai
@@ -30,6 +33,7 @@ from flexinfer_testing.stack import delete_redis_keys
 HEALTHY_TIMEOUT_S = 90.0
 ONE_SHOT_TIMEOUT_S = 120.0
 REQUEST_TIMEOUT_S = 120.0
+SCRAPED_TIMEOUT_S = 30.0
 GPU = [{"vendor": "nvidia", "count": 1, "arch": "sm_90", "vram": "24Gi", "node": "n1"}]
 """One declared 24 GiB GPU: the shared Models below (16 GB each) take turns on it."""
 SHARED = ("shared-a", "shared-b")
@@ -74,6 +78,8 @@ def dashboard_stack(
             procs.up(HEALTHY_TIMEOUT_S, ONE_SHOT_TIMEOUT_S)
             config = local_config(procs.addresses)
             with run_prometheus(prometheus_binary, root / "prometheus", config) as prom:
+                static = {job["job_name"] for job in config["scrape_configs"]}
+                prom.wait_scraped(static - {"engines"}, SCRAPED_TIMEOUT_S)  # none runs yet
                 yield procs, prom
         finally:
             procs.stop()
@@ -113,6 +119,39 @@ def apply_shared_models(procs: ComposeProcesses) -> None:
         assert response.status_code in (200, 201), response.text
 
 
+def _prefetch(procs: ComposeProcesses, source: str, cache_dir: Path) -> int:
+    """The Model prefetch Job's command (docs/architecture.md): the source through the
+    registry (EnsureModelDownloaded, then StreamModelFiles) into ``cache_dir``."""
+    command = [
+        sys.executable, "-m", "flexinfer_registry.client.mx_cli",
+        "--server", f"127.0.0.1:{procs.port('registry', 8001)}",
+        "--token", procs.secrets["FLEXINFER_ADMIN_TOKEN"],
+        "model", "download", source, "--strategy", "ServerOnly", "--cache-dir", str(cache_dir),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.returncode
+
+
+def registry_traffic(procs: ComposeProcesses) -> list[str]:
+    """Prefetches through the registry: a miss that downloads, a hit, an eviction through
+    its admin API, and a miss again; the cache keys it evicted."""
+    source = (procs.root / "model-cache" / "tiny").as_uri()
+    prefetched = procs.root / "prefetched"
+    _prefetch(procs, source, prefetched / "1")
+    _prefetch(procs, source, prefetched / "2")
+    admin = f"http://127.0.0.1:{procs.port('registry', 8011)}/v1/registry/models"
+    token = {"Authorization": f"Bearer {procs.secrets['FLEXINFER_ADMIN_TOKEN']}"}
+    listed = httpx.get(admin, headers=token, timeout=30)
+    assert listed.status_code == 200, listed.text
+    keys = [m["key"] for m in listed.json() if m["status"] == "DOWNLOADED"]
+    for key in keys:
+        evicted = httpx.post(f"{admin}/{quote(key, safe='')}/evict", headers=token, timeout=30)
+        assert evicted.status_code == 200, evicted.text
+    _prefetch(procs, source, prefetched / "3")
+    return keys
+
+
 async def _ask(sdk: openai.AsyncOpenAI, model: str, *, stream: bool = False) -> str:
     messages: Any = [{"role": "user", "content": f"Hello {model}"}]
     if stream:
@@ -124,10 +163,10 @@ async def _ask(sdk: openai.AsyncOpenAI, model: str, *, stream: bool = False) -> 
     return reply.choices[0].message.content or ""
 
 
-async def _refused(sdk: openai.AsyncOpenAI, model: str) -> int:
+async def _refused(sdk: openai.AsyncOpenAI, model: str, *, stream: bool = False) -> int:
     """One request's status: 200, or the error status the proxy answered."""
     try:
-        await _ask(sdk, model)
+        await _ask(sdk, model, stream=stream)
     except openai.APIStatusError as exc:
         return exc.status_code
     return 200
@@ -144,6 +183,7 @@ async def drive_traffic(procs: ComposeProcesses, swaps: int = 1) -> dict[str, An
         base_url=f"{proxy_url(procs)}/v1", api_key="unused", max_retries=0,
         timeout=REQUEST_TIMEOUT_S,
     )  # fmt: skip
+    seen["prefetch"] = await asyncio.to_thread(registry_traffic, procs)
     async with sdk:
         apply_shared_models(procs)
         seen["cold"] = await _ask(sdk, first)  # scaled to zero, the GPU free: a cold start
@@ -154,3 +194,24 @@ async def drive_traffic(procs: ComposeProcesses, swaps: int = 1) -> dict[str, An
         last = SHARED[swaps % 2]
         seen["burst"] = await asyncio.gather(*(_refused(sdk, last) for _ in range(BURST)))
     return seen
+
+
+async def steady_traffic(procs: ComposeProcesses, model: str, seconds: float) -> None:
+    """Warm requests to ``model`` for ``seconds`` (every other one streamed), with an
+    unknown model now and then and a burst past the rate limit, so that the pictures of
+    docs/dashboards.md show rates over time rather than one step."""
+    sdk = openai.AsyncOpenAI(
+        base_url=f"{proxy_url(procs)}/v1", api_key="unused", max_retries=0,
+        timeout=REQUEST_TIMEOUT_S,
+    )  # fmt: skip
+    async with sdk:
+        end = asyncio.get_running_loop().time() + seconds
+        tick = 0
+        while asyncio.get_running_loop().time() < end:
+            tick += 1
+            await _refused(sdk, model, stream=tick % 2 == 0)
+            if tick % 10 == 0:
+                await _refused(sdk, "no-such-model")
+            if tick % 25 == 0:
+                await asyncio.gather(*(_refused(sdk, model) for _ in range(BURST)))
+            await asyncio.sleep(0.4)  # pacing: about two requests a second, as the limit allows

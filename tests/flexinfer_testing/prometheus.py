@@ -98,6 +98,17 @@ class Prometheus:
             for t in body["data"]["activeTargets"]
         }
 
+    def wait_scraped(self, jobs: set[str], timeout_s: float) -> None:
+        """Poll until each of ``jobs`` has a target whose scrape succeeded: a counter's
+        first increase after this is seen as one (from the 0 scraped before it)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            up = {key.split(" ")[0] for key, healthy in self.targets_up().items() if healthy}
+            if jobs <= up:
+                return
+            assert time.monotonic() < deadline, f"never scraped: {sorted(jobs - up)}"
+            time.sleep(0.2)  # the polling interval: scrapes are a second apart
+
     def tail(self) -> str:
         """The end of the server's log."""
         return "" if self.log is None else self.log.read_text(errors="replace")[-3000:]
