@@ -31,7 +31,6 @@ import httpx  # noqa: E402
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # files only: no display here
-import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.ticker import FuncFormatter, PercentFormatter  # noqa: E402
@@ -72,6 +71,10 @@ def _bytes(value: float, _pos: float) -> str:
     return f"{value:.0f} B"
 
 
+def _clock(value: float, _pos: float) -> str:
+    return datetime.fromtimestamp(value).strftime("%H:%M:%S")
+
+
 def _style_axis(ax: Axes, unit: str) -> None:
     """Tick labels in the panel's unit, as Grafana formats them."""
     if unit == "percentunit":
@@ -82,7 +85,7 @@ def _style_axis(ax: Axes, unit: str) -> None:
     label = unit.removeprefix("suffix:").strip() if unit.startswith("suffix:") else suffix.get(unit)
     if label:
         ax.set_ylabel(label, fontsize=8)
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))
+    ax.xaxis.set_major_formatter(FuncFormatter(_clock))
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
 
@@ -107,7 +110,7 @@ def plot_panel(ax: Axes, prom: Prometheus, panel: dict[str, Any], window: tuple[
             ax.text(0.5, 0.5, f"query error: {exc}", ha="center", transform=ax.transAxes)
             continue
         for series in result:
-            times = [datetime.fromtimestamp(float(t)) for t, _ in series["values"]]
+            times = [float(t) for t, _ in series["values"]]
             values = [float(v) for _, v in series["values"]]
             label = legend_of(target.get("legendFormat", ""), series["metric"])
             ax.plot(times, values, label=label, linewidth=1.4, marker=".", markersize=2)
@@ -135,7 +138,7 @@ def render(board: dict[str, Any], prom: Prometheus, window: tuple[float, float],
         cells = grid[pos["y"] + 1 : pos["y"] + pos["h"] - 1, pos["x"] + 1 : pos["x"] + pos["w"]]
         ax = fig.add_subplot(cells)
         plot_panel(ax, prom, panel, window, step_s, rate_interval)
-        ax.set_xlim(datetime.fromtimestamp(window[0]), datetime.fromtimestamp(window[1]))
+        ax.set_xlim(window[0], window[1])
         if ax.get_ylim()[0] > 0 or (ax.get_ylim()[0] < 0 < ax.get_ylim()[1]):
             ax.set_ylim(bottom=0)  # as Grafana's default for these non-negative series
     start, end = (datetime.fromtimestamp(t).strftime("%H:%M:%S") for t in window)
