@@ -122,3 +122,22 @@ def test_pytest_collecting_nothing_is_a_failure() -> None:
     )
     assert done.returncode == 5
     assert done.stderr.endswith("dev: pytest collected no tests\n")
+
+
+def test_setup_leaves_an_installed_prometheus_alone(tmp_path: Path) -> None:
+    (tmp_path / "prometheus").write_text("#!/bin/sh\n")
+    (tmp_path / "prometheus").chmod(0o755)
+    done = _sourced(f'PATH="{tmp_path}:$PATH"; ensure_prometheus')
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_without_prometheus_or_apt_setup_says_the_dashboard_test_will_skip(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "id").symlink_to("/usr/bin/id")  # the only tool on PATH: no apt-get
+    done = _sourced(f'PATH="{tmp_path}"; ensure_prometheus')
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (
+        "dev: no prometheus binary (install Debian's prometheus package): the dashboard "
+        "query test will skip\n"
+    )

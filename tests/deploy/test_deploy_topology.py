@@ -10,9 +10,7 @@ wires them.
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +20,7 @@ import openai
 import psutil
 import pytest
 
-from flexinfer_testing.compose_processes import ComposeProcesses, start_order
+from flexinfer_testing.compose_processes import ComposeProcesses
 from flexinfer_testing.services import postgres_database, require_redis
 from flexinfer_testing.stack import delete_redis_keys
 
@@ -53,7 +51,7 @@ def topology(tmp_path: Path) -> Iterator[ComposeProcesses]:
             },
         )
         try:
-            _start_all(procs)
+            procs.up(HEALTHY_TIMEOUT_S, ONE_SHOT_TIMEOUT_S)
             yield procs
         finally:
             engines = _engines(procs)
@@ -61,21 +59,6 @@ def topology(tmp_path: Path) -> Iterator[ComposeProcesses]:
             delete_redis_keys(redis_url, prefix)
             survivors = [e.pid for e in engines if e.is_running() and e.status() != "zombie"]
             assert not survivors, f"engines {survivors} outlived the controller"
-
-
-def _start_all(procs: ComposeProcesses) -> None:
-    services = procs.compose["services"]
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEXINFER_")}
-    for name in start_order(services):
-        proc = procs.start(name, base_env)
-        if services[name].get("restart") == "no":  # a one-shot: its dependents wait for it
-            try:
-                code = proc.wait(ONE_SHOT_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"{name} did not finish: {procs.log(name)}")
-            assert code == 0, f"{name} exited {code}: {procs.log(name)}"
-        else:
-            procs.wait_healthy(name, HEALTHY_TIMEOUT_S)
 
 
 def _engines(procs: ComposeProcesses) -> list[psutil.Process]:

@@ -12,8 +12,8 @@ packages.
 
 from __future__ import annotations
 
+import os
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -122,15 +122,19 @@ class ComposeProcesses:
                 (copy / path.name).write_text(text, encoding="utf-8")
         return copy
 
-    def translate(self, service: str, value: str) -> str:
-        """One string of compose.yaml as the local process sees it."""
-        value = INTERPOLATION.sub(lambda m: self.secrets[m.group(1)], value)
+    def addresses(self, value: str) -> str:
+        """``service:port`` in ``value`` as the local address that stands for it."""
         names = "|".join(re.escape(n) for n in self.compose["services"])
 
         def address(m: re.Match[str]) -> str:
             return f"127.0.0.1:{self.port(self._owner(m.group(1)), int(m.group(2)))}"
 
-        value = re.sub(rf"\b({names}):(\d+)\b", address, value)
+        return re.sub(rf"\b({names}):(\d+)\b", address, value)
+
+    def translate(self, service: str, value: str) -> str:
+        """One string of compose.yaml as the local process sees it."""
+        value = INTERPOLATION.sub(lambda m: self.secrets[m.group(1)], value)
+        value = self.addresses(value)
         for target, local in sorted(self._paths(service).items(), key=lambda kv: -len(kv[0])):
             value = swap_path(value, target, local)
         return value
@@ -168,8 +172,46 @@ class ComposeProcesses:
         self.procs[service] = proc
         return proc
 
-    def wait_healthy(self, service: str, timeout: float) -> None:
-        """Run the service's compose healthcheck (translated) until it passes."""
+    def up(self, healthy_timeout_s: float, one_shot_timeout_s: float) -> None:
+        """Start every FlexInfer service as compose does: each as soon as what it
+        depends_on is healthy (long-running) or exited 0 (one-shot, ``restart: "no"``),
+        services without a dependency between them at once."""
+        services = self.compose["services"]
+        base_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEXINFER_")}
+        pending = start_order(services)
+        done: set[str] = set()
+        deadlines: dict[str, float] = {}
+        while pending or deadlines:
+            for name in [n for n in pending if self._needs(n) <= done]:
+                pending.remove(name)
+                self.start(name, base_env)
+                one_shot = services[name].get("restart") == "no"
+                timeout = one_shot_timeout_s if one_shot else healthy_timeout_s
+                deadlines[name] = time.monotonic() + timeout
+            for name, deadline in list(deadlines.items()):
+                if self._started(name):
+                    done.add(name)
+                    del deadlines[name]
+                else:
+                    assert time.monotonic() < deadline, f"{name} not up: {self.log(name)}"
+            time.sleep(0.2)  # the polling interval, not a wait for an outcome
+
+    def _needs(self, service: str) -> set[str]:
+        """The FlexInfer services ``service`` depends_on."""
+        return set(self.compose["services"][service].get("depends_on", {})) - EXTERNAL
+
+    def _started(self, service: str) -> bool:
+        """A one-shot exited 0, or a long-running service passes its healthcheck."""
+        proc = self.procs[service]
+        if self.compose["services"][service].get("restart") == "no":
+            code = proc.poll()
+            assert code in (None, 0), f"{service} exited {code}: {self.log(service)}"
+            return code == 0
+        assert proc.poll() is None, f"{service} exited {proc.returncode}: {self.log(service)}"
+        return self.healthy(service)
+
+    def healthy(self, service: str) -> bool:
+        """Whether the service's compose healthcheck (translated) passes now."""
         test = self.compose["services"][service]["healthcheck"]["test"]
         assert test[0] == "CMD", f"{service}: only exec-form healthchecks translate"
         # The container's own loopback port: the port that stands for it here.
@@ -177,12 +219,7 @@ class ComposeProcesses:
             re.sub(r"127\.0\.0\.1:(\d+)", lambda m: self._local(service, m), t) for t in test[1:]
         ]
         check = [sys.executable, *check[1:]] if check[0] == "python" else check
-        deadline = time.monotonic() + timeout
-        while subprocess.run(check, capture_output=True, check=False).returncode != 0:
-            proc = self.procs[service]
-            assert proc.poll() is None, f"{service} exited {proc.returncode}: {self.log(service)}"
-            assert time.monotonic() < deadline, f"{service} unhealthy: {shlex.join(check)}"
-            time.sleep(0.2)
+        return subprocess.run(check, capture_output=True, check=False).returncode == 0
 
     def _local(self, service: str, m: re.Match[str]) -> str:
         return f"127.0.0.1:{self.port(self._owner(service), int(m.group(1)))}"
