@@ -65,7 +65,9 @@ class FlexInferModelLoader(BaseModelLoader):  # type: ignore[misc]
 
     def load_model(self, vllm_config: Any, model_config: Any, prefix: str = "") -> nn.Module:
         """Build the model on vLLM's device and fill it through the strategy chain."""
-        device = vllm_config.load_config.device or vllm_config.device_config.device
+        # LoadConfig.device (a load-time device override) is absent from older vLLMs.
+        load_device = getattr(vllm_config.load_config, "device", None)
+        device = load_device or vllm_config.device_config.device
         target = torch.device(device)
         settings = EngineLoadingSettings()
 
