@@ -71,9 +71,13 @@ class FlexInferModelLoader(BaseModelLoader):  # type: ignore[misc]
         target = torch.device(device)
         settings = EngineLoadingSettings()
 
+        # Newer vLLMs build through the loader's create_model (it also logs online
+        # quantization); older ones through initialize_model, which create_model wraps.
+        create = getattr(self, "create_model", None) or initialize_model
+
         def build() -> nn.Module:
             with _default_dtype(model_config.dtype), target:
-                model: nn.Module = initialize_model(
+                model: nn.Module = create(
                     vllm_config=vllm_config, model_config=model_config, prefix=prefix
                 )
             return model
