@@ -5,12 +5,15 @@ LoadWeightsAdapter both loaders use (checkpoint names through the model's own
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import importlib
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -19,6 +22,9 @@ from safetensors.torch import save_file
 from torch import nn
 
 from flexinfer_common.mx_identity import SourceIdentity
+from flexinfer_common.serving import serve_in_background
+from flexinfer_registry.app import create_app
+from flexinfer_registry.settings import RegistrySettings
 from flexinfer_transfer import (
     ReaderSettings,
     SourceCandidate,
@@ -190,9 +196,50 @@ def test_embedded_loaders_read_flexinfers_or_modelexpress_env_names(
     assert not EngineLoadingSettings().serve_peers  # serving peers is opted into
 
 
+def _loading(worker_id: str) -> Loading:
+    identity = SourceIdentity(model_name="org/fused", dtype="float32", tensor_parallel_size=1)
+    return Loading(identity, worker_id, device="cpu", accelerator="cpu")
+
+
 def test_load_through_chain_without_a_registry_loads_the_files(tmp_path: Path) -> None:
     save_file(CHECKPOINT, tmp_path / "model.safetensors")
-    loading = Loading(SourceIdentity(model_name="fused"), "w0", device="cpu", accelerator="cpu")
     settings = EngineLoadingSettings(registry="", serve_peers=False)
-    model = load_through_chain(tmp_path, loading, Fused, repack, settings)
-    _check(model)
+    loaded = load_through_chain(tmp_path, _loading("w0"), Fused, repack, settings)
+    assert loaded.report.strategy != "rdma"
+    assert loaded.source is None
+    _check(loaded.model)
+
+
+@pytest.fixture
+async def registry(tmp_path: Path) -> AsyncIterator[str]:
+    """A real registry (in-process, memory store), its P2pService over gRPC."""
+    app: Any = create_app(RegistrySettings(port=0, grpc_port=0, cache_dir=tmp_path / "reg"))
+    async with serve_in_background(app):
+        yield str(app.state.grpc_address)
+
+
+async def test_a_second_embedded_load_reads_the_first_over_nixl(
+    registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEXINFER_TRANSFER_SOURCE_REGISTRY", registry)
+    # The registry serves on this event loop: everything that blocks runs in a thread.
+    await asyncio.to_thread(_first_serves_second_reads, registry, tmp_path)
+
+
+def _first_serves_second_reads(registry: str, tmp_path: Path) -> None:
+    save_file(CHECKPOINT, tmp_path / "model.safetensors")
+    first = load_through_chain(
+        tmp_path, _loading("first"), Fused, repack, EngineLoadingSettings(serve_peers=True)
+    )
+    assert first.source is not None
+    assert first.source.publisher is not None
+    try:
+        assert first.source.publisher.published.wait(30)
+        settings = EngineLoadingSettings(registry=registry, serve_peers=False)
+        second = load_through_chain(tmp_path, _loading("second"), Fused, repack, settings)
+    finally:
+        assert first.source.stop()
+        atexit.unregister(first.source.stop)
+    assert second.report.strategy == "rdma"
+    assert second.report.source.endswith("/first")
+    _check(second.model)  # the served (post-processed) bytes, not processed again

@@ -131,8 +131,11 @@ def _transport(
     if missing is not None:
         log.warning("a registry is configured but peers cannot be read from: %s", missing)
         return None
+    # Ranks sharing a worker id (one set for a whole tensor-parallel group) need distinct
+    # agent names at their sources; rank 0 keeps the plain ``<id>-target``.
+    rank = f"-rank{loading.worker_rank}" if loading.worker_rank else ""
     return NixlTransport(
-        NixlTransferManager(f"{loading.worker_id}-rank{loading.worker_rank}-target"),
+        NixlTransferManager(f"{loading.worker_id}{rank}-target"),
         RegistryDirectory(registry),
         target,
         batch_bytes=transfer.peer_batch_mib << 20,

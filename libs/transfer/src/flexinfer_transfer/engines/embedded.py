@@ -6,11 +6,13 @@ from __future__ import annotations
 import atexit
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from torch import nn
 
+from flexinfer_transfer.chain import LoadReport
 from flexinfer_transfer.engine_loading import (
     EngineLoadingSettings,
     Loading,
@@ -24,6 +26,16 @@ from flexinfer_transfer.settings import TransferSettings
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class EmbeddedLoad:
+    """One finished load inside an engine."""
+
+    model: nn.Module
+    report: LoadReport
+    source: PeerSource | None
+    """This worker as a source for its peers, when asked to serve them."""
+
+
 def load_through_chain(
     model_dir: Path,
     loading: Loading,
@@ -31,7 +43,7 @@ def load_through_chain(
     post_process: Callable[[nn.Module], None],
     settings: EngineLoadingSettings,
     skeleton_post_process: Callable[[nn.Module], None] | None = None,
-) -> nn.Module:
+) -> EmbeddedLoad:
     """The model, its weights from the fastest live source (a peer, then files)."""
     loader = build_adapter_loader(
         model_dir, loading, TransferSettings(), settings.registry, CollectorRegistry()
@@ -49,9 +61,8 @@ def load_through_chain(
     )
     if adapter.model is None:
         raise RuntimeError("the strategy chain finished without a model")
-    if settings.serve_peers:
-        serve_peers(adapter.model, loading)
-    return adapter.model
+    source = serve_peers(adapter.model, loading) if settings.serve_peers else None
+    return EmbeddedLoad(adapter.model, report, source)
 
 
 def serve_peers(model: nn.Module, loading: Loading) -> PeerSource | None:

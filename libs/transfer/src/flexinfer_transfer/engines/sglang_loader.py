@@ -64,14 +64,16 @@ class FlexInferSglangLoader(sglang_loader.BaseModelLoader):  # type: ignore[misc
             accelerator=target.type,
             worker_rank=int(get_tensor_model_parallel_rank()),
         )
-        model = load_through_chain(
-            self._model_dir(model_config),
-            loading,
-            build,
-            process_quantized_weights,
-            settings,
-            skeleton_post_process=_finish_skeleton,
-        )
+        # As in SGLang's DefaultModelLoader, weights load under the model's default dtype.
+        with set_default_torch_dtype(model_config.dtype):
+            model = load_through_chain(
+                self._model_dir(model_config),
+                loading,
+                build,
+                process_quantized_weights,
+                settings,
+                skeleton_post_process=_finish_skeleton,
+            ).model
         return model.eval()
 
     def _model_dir(self, model_config: Any) -> Path:

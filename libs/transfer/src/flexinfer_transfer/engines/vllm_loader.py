@@ -86,9 +86,12 @@ class FlexInferModelLoader(BaseModelLoader):  # type: ignore[misc]
             process_weights_after_loading(model, model_config, target)
 
         loading = self._loading(model_config, target, settings)
-        model = load_through_chain(
-            self._model_dir(model_config), loading, build, post_process, settings
-        )
+        # As in vLLM's own load_model, weight loading and post-processing run under the
+        # model's default dtype too.
+        with _default_dtype(model_config.dtype):
+            model = load_through_chain(
+                self._model_dir(model_config), loading, build, post_process, settings
+            ).model
         return model.eval()
 
     def _model_dir(self, model_config: Any) -> Path:
