@@ -12,7 +12,6 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from torch import nn
 
-from flexinfer_transfer.chain import LoadReport
 from flexinfer_transfer.engine_loading import (
     EngineLoadingSettings,
     Loading,
@@ -22,6 +21,7 @@ from flexinfer_transfer.engines.module_adapter import LoadWeightsAdapter
 from flexinfer_transfer.nixl_manager import nixl_missing
 from flexinfer_transfer.peer_source import PeerSource, PeerSourceSettings, SourceRole
 from flexinfer_transfer.settings import TransferSettings
+from flexinfer_transfer.strategy_chain import LoadReport
 
 log = logging.getLogger(__name__)
 
