@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pydantic
 import pytest
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from flexinfer_cli.__main__ import main
 from flexinfer_cli.config_reference import (
@@ -208,3 +209,22 @@ def test_a_nested_group_is_read_through_the_service(clean_env: pytest.MonkeyPatc
     rows = render().splitlines()
     assert any(row.startswith("| `FLEXINFER_BUS_URL` |") for row in rows)
     assert any("`FLEXINFER_PROXY_MAX_QUEUE_SIZE` (or `PROXY_MAX_QUEUE_SIZE`)" in r for r in rows)
+
+
+class _Partly(BaseSettings):
+    """A group with one field documented and one not."""
+
+    model_config = SettingsConfigDict(env_prefix="FLEXINFER_TEST_", extra="ignore")
+
+    documented: int = 1
+    """Seconds of something, and why one."""
+
+    bare: int = 2
+
+
+def test_an_undocumented_field_is_found() -> None:
+    found = {v.names[0]: v.description for v in variables(_Partly)}
+    assert found == {
+        "FLEXINFER_TEST_DOCUMENTED": "Seconds of something, and why one.",
+        "FLEXINFER_TEST_BARE": "",
+    }
