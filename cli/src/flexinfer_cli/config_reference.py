@@ -241,7 +241,8 @@ def _is_duration(field: FieldInfo) -> bool:
 def unit(name: str, field: FieldInfo) -> str:
     """The field's unit, from its name suffix or its seconds validator."""
     suffixes = {"_s": "s", "_seconds": "s", "_ms": "ms", "_bytes": "bytes", "_kb": "KiB"}
-    suffixes |= {"_mb": "MiB", "_mib": "MiB", "_gib": "GiB"}
+    suffixes |= {"_mb": "MiB", "_mib": "MiB", "_gib": "GiB", "_rps": "requests/s"}
+    suffixes |= {"_chars": "characters", "_length": "characters"}
     for suffix, text in suffixes.items():
         if name.endswith(suffix):
             return text
