@@ -100,6 +100,12 @@ LIBRARIES = (
         "An engine publishing its weights to peers.",
     ),
     Section(
+        "transfer in vLLM and SGLang",
+        "flexinfer_transfer.engine_loading:EngineLoadingSettings",
+        "FlexInfer's loader inside vLLM or SGLang: where it finds peers (also under "
+        "ModelExpress's MX_ names).",
+    ),
+    Section(
         "ModelExpress service directory",
         "flexinfer_transfer.k8s_service_directory:K8sServiceSettings",
         "Finding peers through Kubernetes Services, with ModelExpress's MX_ names.",
