@@ -10,8 +10,6 @@ wires them.
 
 from __future__ import annotations
 
-import secrets
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +18,7 @@ import openai
 import psutil
 import pytest
 
-from flexinfer_testing.compose_processes import ComposeProcesses
-from flexinfer_testing.services import postgres_database, require_redis
-from flexinfer_testing.stack import delete_redis_keys
+from flexinfer_testing.compose_processes import ComposeProcesses, compose_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 HEALTHY_TIMEOUT_S = 90.0
@@ -32,33 +28,17 @@ ONE_SHOT_TIMEOUT_S = 120.0
 @pytest.fixture
 def topology(tmp_path: Path) -> Iterator[ComposeProcesses]:
     """Every FlexInfer service of compose.yaml running, in depends_on order."""
-    redis_url = require_redis()
-    prefix = f"deploy-{uuid.uuid4().hex[:8]}:"
-    with postgres_database("flexinfer_deploy") as database:
-        procs = ComposeProcesses(
-            root=tmp_path,
-            secrets={
-                "FLEXINFER_ADMIN_TOKEN": secrets.token_hex(24),
-                "POSTGRES_PASSWORD": secrets.token_hex(24),
-                "GRAFANA_ADMIN_PASSWORD": secrets.token_hex(24),
-            },
-            overrides={
-                "FLEXINFER_BUS_URL": redis_url,
-                "FLEXINFER_BUS_STREAM_PREFIX": prefix,
-                "FLEXINFER_STORE_URL": database,
-                # A test must leave no engine behind when it stops the controller.
-                "FLEXINFER_CONTROLLER_STOP_ENGINES_ON_SHUTDOWN": "true",
-            },
-        )
+    # A test must leave no engine behind when it stops the controller.
+    env = {"FLEXINFER_CONTROLLER_STOP_ENGINES_ON_SHUTDOWN": "true"}
+    engines: list[psutil.Process] = []
+    with compose_stack(tmp_path, "deploy", env) as procs:
         try:
             procs.up(HEALTHY_TIMEOUT_S, ONE_SHOT_TIMEOUT_S)
             yield procs
         finally:
             engines = _engines(procs)
-            procs.stop()
-            delete_redis_keys(redis_url, prefix)
-            survivors = [e.pid for e in engines if e.is_running() and e.status() != "zombie"]
-            assert not survivors, f"engines {survivors} outlived the controller"
+    survivors = [e.pid for e in engines if e.is_running() and e.status() != "zombie"]
+    assert not survivors, f"engines {survivors} outlived the controller"
 
 
 def _engines(procs: ComposeProcesses) -> list[psutil.Process]:

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +30,8 @@ import yaml
 from flexinfer_testing.dockerfiles import stage_instructions
 from flexinfer_testing.ports import free_port
 from flexinfer_testing.repo import repo_root
-from flexinfer_testing.stack import stop_process
+from flexinfer_testing.services import postgres_database, require_redis
+from flexinfer_testing.stack import delete_redis_keys, stop_process
 
 ROOT = repo_root()
 EXTERNAL = {"redis", "postgres", "prometheus", "grafana"}
@@ -232,3 +237,32 @@ class ComposeProcesses:
         """Stop every process, last started first."""
         for proc in reversed(list(self.procs.values())):
             stop_process(proc)
+
+
+@contextmanager
+def compose_stack(root: Path, name: str, env: Mapping[str, str]) -> Iterator[ComposeProcesses]:
+    """compose.yaml's services as processes (not started yet: call ``up``), on the
+    machine's Redis under a fresh prefix and a fresh PostgreSQL database ``flexinfer_<name>``,
+    with fresh secrets and ``env`` on top; stopped, and their bus keys deleted, on exit."""
+    redis_url = require_redis()
+    prefix = f"{name}-{uuid.uuid4().hex[:8]}:"
+    with postgres_database(f"flexinfer_{name}") as database:
+        procs = ComposeProcesses(
+            root=root,
+            secrets={
+                "FLEXINFER_ADMIN_TOKEN": secrets.token_hex(24),
+                "POSTGRES_PASSWORD": secrets.token_hex(24),
+                "GRAFANA_ADMIN_PASSWORD": secrets.token_hex(24),
+            },
+            overrides={
+                "FLEXINFER_BUS_URL": redis_url,
+                "FLEXINFER_BUS_STREAM_PREFIX": prefix,
+                "FLEXINFER_STORE_URL": database,
+                **env,
+            },
+        )
+        try:
+            yield procs
+        finally:
+            procs.stop()
+            delete_redis_keys(redis_url, prefix)

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,10 +23,8 @@ from urllib.parse import quote
 import httpx
 import openai
 
-from flexinfer_testing.compose_processes import ComposeProcesses
+from flexinfer_testing.compose_processes import ComposeProcesses, compose_stack
 from flexinfer_testing.prometheus import Prometheus, local_config, run_prometheus
-from flexinfer_testing.services import postgres_database, require_redis
-from flexinfer_testing.stack import delete_redis_keys
 
 HEALTHY_TIMEOUT_S = 90.0
 ONE_SHOT_TIMEOUT_S = 120.0
@@ -57,33 +53,13 @@ def dashboard_stack(
     root: Path, prometheus_binary: str
 ) -> Iterator[tuple[ComposeProcesses, Prometheus]]:
     """Every FlexInfer service of compose.yaml running, and Prometheus scraping them."""
-    redis_url = require_redis()
-    prefix = f"dash-{uuid.uuid4().hex[:8]}:"
-    with postgres_database("flexinfer_dash") as database:
-        procs = ComposeProcesses(
-            root=root,
-            secrets={
-                "FLEXINFER_ADMIN_TOKEN": secrets.token_hex(24),
-                "POSTGRES_PASSWORD": secrets.token_hex(24),
-                "GRAFANA_ADMIN_PASSWORD": secrets.token_hex(24),
-            },
-            overrides={
-                "FLEXINFER_BUS_URL": redis_url,
-                "FLEXINFER_BUS_STREAM_PREFIX": prefix,
-                "FLEXINFER_STORE_URL": database,
-                **EXTRA_ENV,
-            },
-        )
-        try:
-            procs.up(HEALTHY_TIMEOUT_S, ONE_SHOT_TIMEOUT_S)
-            config = local_config(procs.addresses)
-            with run_prometheus(prometheus_binary, root / "prometheus", config) as prom:
-                static = {job["job_name"] for job in config["scrape_configs"]}
-                prom.wait_scraped(static - {"engines"}, SCRAPED_TIMEOUT_S)  # none runs yet
-                yield procs, prom
-        finally:
-            procs.stop()
-            delete_redis_keys(redis_url, prefix)
+    with compose_stack(root, "dash", EXTRA_ENV) as procs:
+        procs.up(HEALTHY_TIMEOUT_S, ONE_SHOT_TIMEOUT_S)
+        config = local_config(procs.addresses)
+        with run_prometheus(prometheus_binary, root / "prometheus", config) as prom:
+            static = {job["job_name"] for job in config["scrape_configs"]}
+            prom.wait_scraped(static - {"engines"}, SCRAPED_TIMEOUT_S)  # none runs yet
+            yield procs, prom
 
 
 def proxy_url(procs: ComposeProcesses) -> str:
