@@ -1,19 +1,20 @@
 """RegistryDirectory: sources and manifests from the registry's P2pService (ModelExpress's
 central metadata mode): ListSources(READY) for candidates, GetMetadata for one worker's
 NIXL agent metadata and tensor descriptors. Each call carries the current span's
-``traceparent`` (none without one)."""
+``traceparent`` (none without one) and, when given, the registry's P2P token as
+``authorization: Bearer``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
 from flexinfer_common.grpc_tracing import trace_metadata
 from flexinfer_transfer._generated import p2p_pb2
 from flexinfer_transfer.directory import RemoteTensor, SourceManifest
-from flexinfer_transfer.p2p_stub import p2p_stub
+from flexinfer_transfer.p2p_stub import p2p_stub, registry_metadata
 from flexinfer_transfer.selector import SourceCandidate
 from flexinfer_transfer.strategy import LoadContext
 
@@ -25,6 +26,9 @@ class RegistryDirectory:
     address: str
     timeout_s: float = 10.0
     """Per call: the registry answers from memory or one store round trip."""
+    token: str | None = field(default=None, repr=False)
+    """The registry's P2P token (FLEXINFER_REGISTRY_P2P_TOKEN); None: a registry without
+    auth. Kept out of ``repr`` so it never reaches a log."""
 
     def list_sources(self, ctx: LoadContext) -> list[SourceCandidate]:
         """READY workers of ``ctx.model_name`` at ``ctx.worker_rank``."""
@@ -35,7 +39,7 @@ class RegistryDirectory:
         )
         with grpc.insecure_channel(self.address) as channel:
             reply = p2p_stub(channel).ListSources(
-                request, timeout=self.timeout_s, metadata=trace_metadata()
+                request, timeout=self.timeout_s, metadata=trace_metadata(registry_metadata(self.token))
             )
         return [
             SourceCandidate(
@@ -55,7 +59,7 @@ class RegistryDirectory:
         )
         with grpc.insecure_channel(self.address) as channel:
             reply = p2p_stub(channel).GetMetadata(
-                request, timeout=self.timeout_s, metadata=trace_metadata()
+                request, timeout=self.timeout_s, metadata=trace_metadata(registry_metadata(self.token))
             )
         if not reply.found:
             raise LookupError(f"the registry no longer knows {candidate.key}")
