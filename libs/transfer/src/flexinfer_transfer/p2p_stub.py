@@ -8,6 +8,9 @@ import grpc
 
 from flexinfer_transfer._generated import p2p_pb2_grpc
 
+AUTH_CODES = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
+"""Refusals of the caller's token: retrying cannot help until the token is fixed."""
+
 
 def p2p_stub(channel: grpc.Channel) -> Any:
     """A P2pService stub on ``channel``."""

@@ -29,13 +29,10 @@ from flexinfer_common.grpc_tracing import trace_metadata
 from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_transfer._generated import p2p_pb2
 from flexinfer_transfer.directory import SourceManifest
-from flexinfer_transfer.p2p_stub import p2p_stub, registry_metadata
+from flexinfer_transfer.p2p_stub import AUTH_CODES, p2p_stub, registry_metadata
 from flexinfer_transfer.source_identity import identity_to_proto
 
 log = logging.getLogger(__name__)
-
-AUTH_CODES = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
-"""Refusals of the caller's token: retrying sooner than a heartbeat interval cannot help."""
 
 
 @dataclass(frozen=True)

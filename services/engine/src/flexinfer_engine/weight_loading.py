@@ -67,12 +67,16 @@ def build_loader(
     registry: str,
     metrics_registry: CollectorRegistry,
     progress: Progress | None = None,
+    *,
+    registry_token: str | None = None,
 ) -> AdapterLoader:
     """The engine's AdapterLoader: the configured strategies, a NIXL peer transport when a
-    registry is configured (``progress`` is told of each READ batch)."""
+    registry is configured (``progress`` is told of each READ batch; ``registry_token``,
+    the registry's P2P token, goes with each registry call)."""
     metrics = TransferMetrics(metrics_registry)
     target = AdapterTarget()
-    transport = _transport(registry, replica, transfer, target, metrics, progress)
+    directory = RegistryDirectory(registry, token=registry_token) if registry else None
+    transport = _transport(directory, replica, transfer, target, metrics, progress)
     parts = StrategyParts(
         metrics=metrics,
         selector=create_selector(transfer.selector),
@@ -93,14 +97,14 @@ def build_loader(
 
 
 def _transport(
-    registry: str,
+    directory: RegistryDirectory | None,
     replica: Replica,
     transfer: TransferSettings,
     target: AdapterTarget,
     metrics: TransferMetrics,
     progress: Progress | None,
 ) -> PeerTransport | None:
-    if not registry:
+    if directory is None:
         return None
     missing = nixl_missing()
     if missing is not None:
@@ -108,7 +112,7 @@ def _transport(
         return None
     return NixlTransport(
         NixlTransferManager(f"{replica.worker_id}-target"),
-        RegistryDirectory(registry),
+        directory,
         target,
         batch_bytes=transfer.peer_batch_mib << 20,
         progress=progress,

@@ -30,7 +30,9 @@ P2P_PREFIX = f"/{P2P_SERVICE}/"
 """Methods the P2P token opens: the registry's whole P2pService."""
 
 UNAUTHENTICATED_DETAILS = "missing or invalid bearer token"
-P2P_DENIED_DETAILS = f"the P2P token authorises {P2P_SERVICE} only; this method needs the admin token"
+P2P_DENIED_DETAILS = (
+    f"the P2P token authorises {P2P_SERVICE} only; this method needs the admin token"
+)
 
 
 class Scope(Enum):
