@@ -39,6 +39,7 @@ def topology(tmp_path: Path) -> Iterator[ComposeProcesses]:
             root=tmp_path,
             secrets={
                 "FLEXINFER_ADMIN_TOKEN": secrets.token_hex(24),
+                "FLEXINFER_REGISTRY_P2P_TOKEN": secrets.token_hex(24),
                 "POSTGRES_PASSWORD": secrets.token_hex(24),
                 "GRAFANA_ADMIN_PASSWORD": secrets.token_hex(24),
             },

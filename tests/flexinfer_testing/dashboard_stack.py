@@ -64,6 +64,7 @@ def dashboard_stack(
             root=root,
             secrets={
                 "FLEXINFER_ADMIN_TOKEN": secrets.token_hex(24),
+                "FLEXINFER_REGISTRY_P2P_TOKEN": secrets.token_hex(24),
                 "POSTGRES_PASSWORD": secrets.token_hex(24),
                 "GRAFANA_ADMIN_PASSWORD": secrets.token_hex(24),
             },
