@@ -17,6 +17,8 @@ COMMANDS = [
     ("model", "generate"),
     ("crd",),
     ("crd", "generate"),
+    ("docs",),
+    ("docs", "config"),
     ("mx",),
     ("mx", "health"),
     ("mx", "ping"),

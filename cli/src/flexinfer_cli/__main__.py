@@ -42,6 +42,7 @@ def _tools() -> dict[str, Callable[[list[str]], int]]:
         "up": _lazy("flexinfer_cli.up", "main"),
         "model": _lazy("flexinfer_cli.tools", "model_main"),
         "crd": _lazy("flexinfer_cli.tools", "crd_main"),
+        "docs": _lazy("flexinfer_cli.tools", "docs_main"),
         "mx": _lazy("flexinfer_cli.tools", "mx_main"),
         "flash-load": _lazy("flexinfer_cli.tools", "flash_load_main"),
         "render": _lazy("flexinfer_cli.render", "main"),
@@ -60,6 +61,7 @@ def _usage() -> str:
         "  model generate     write a deterministic reference model\n"
         "  model generate-adapter  write a deterministic LoRA adapter for such a model\n"
         "  crd generate       regenerate k8s/crds from the API types (--check: verify only)\n"
+        "  docs config        regenerate docs/configuration.md (--check: verify only)\n"
         "  mx                 ModelExpress-compatible registry client (health, ping, model ...)\n"
         "  flash-load         copy a model to tmpfs for a fast engine start (or cleanup)\n"
         "  render             print the Kubernetes objects of a Model (-f FILE), no cluster\n"

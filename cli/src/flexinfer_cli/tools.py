@@ -1,5 +1,5 @@
-"""Tool subcommands: ``flexinfer model generate|generate-adapter``, ``crd generate``, ``mx``
-and ``flash-load``."""
+"""Tool subcommands: ``flexinfer model generate|generate-adapter``, ``crd generate``,
+``docs config``, ``mx`` and ``flash-load``."""
 
 from __future__ import annotations
 
@@ -59,6 +59,28 @@ def crd_main(argv: list[str]) -> int:
         return 1
     for path in changed:
         print(f"wrote {path}")
+    return 0
+
+
+def docs_main(argv: list[str]) -> int:
+    """``flexinfer docs config [--check] [--out FILE]``: write or verify the generated docs."""
+    top, commands = subcommands("docs", "Documentation pages generated from the code.")
+    p = commands.add_parser(
+        "config",
+        help="write docs/configuration.md from the settings classes (--check: verify only)",
+        description="Generate the configuration reference from the pydantic-settings classes.",
+    )
+    p.add_argument("--out", type=Path, default=Path("docs/configuration.md"), help="output file")
+    p.add_argument("--check", action="store_true", help="write nothing; fail if out of date")
+    args = top.parse_args(argv)
+    from flexinfer_cli.config_reference import REGENERATE, write
+
+    changed = write(args.out, check=args.check)
+    if args.check and changed:
+        print(f"flexinfer docs: out of date: {args.out} (run '{REGENERATE}')", file=sys.stderr)
+        return 1
+    if changed:
+        print(f"wrote {args.out}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Loader interface, plain safetensors loading (single and sharded), chain and registry."""
+"""The loader interface and plain safetensors loading (single and sharded files)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,12 @@ import torch
 from safetensors.torch import save_file
 
 from flexinfer_common.errors import (
-    ConfigError,
     NotFoundError,
     PermanentError,
-    TemporaryError,
 )
 from flexinfer_transfer import (
-    LoaderChain,
     NotApplicableError,
     SafetensorsLoader,
-    WeightLoader,
-    create_loader_chain,
-    default_loaders,
 )
 
 
@@ -128,66 +122,3 @@ def test_truncated_file_is_permanent(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-8])
     with pytest.raises(PermanentError):
         SafetensorsLoader().load(tmp_path, "cpu")
-
-
-class _Scripted(WeightLoader):
-    """A strategy whose outcome the test decides, to exercise the chain's fallback rules."""
-
-    def __init__(self, name: str, outcome: Exception | None) -> None:
-        self.name = name
-        self.outcome = outcome
-        self.calls = 0
-
-    def load(self, model_dir: Path, device: str) -> dict[str, torch.Tensor]:
-        self.calls += 1
-        if self.outcome is not None:
-            raise self.outcome
-        return {"from": torch.tensor([len(self.name)])}
-
-
-def test_chain_falls_back_on_not_applicable_and_temporary(tmp_path: Path) -> None:
-    save_file(_tensors(), tmp_path / "model.safetensors")
-    first = _Scripted("p2p", NotApplicableError("no peer"))
-    second = _Scripted("cache", TemporaryError("cache busy"))
-    chain = LoaderChain([first, second, SafetensorsLoader()])
-    report = chain.load_report(tmp_path, "cpu")
-    assert report.strategy == "safetensors"
-    assert report.skipped == ["p2p: no peer", "cache: cache busy"]
-    assert report.seconds >= 0
-    _assert_same(report.tensors, _tensors())
-    assert chain.name == "chain(p2p,cache,safetensors)"
-
-
-def test_chain_stops_on_permanent_error(tmp_path: Path) -> None:
-    broken = _Scripted("broken", PermanentError("corrupt"))
-    after = _Scripted("after", None)
-    with pytest.raises(PermanentError, match="corrupt"):
-        LoaderChain([broken, after]).load(tmp_path, "cpu")
-    assert after.calls == 0
-
-
-def test_chain_all_not_applicable_is_not_found(tmp_path: Path) -> None:
-    chain = LoaderChain([_Scripted("x", NotApplicableError("nothing"))])
-    with pytest.raises(NotFoundError, match="x: nothing"):
-        chain.load(tmp_path, "cpu")
-
-
-def test_chain_last_temporary_stays_temporary(tmp_path: Path) -> None:
-    chain = LoaderChain([_Scripted("x", TemporaryError("later", delay=7.0))])
-    with pytest.raises(TemporaryError) as info:
-        chain.load(tmp_path, "cpu")
-    assert info.value.delay == 7.0
-
-
-def test_registry(tmp_path: Path) -> None:
-    save_file(_tensors(), tmp_path / "model.safetensors")
-    chain = create_loader_chain(["safetensors"])
-    _assert_same(chain.load(tmp_path, "cpu"), _tensors())
-    registry = default_loaders()
-    registry["fake"] = lambda: _Scripted("fake", NotApplicableError("n/a"))
-    chain = create_loader_chain(["fake", "safetensors"], registry)
-    assert chain.load_report(tmp_path, "cpu").strategy == "safetensors"
-    with pytest.raises(ConfigError, match="unknown loader strategy 'nixl'"):
-        create_loader_chain(["nixl"])
-    with pytest.raises(ConfigError):
-        create_loader_chain([])

@@ -1,7 +1,6 @@
 """FlexInfer weight loading: tensor manifests, the load strategy chain, source selection."""
 
 from flexinfer_transfer.accelerators import accelerators_compatible
-from flexinfer_transfer.chain import LoaderChain, LoadReport
 from flexinfer_transfer.discovery import (
     ManifestEntry,
     adopt_hidden_tensors,
@@ -14,7 +13,6 @@ from flexinfer_transfer.metrics import TransferMetrics
 from flexinfer_transfer.peer import PeerTransport
 from flexinfer_transfer.posix_reader import ReaderSettings, read_safetensors
 from flexinfer_transfer.ranged_reader import ShardRead, read_shard
-from flexinfer_transfer.registry import LoaderFactory, create_loader_chain, default_loaders
 from flexinfer_transfer.safetensors_loader import SafetensorsLoader
 from flexinfer_transfer.selector import SelectionTarget, SourceCandidate, SourceSelector
 from flexinfer_transfer.selector_registry import create_selector, default_selectors
@@ -27,7 +25,7 @@ from flexinfer_transfer.strategy import (
     LoadStrategy,
     LoadTarget,
 )
-from flexinfer_transfer.strategy_chain import LoadStrategyChain
+from flexinfer_transfer.strategy_chain import LoadReport, LoadStrategyChain
 from flexinfer_transfer.strategy_registry import (
     DEFAULT_ORDER,
     StrategyParts,
@@ -44,8 +42,6 @@ __all__ = [
     "LoadStrategy",
     "LoadStrategyChain",
     "LoadTarget",
-    "LoaderChain",
-    "LoaderFactory",
     "ManifestEntry",
     "ManifestMismatchError",
     "NotApplicableError",
@@ -65,10 +61,8 @@ __all__ = [
     "accelerators_compatible",
     "adopt_hidden_tensors",
     "check_manifest",
-    "create_loader_chain",
     "create_selector",
     "create_strategy_chain",
-    "default_loaders",
     "default_selectors",
     "default_strategies",
     "discover_tensors",

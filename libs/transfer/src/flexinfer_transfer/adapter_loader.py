@@ -12,10 +12,9 @@ import dataclasses
 
 from torch import nn
 
-from flexinfer_transfer.chain import LoadReport
 from flexinfer_transfer.engine_adapter import EngineAdapter
 from flexinfer_transfer.strategy import LoadContext
-from flexinfer_transfer.strategy_chain import LoadStrategyChain
+from flexinfer_transfer.strategy_chain import LoadReport, LoadStrategyChain
 
 
 class AdapterTarget:

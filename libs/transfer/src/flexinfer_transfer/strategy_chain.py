@@ -11,14 +11,29 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
 
 from flexinfer_common.errors import NotFoundError, PermanentError, TemporaryError
-from flexinfer_transfer.chain import LoadReport
 from flexinfer_transfer.loader import NotApplicableError
 from flexinfer_transfer.metrics import TransferMetrics
 from flexinfer_transfer.strategy import LoadContext, LoadStrategy
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What a chain load produced, which strategy produced it, and how long it took."""
+
+    tensors: dict[str, torch.Tensor]
+    strategy: str
+    seconds: float
+    skipped: list[str] = field(default_factory=list)
+    """``"name: reason"`` for every strategy that was tried first and fell back."""
+    source: str = ""
+    """Where the weights came from (a peer source id, a directory); empty when unknown."""
 
 
 class LoadStrategyChain:

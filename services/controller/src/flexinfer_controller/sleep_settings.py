@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from flexinfer_controller.core.sleepbook import SleepPolicy
+
+
+def _level(value: object) -> object:
+    """The environment gives "2"; a Literal of ints accepts only the int itself."""
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else value
+
+
+SleepLevel = Annotated[Literal[1, 2], BeforeValidator(_level)]
 
 
 class SleepSettings(BaseSettings):
@@ -21,7 +29,7 @@ class SleepSettings(BaseSettings):
     and, at level 1, a host copy of its weights, memory this machine's other users may need,
     so the operator sizes it (say a third of host RAM) rather than an upgrade taking it."""
 
-    level: Literal[1, 2] = 1
+    level: SleepLevel = 1
     """vLLM's sleep level: 1 offloads the weights to host RAM (a wake copies them back, the
     fast swap); 2 discards them (a wake reads them from disk again, but costs no host RAM)."""
 

@@ -42,7 +42,8 @@ from flexinfer_engine.core.runner import AsyncRunner, State
 from flexinfer_engine.core.timing import process_create_time
 from flexinfer_engine.peer_source import EnginePeerSource
 from flexinfer_engine.settings import EngineSettings
-from flexinfer_engine.weight_loading import Replica, build_loader, default_worker_id
+from flexinfer_engine.weight_loading import Replica, build_loader
+from flexinfer_transfer.engine_loading import default_worker_id
 from flexinfer_transfer.nixl_transport import Progress
 from flexinfer_transfer.peer_source import PeerSourceSettings
 

@@ -9,9 +9,6 @@ directory. Everything here is built once per engine by ``build_engine``.
 
 from __future__ import annotations
 
-import logging
-import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,18 +16,10 @@ from prometheus_client import CollectorRegistry
 
 from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_engine.core.config import ModelConfig
-from flexinfer_transfer.adapter_loader import AdapterLoader, AdapterTarget
-from flexinfer_transfer.metrics import TransferMetrics
-from flexinfer_transfer.nixl_manager import NixlTransferManager, nixl_missing
-from flexinfer_transfer.nixl_transport import NixlTransport, Progress
-from flexinfer_transfer.peer import PeerTransport
-from flexinfer_transfer.registry_directory import RegistryDirectory
-from flexinfer_transfer.selector_registry import create_selector
+from flexinfer_transfer.adapter_loader import AdapterLoader
+from flexinfer_transfer.engine_loading import Loading, build_adapter_loader
+from flexinfer_transfer.nixl_transport import Progress
 from flexinfer_transfer.settings import TransferSettings
-from flexinfer_transfer.strategy import LoadContext
-from flexinfer_transfer.strategy_registry import StrategyParts, create_strategy_chain
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,11 +43,6 @@ class Replica:
         )
 
 
-def default_worker_id(worker_id: str) -> str:
-    """``worker_id``, or ``<hostname>-<pid>`` (unique per process on a host, per pod)."""
-    return worker_id or f"{socket.gethostname()}-{os.getpid()}"
-
-
 def build_loader(
     model_dir: Path,
     config: ModelConfig,
@@ -70,51 +54,22 @@ def build_loader(
     *,
     registry_token: str | None = None,
 ) -> AdapterLoader:
-    """The engine's AdapterLoader: the configured strategies, a NIXL peer transport when a
-    registry is configured (``progress`` is told of each READ batch; ``registry_token``,
-    the registry's P2P token, goes with each registry call)."""
-    metrics = TransferMetrics(metrics_registry)
-    target = AdapterTarget()
-    directory = RegistryDirectory(registry, token=registry_token) if registry else None
-    transport = _transport(directory, replica, transfer, target, metrics, progress)
-    parts = StrategyParts(
-        metrics=metrics,
-        selector=create_selector(transfer.selector),
-        reader=transfer.reader(),
-        transport=transport,
-    )
-    chain = create_strategy_chain(transfer.strategies, parts)
-    context = LoadContext(
-        model_dir=model_dir,
+    """The engine's AdapterLoader (libs/transfer's, for this replica's identity and device):
+    the configured strategies, a NIXL peer transport when a registry is configured
+    (``progress`` is told of each READ batch; ``registry_token``, the registry's P2P token,
+    goes with each registry call)."""
+    loading = Loading(
+        identity=replica.identity(config),
+        worker_id=replica.worker_id,
         device=replica.device,
         accelerator=replica.device.split(":")[0],
-        worker_id=replica.worker_id,
-        model_name=replica.model_name,
-        source_id=replica.identity(config).mx_source_id,
-        dtype=str(config.dtype).removeprefix("torch."),
     )
-    return AdapterLoader(chain, target, context)
-
-
-def _transport(
-    directory: RegistryDirectory | None,
-    replica: Replica,
-    transfer: TransferSettings,
-    target: AdapterTarget,
-    metrics: TransferMetrics,
-    progress: Progress | None,
-) -> PeerTransport | None:
-    if directory is None:
-        return None
-    missing = nixl_missing()
-    if missing is not None:
-        log.warning("a registry is configured but peers cannot be read from: %s", missing)
-        return None
-    return NixlTransport(
-        NixlTransferManager(f"{replica.worker_id}-target"),
-        directory,
-        target,
-        batch_bytes=transfer.peer_batch_mib << 20,
-        progress=progress,
-        metrics=metrics,
+    return build_adapter_loader(
+        model_dir,
+        loading,
+        transfer,
+        registry,
+        metrics_registry,
+        progress,
+        registry_token=registry_token,
     )

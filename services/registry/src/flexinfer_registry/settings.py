@@ -115,6 +115,7 @@ class LimitSettings(BaseSettings):
 
 
 def _default_cache_dir() -> Path:
+    """~/.cache/flexinfer/registry: per user, where caches belong (XDG), kept across runs."""
     return Path.home() / ".cache" / "flexinfer" / "registry"
 
 
