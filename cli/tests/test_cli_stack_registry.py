@@ -19,6 +19,22 @@ def test_controller_dials_the_embedded_registry(tmp_path: Path) -> None:
     assert registry.auth_token is not None
     assert settings.registry.auth_token is not None
     assert registry.auth_token.get_secret_value() == settings.registry.auth_token.get_secret_value()
+    # Its engines get a P2P token of their own, generated per start, never the admin one.
+    assert settings.registry.p2p_token is not None
+    assert registry.p2p_token is not None
+    p2p = registry.p2p_token.get_secret_value()
+    assert p2p == settings.registry.p2p_token.get_secret_value()
+    assert p2p != registry.auth_token.get_secret_value()
+    again = EmbeddedStack(tmp_path, "0.0.0.0", dict(PORTS)).configure()
+    assert again.controller.registry.p2p_token is not None
+    assert again.controller.registry.p2p_token.get_secret_value() != p2p
+
+
+def test_an_open_embedded_registry_needs_no_p2p_token(tmp_path: Path) -> None:
+    settings = EmbeddedStack(tmp_path, "127.0.0.1", dict(PORTS)).configure()
+    assert settings.registry.auth_token is None
+    assert settings.registry.p2p_token is None
+    assert settings.controller.registry.p2p_token is None
 
 
 def test_the_controllers_own_registry_setting_wins(

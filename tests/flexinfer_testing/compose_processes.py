@@ -251,6 +251,7 @@ def compose_stack(root: Path, name: str, env: Mapping[str, str]) -> Iterator[Com
             root=root,
             secrets={
                 "FLEXINFER_ADMIN_TOKEN": secrets.token_hex(24),
+                "FLEXINFER_REGISTRY_P2P_TOKEN": secrets.token_hex(24),
                 "POSTGRES_PASSWORD": secrets.token_hex(24),
                 "GRAFANA_ADMIN_PASSWORD": secrets.token_hex(24),
             },

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import SecretStr
 
 from flexinfer_cli.admin_token import AdminToken, embedded_admin_token
+from flexinfer_common.auth import bearer_token
 from flexinfer_common.bus import create_bus
 from flexinfer_common.serving import ServerGroup, bind_socket, write_json_atomic
 from flexinfer_common.settings import BusSettings, StoreSettings
@@ -169,6 +171,11 @@ class EmbeddedStack:
         defaults: dict[str, Any] = {}
         if registry.auth_token is None:
             defaults.update(guard)
+        guarded = registry.auth_token is not None or bool(guard)
+        if guarded and registry.p2p_token is None and registry.p2p_token_file is None:
+            # Engines need the P2P scope to warm-start from each other; they die with the
+            # stack, so a token generated per start (never written anywhere) serves.
+            defaults["p2p_token"] = SecretStr(secrets.token_hex(24))
         if not registry.file_roots:
             defaults["file_roots"] = [self.data_dir / "models"]
         return RegistrySettings(**values, **defaults) if defaults else registry
@@ -203,7 +210,13 @@ def _registry_client(registry: RegistrySettings) -> Any:
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
     host = f"[{host}]" if ":" in host else host
     token = client.auth_token or registry.auth_token
-    return RegistryClientSettings(address=f"{host}:{registry.grpc_port}", auth_token=token)
+    p2p = client.p2p_token
+    if p2p is None:
+        value = bearer_token(registry.p2p_token, registry.p2p_token_file, kind="P2P")
+        p2p = SecretStr(value) if value is not None else None
+    return RegistryClientSettings(
+        address=f"{host}:{registry.grpc_port}", auth_token=token, p2p_token=p2p
+    )
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
 from safetensors.torch import save_file
 from torch import nn
 
@@ -226,16 +227,49 @@ async def test_a_second_embedded_load_reads_the_first_over_nixl(
     await asyncio.to_thread(_first_serves_second_reads, registry, tmp_path)
 
 
-def _first_serves_second_reads(registry: str, tmp_path: Path) -> None:
-    save_file(CHECKPOINT, tmp_path / "model.safetensors")
-    first = load_through_chain(
-        tmp_path, _loading("first"), Fused, repack, EngineLoadingSettings(serve_peers=True)
+P2P_TOKEN = "p2p-token-0123456789abcdef"
+
+
+@pytest.fixture
+async def guarded_registry(tmp_path: Path) -> AsyncIterator[str]:
+    """A registry started with an admin and a P2P token."""
+    settings = RegistrySettings(
+        port=0,
+        grpc_port=0,
+        cache_dir=tmp_path / "reg",
+        auth_token=SecretStr("admin-token-0123456789abcdef"),
+        p2p_token=SecretStr(P2P_TOKEN),
     )
+    app: Any = create_app(settings)
+    async with serve_in_background(app):
+        yield str(app.state.grpc_address)
+
+
+async def test_embedded_loads_send_the_registrys_p2p_token(
+    guarded_registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEXINFER_TRANSFER_SOURCE_REGISTRY", guarded_registry)
+    token_file = tmp_path / "token"
+    token_file.write_text(P2P_TOKEN + "\n")
+    monkeypatch.setenv("FLEXINFER_TRANSFER_REGISTRY_TOKEN_FILE", str(token_file))
+    assert EngineLoadingSettings().registry_bearer() == P2P_TOKEN
+    monkeypatch.delenv("FLEXINFER_TRANSFER_REGISTRY_TOKEN_FILE")
+    await asyncio.to_thread(
+        _first_serves_second_reads, guarded_registry, tmp_path, SecretStr(P2P_TOKEN)
+    )
+
+
+def _first_serves_second_reads(
+    registry: str, tmp_path: Path, token: SecretStr | None = None
+) -> None:
+    save_file(CHECKPOINT, tmp_path / "model.safetensors")
+    serving = EngineLoadingSettings(serve_peers=True, registry_token=token)
+    first = load_through_chain(tmp_path, _loading("first"), Fused, repack, serving)
     assert first.source is not None
     assert first.source.publisher is not None
     try:
         assert first.source.publisher.published.wait(30)
-        settings = EngineLoadingSettings(registry=registry, serve_peers=False)
+        settings = EngineLoadingSettings(registry=registry, serve_peers=False, registry_token=token)
         second = load_through_chain(tmp_path, _loading("second"), Fused, repack, settings)
     finally:
         assert first.source.stop()

@@ -15,6 +15,7 @@ from flexinfer_controller.backends import (
     UnsupportedBackendError,
     default_backends,
 )
+from flexinfer_controller.backends.base import SecretKeyRef
 
 
 def model(backend: str, source: str, config: dict[str, Any] | None = None, **spec: Any) -> Model:
@@ -436,6 +437,30 @@ def test_reference_with_a_registry_warm_starts_from_peers_and_serves_them() -> N
     )  # fmt: skip
     assert local.env["FLEXINFER_TRANSFER_SOURCE_BIND_HOST"] == "127.0.0.1"
     assert local.env["UCX_NET_DEVICES"] == "lo"
+    # The registry's P2P token: a literal only where the runtime sets the environment
+    # itself (local), a Secret reference for pods; never without a registry.
+    token = "p2p-token-0123456789abcdef"
+    local = render(
+        model("reference", "file:///models/demo"), vendor="cpu", registry="127.0.0.1:8001",
+        host="127.0.0.1", registry_token=token,
+    )  # fmt: skip
+    assert local.env["FLEXINFER_ENGINE_REGISTRY_TOKEN"] == token
+    assert local.secret_env == {}
+    secret = SecretKeyRef("p2p", "token")
+    pod = render(
+        model("reference", "file:///models/demo"), vendor="cpu", registry=registry,
+        registry_token_secret=secret,
+    )  # fmt: skip
+    assert pod.secret_env == {"FLEXINFER_ENGINE_REGISTRY_TOKEN": secret}
+    assert "FLEXINFER_ENGINE_REGISTRY_TOKEN" not in pod.env
+    alone = render(
+        model("reference", "file:///models/demo"), vendor="cpu", registry_token=token,
+        registry_token_secret=secret,
+    )  # fmt: skip
+    assert (alone.env, alone.secret_env) == ({}, {})
+    request = RenderRequest(model=model("reference", "file:///m"), model_location=None,
+                            registry_token=token)  # fmt: skip
+    assert token not in repr(request)
     # Other engines load on their own: no registry is handed to them.
     assert (
         render(model("vllm", "HF://o/m"), registry=registry).env.get("FLEXINFER_ENGINE_REGISTRY")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import kubernetes_validate
 import pytest
+from pydantic import ValidationError
 
 from flexinfer_common.errors import InvalidSpecError
-from flexinfer_controller.backends.base import UnsupportedBackendError
+from flexinfer_controller.backends.base import SecretKeyRef, UnsupportedBackendError
 from flexinfer_controller.backends.registry import default_backends
 from flexinfer_controller.flashload.__main__ import PROG, cleanup_parser, copy_parser
 from flexinfer_controller.legacy.modelcache.plan import claim_object, download_jobs
@@ -17,8 +19,10 @@ from flexinfer_controller.legacy.modelcache.testing import CACHE_SAMPLES, sample
 from flexinfer_controller.legacy.modelcache.testing import OPTIONS as CACHE_OPTIONS
 from flexinfer_controller.quantize.__main__ import parser as quantize_parser
 from flexinfer_controller.runtime.kubernetes import RenderOptions, render_cleanup, render_model
+from flexinfer_controller.runtime.kubernetes.factory import render_options
 from flexinfer_controller.runtime.kubernetes.names import object_name
 from flexinfer_controller.runtime.kubernetes.testing import SAMPLES, UID, Sample, manifest
+from flexinfer_controller.settings import ControllerSettings
 from flexinfer_registry.client.mx_cli import build_parser
 
 Obj = dict[str, Any]
@@ -207,6 +211,35 @@ def test_reference_pods_warm_start_from_peers_through_the_registry() -> None:
     assert env["FLEXINFER_ENGINE_P2P_SOURCE"]["value"] == "1"
     advertise = env["FLEXINFER_TRANSFER_SOURCE_ADVERTISE_HOST"]
     assert advertise["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+
+
+def test_reference_pods_read_the_registry_p2p_token_from_a_secret() -> None:
+    sample = SAMPLE["reference-cpu-file"]
+    secret = SecretKeyRef("flexinfer-registry-p2p-token", "token")
+    options = replace(sample.options(), registry_token_secret=secret)
+    rendered = render_model(sample.model(), default_backends(), options)
+    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
+    kubernetes_validate.validate(deployment, K8S, strict=True)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    token = env["FLEXINFER_ENGINE_REGISTRY_TOKEN"]
+    assert token == {
+        "name": "FLEXINFER_ENGINE_REGISTRY_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": secret.name, "key": "token"}},
+    }
+    # Without the setting no token variable is rendered at all.
+    assert "FLEXINFER_ENGINE_REGISTRY_TOKEN" not in {e["name"] for e in engine(sample)["env"]}
+
+
+def test_the_p2p_token_secret_setting_reaches_the_render_options(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLEXINFER_KUBERNETES_REGISTRY_P2P_TOKEN_SECRET", "p2p-token")
+    options = render_options(ControllerSettings())
+    assert options.registry_token_secret == SecretKeyRef("p2p-token", "token")
+    monkeypatch.setenv("FLEXINFER_KUBERNETES_REGISTRY_P2P_TOKEN_SECRET", "Not A Name")
+    with pytest.raises(ValidationError):
+        ControllerSettings()
 
 
 def test_cpu_models_get_no_gpu_scheduling() -> None:

@@ -104,34 +104,47 @@ def _sha(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def load_admin_tokens(token: SecretStr | None, token_file: Path | None) -> AdminTokens | None:
-    """The configured tokens (the setting and the file's lines), None when there are none."""
+def load_admin_tokens(
+    token: SecretStr | None, token_file: Path | None, *, kind: str = "admin"
+) -> AdminTokens | None:
+    """The configured tokens (the setting and the file's lines), None when there are none;
+    ``kind`` names them in errors (``admin``, ``P2P``)."""
     values = [token.get_secret_value()] if token is not None else []
     if token_file is not None:
-        values += read_token_file(token_file)
+        values += read_token_file(token_file, kind=kind)
     for number, value in enumerate(values, 1):
         if not _TOKEN.fullmatch(value):
             # Never echo the value: a near-miss token in a log is still a leaked token.
             raise ConfigError(
-                f"admin token #{number} is not 16-4096 printable ASCII characters without spaces"
+                f"{kind} token #{number} is not 16-4096 printable ASCII characters without spaces"
             )
     return AdminTokens(values) if values else None
 
 
-def read_token_file(path: Path) -> list[str]:
+def read_token_file(path: Path, *, kind: str = "admin") -> list[str]:
     """Tokens in ``path``, one per line; blank lines and ``#`` comments skipped."""
     try:
         text = path.read_text(encoding="utf-8")
         mode = path.stat().st_mode
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the admin token file {path}: {exc}") from exc
+        raise ConfigError(f"cannot read the {kind} token file {path}: {exc}") from exc
     if mode & 0o004:
-        log.warning("admin token file %s is readable by every user: chmod o-r it", path)
+        log.warning("%s token file %s is readable by every user: chmod o-r it", kind, path)
     tokens = [line.strip() for line in text.splitlines()]
     tokens = [t for t in tokens if t and not t.startswith("#")]
     if not tokens:
-        raise ConfigError(f"the admin token file {path} holds no token")
+        raise ConfigError(f"the {kind} token file {path} holds no token")
     return tokens
+
+
+def bearer_token(token: SecretStr | None, token_file: Path | None, *, kind: str) -> str | None:
+    """The one token a client sends: the setting, else the file's first token (a mounted
+    Secret); None when neither is set. Read at start, like the servers' token files."""
+    if token is not None:
+        return token.get_secret_value()
+    if token_file is None:
+        return None
+    return read_token_file(token_file, kind=kind)[0]
 
 
 def is_loopback(host: str) -> bool:

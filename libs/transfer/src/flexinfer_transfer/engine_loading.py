@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from flexinfer_common.auth import bearer_token
 from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_transfer.adapter_loader import AdapterLoader, AdapterTarget
 from flexinfer_transfer.metrics import TransferMetrics
@@ -63,6 +64,16 @@ class EngineLoadingSettings(BaseSettings):
     """Serve the loaded weights to peers (PeerSourceSettings says where and whether to
     publish). Off: serving registers the model's memory with NIXL and opens ports, which an
     engine must opt into."""
+    registry_token: SecretStr | None = None
+    """The registry's P2P token (its ``FLEXINFER_REGISTRY_P2P_TOKEN``), sent as
+    ``authorization: Bearer`` when listing sources and, serving peers, publishing; needed
+    when the registry was started with tokens. Unset: calls carry no token."""
+    registry_token_file: Path | None = None
+    """A file holding that token (a mounted Secret; its first token); the setting wins."""
+
+    def registry_bearer(self) -> str | None:
+        """The registry P2P token to send; None: none."""
+        return bearer_token(self.registry_token, self.registry_token_file, kind="registry P2P")
 
 
 @dataclass(frozen=True)
@@ -90,12 +101,16 @@ def build_adapter_loader(
     registry: str,
     metrics_registry: CollectorRegistry,
     progress: Progress | None = None,
+    *,
+    registry_token: str | None = None,
 ) -> AdapterLoader:
     """An AdapterLoader: the configured strategies, a NIXL peer transport when ``registry``
-    is set and nixl is installed (``progress`` is told of each READ batch)."""
+    is set and nixl is installed (``progress`` is told of each READ batch;
+    ``registry_token``, the registry's P2P token, goes with each registry call)."""
     metrics = TransferMetrics(metrics_registry)
     target = AdapterTarget()
-    transport = _transport(registry, loading, transfer, target, metrics, progress)
+    directory = RegistryDirectory(registry, token=registry_token) if registry else None
+    transport = _transport(directory, loading, transfer, target, metrics, progress)
     parts = StrategyParts(
         metrics=metrics,
         selector=create_selector(transfer.selector),
@@ -118,14 +133,14 @@ def build_adapter_loader(
 
 
 def _transport(
-    registry: str,
+    directory: RegistryDirectory | None,
     loading: Loading,
     transfer: TransferSettings,
     target: AdapterTarget,
     metrics: TransferMetrics,
     progress: Progress | None,
 ) -> PeerTransport | None:
-    if not registry:
+    if directory is None:
         return None
     missing = nixl_missing()
     if missing is not None:
@@ -136,7 +151,7 @@ def _transport(
     rank = f"-rank{loading.worker_rank}" if loading.worker_rank else ""
     return NixlTransport(
         NixlTransferManager(f"{loading.worker_id}{rank}-target"),
-        RegistryDirectory(registry),
+        directory,
         target,
         batch_bytes=transfer.peer_batch_mib << 20,
         progress=progress,

@@ -12,3 +12,8 @@ class SourceTransferError(TemporaryError):
 class ManifestMismatchError(PermanentError):
     """Source and target tensor names or sizes differ (e.g. a rolling update with two
     image versions); the receive path turns it into a SourceTransferError."""
+
+
+class RegistryAuthError(PermanentError):
+    """The registry refused this worker's token (UNAUTHENTICATED, PERMISSION_DENIED): no
+    retry helps until it is given the registry's P2P token."""

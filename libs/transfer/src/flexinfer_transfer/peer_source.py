@@ -15,7 +15,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from torch import nn
 
@@ -37,6 +37,9 @@ class PeerSourceSettings(BaseSettings):
     registry: str = ""
     """The registry's gRPC address to publish to; empty: no publication (the k8s-service
     backend finds workers through their Service instead)."""
+    registry_token: SecretStr | None = None
+    """The registry's P2P token, sent with each publication and heartbeat (the engine
+    passes its ``FLEXINFER_ENGINE_REGISTRY_TOKEN``); None: a registry without auth."""
     advertise_host: str = "127.0.0.1"
     """The address peers reach this worker at (the pod IP in a cluster)."""
     bind_host: str = "0.0.0.0"
@@ -99,6 +102,7 @@ class PeerSource:
                 worker,
                 PublisherSettings(interval_s=settings.heartbeat_interval_s),
                 load=lambda: float(self.leases.in_flight()),
+                token=_secret(settings.registry_token),
             )
             self.publisher.start()
 
@@ -117,6 +121,10 @@ class PeerSource:
         self.server.stop(None)
         self.source.close()
         return drained
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
 
 
 def _free_port() -> int:

@@ -5,7 +5,10 @@ UpdateStatus(READY) every ``interval_s`` (MX_HEARTBEAT_INTERVAL_SECS, 30 s) so t
 registry's reaper (MX_HEARTBEAT_TIMEOUT_SECS, 90 s) keeps the worker listed. ``stop``
 sends UpdateStatus(STALE) so targets stop choosing it at once. No failure is fatal: a
 publish or heartbeat that fails is logged and retried, and a heartbeat the registry
-rejects (it forgot the worker: restarted, or reaped it) publishes again.
+rejects (it forgot the worker: restarted, or reaped it) publishes again. A registry started
+with tokens needs its P2P token (``token``); one that refuses it (UNAUTHENTICATED,
+PERMISSION_DENIED) is logged at WARNING with the reason and retried once per heartbeat
+interval, as no quicker retry can succeed.
 
 Tracing: a publication carries the ``traceparent`` of the span current where ``start``
 was called (the load that made this worker a source), and ``stop``'s STALE update that of
@@ -26,7 +29,7 @@ from flexinfer_common.grpc_tracing import trace_metadata
 from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_transfer._generated import p2p_pb2
 from flexinfer_transfer.directory import SourceManifest
-from flexinfer_transfer.p2p_stub import p2p_stub
+from flexinfer_transfer.p2p_stub import AUTH_CODES, p2p_stub, registry_metadata
 from flexinfer_transfer.source_identity import identity_to_proto
 
 log = logging.getLogger(__name__)
@@ -86,8 +89,11 @@ class Publisher:
         worker: p2p_pb2.WorkerMetadata,
         settings: PublisherSettings | None = None,
         load: Callable[[], float] | None = None,
+        token: str | None = None,
     ) -> None:
         self.address = address
+        self._auth = registry_metadata(token)
+        """``authorization`` with the registry's P2P token (none without one)."""
         self.load = load
         """Reads in flight now (a PeerSource's leases), sent with each READY heartbeat as
         ``source_load`` for load-aware selection."""
@@ -101,6 +107,8 @@ class Publisher:
         self.heartbeats = 0
         self.failures = 0
         """Publish or heartbeat calls that failed (and were retried)."""
+        self.auth_refused = False
+        """The last call was refused for its token (UNAUTHENTICATED, PERMISSION_DENIED)."""
         self._stop = threading.Event()
         self._origin = otel_context.get_current()
         """The context ``start`` was called in: publications are traced under it."""
@@ -126,7 +134,9 @@ class Publisher:
         wait = self.settings.retry_s
         while not self._stop.is_set():
             if not self.published.is_set() and not self._try(self._publish):
-                self._stop.wait(wait)
+                # A refused token stays refused until someone fixes the configuration:
+                # retry it once per heartbeat interval, not at the doubling pace.
+                self._stop.wait(self.settings.interval_s if self.auth_refused else wait)
                 wait = min(wait * 2, self.settings.interval_s)
                 continue
             wait = self.settings.retry_s
@@ -136,17 +146,32 @@ class Publisher:
 
     def _try(self, call: Callable[[], bool]) -> bool:
         try:
-            return call()
+            done = call()
         except grpc.RpcError as exc:
             self.failures += 1
-            log.warning(
-                "publishing %s to %s failed, retrying: %s",
-                self.worker_id,
-                self.address,
-                _brief(exc),
-                extra={"worker_id": self.worker_id, "reason": _brief(exc)},
-            )
+            self.auth_refused = _code(exc) in AUTH_CODES
+            extra = {"worker_id": self.worker_id, "reason": _brief(exc)}
+            if self.auth_refused:
+                log.warning(
+                    "the registry at %s refused to let %s publish (%s): give the engine "
+                    "the registry's P2P token; retrying every %.0fs",
+                    self.address,
+                    self.worker_id,
+                    _brief(exc),
+                    self.settings.interval_s,
+                    extra=extra,
+                )
+            else:
+                log.warning(
+                    "publishing %s to %s failed, retrying: %s",
+                    self.worker_id,
+                    self.address,
+                    _brief(exc),
+                    extra=extra,
+                )
             return False
+        self.auth_refused = False
+        return done
 
     def _publish(self) -> bool:
         request = p2p_pb2.PublishMetadataRequest(
@@ -156,7 +181,7 @@ class Publisher:
             reply = p2p_stub(channel).PublishMetadata(
                 request,
                 timeout=self.settings.call_timeout_s,
-                metadata=trace_metadata(context=self._origin),
+                metadata=trace_metadata(self._auth, context=self._origin),
             )
         if not reply.success:
             log.warning("the registry refused %s: %s", self.worker_id, reply.message)
@@ -185,12 +210,18 @@ class Publisher:
         with grpc.insecure_channel(self.address) as channel:
             # The calling thread's span: stop()'s caller, or none on the heartbeat thread.
             reply = p2p_stub(channel).UpdateStatus(
-                request, timeout=self.settings.call_timeout_s, metadata=trace_metadata()
+                request,
+                timeout=self.settings.call_timeout_s,
+                metadata=trace_metadata(self._auth),
             )
         return bool(reply.success)
 
 
+def _code(exc: grpc.RpcError) -> grpc.StatusCode | None:
+    return exc.code() if isinstance(exc, grpc.Call) else None
+
+
 def _brief(exc: grpc.RpcError) -> str:
-    code = exc.code() if isinstance(exc, grpc.Call) else None
+    code = _code(exc)
     detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
     return f"{code.name if code else 'error'}: {detail}"

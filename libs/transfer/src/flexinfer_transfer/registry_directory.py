@@ -1,19 +1,22 @@
 """RegistryDirectory: sources and manifests from the registry's P2pService (ModelExpress's
 central metadata mode): ListSources(READY) for candidates, GetMetadata for one worker's
 NIXL agent metadata and tensor descriptors. Each call carries the current span's
-``traceparent`` (none without one)."""
+``traceparent`` (none without one) and, when given, the registry's P2P token as
+``authorization: Bearer``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
 from flexinfer_common.grpc_tracing import trace_metadata
 from flexinfer_transfer._generated import p2p_pb2
 from flexinfer_transfer.directory import RemoteTensor, SourceManifest
-from flexinfer_transfer.p2p_stub import p2p_stub
+from flexinfer_transfer.errors import RegistryAuthError
+from flexinfer_transfer.p2p_stub import AUTH_CODES, p2p_stub, registry_metadata
 from flexinfer_transfer.selector import SourceCandidate
 from flexinfer_transfer.strategy import LoadContext
 
@@ -25,6 +28,9 @@ class RegistryDirectory:
     address: str
     timeout_s: float = 10.0
     """Per call: the registry answers from memory or one store round trip."""
+    token: str | None = field(default=None, repr=False)
+    """The registry's P2P token (FLEXINFER_REGISTRY_P2P_TOKEN); None: a registry without
+    auth. Kept out of ``repr`` so it never reaches a log."""
 
     def list_sources(self, ctx: LoadContext) -> list[SourceCandidate]:
         """READY workers of ``ctx.model_name`` at ``ctx.worker_rank``."""
@@ -33,10 +39,7 @@ class RegistryDirectory:
             model_name_filter=ctx.model_name,
             worker_rank_filter=ctx.worker_rank,
         )
-        with grpc.insecure_channel(self.address) as channel:
-            reply = p2p_stub(channel).ListSources(
-                request, timeout=self.timeout_s, metadata=trace_metadata()
-            )
+        reply = self._call("ListSources", request)
         return [
             SourceCandidate(
                 mx_source_id=ref.mx_source_id,
@@ -48,15 +51,32 @@ class RegistryDirectory:
             for ref in reply.instances
         ]
 
+    def _call(self, method: str, request: Any) -> Any:
+        """One unary P2pService call; a refused token becomes a RegistryAuthError that
+        says what to configure (the raw RpcError's text is long and says neither)."""
+        with grpc.insecure_channel(self.address) as channel:
+            try:
+                return getattr(p2p_stub(channel), method)(
+                    request,
+                    timeout=self.timeout_s,
+                    metadata=trace_metadata(registry_metadata(self.token)),
+                )
+            except grpc.RpcError as exc:
+                if not isinstance(exc, grpc.Call) or exc.code() not in AUTH_CODES:
+                    raise
+                code = exc.code()
+                given = "its token" if self.token else "no token"
+                raise RegistryAuthError(
+                    f"the registry at {self.address} refused {method} ({given}): "
+                    f"{code.name}: {exc.details()}; give this worker the registry's P2P token"
+                ) from exc
+
     def manifest(self, candidate: SourceCandidate) -> SourceManifest:
         """The worker's published NIXL metadata and tensors."""
         request = p2p_pb2.GetMetadataRequest(
             mx_source_id=candidate.mx_source_id, worker_id=candidate.worker_id
         )
-        with grpc.insecure_channel(self.address) as channel:
-            reply = p2p_stub(channel).GetMetadata(
-                request, timeout=self.timeout_s, metadata=trace_metadata()
-            )
+        reply = self._call("GetMetadata", request)
         if not reply.found:
             raise LookupError(f"the registry no longer knows {candidate.key}")
         worker = reply.worker

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from fastapi import FastAPI
+from pydantic import SecretStr
 
 from flexinfer_common.auth import install_admin_auth
 from flexinfer_common.bus import EventBus
@@ -95,9 +96,14 @@ def controller_config(settings: ControllerSettings) -> ControllerConfig:
             engine_python=settings.engine_python,
             lora_roots=runtime_plugin(settings).adapter_roots(settings).texts,
             registry=settings.registry.address,
+            registry_token=_secret(settings.registry.p2p_token),
         ),
         sleep=settings.sleep.policy(),
     )
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
 
 
 def create_placer(settings: ControllerSettings, store: ModelStore) -> Placer:

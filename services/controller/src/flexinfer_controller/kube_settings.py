@@ -57,6 +57,18 @@ class KubernetesSettings(BaseSettings):
     registry_address: str = REGISTRY_ADDRESS
     """The registry's gRPC address, as the prefetch Job dials it."""
 
+    registry_p2p_token_secret: str | None = Field(
+        default=None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+    )
+    """A Secret, in each Model's namespace, holding the registry's P2P token: reference
+    engine pods read it into ``FLEXINFER_ENGINE_REGISTRY_TOKEN`` through ``secretKeyRef``
+    (the kubelet reads it; the controller never does, and the pod spec holds only the
+    name). Unset: engines send no token, right for a registry without tokens."""
+
+    registry_p2p_token_secret_key: str = Field(default="token", pattern=r"^[-._a-zA-Z0-9]{1,253}$")
+    """The key of that Secret holding the token: ``token``, as in the admin token Secret
+    (``kubectl create secret generic ... --from-literal=token=...``)."""
+
     def watched(self) -> list[str | None]:
         """The namespaces to watch, None meaning all of them."""
         return list(self.namespaces) or [None]

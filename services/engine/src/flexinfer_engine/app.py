@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from opentelemetry.sdk.trace.export import SpanExporter
 from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
 
 from flexinfer_common.errors import ConfigError
 from flexinfer_common.telemetry import Telemetry, setup_telemetry
@@ -62,6 +63,7 @@ def build_engine(settings: EngineSettings, progress: Progress | None = None) -> 
         settings.registry,
         CollectorRegistry(),
         progress,
+        registry_token=settings.registry_bearer(),
     )
     return InferenceEngine(model_dir, loader, settings.device)
 
@@ -167,6 +169,9 @@ def _peer_source(
     source_settings = PeerSourceSettings()
     if not source_settings.registry and settings.registry:
         source_settings = source_settings.model_copy(update={"registry": settings.registry})
+    token = settings.registry_bearer()
+    if source_settings.registry_token is None and token is not None:
+        source_settings = source_settings.model_copy(update={"registry_token": SecretStr(token)})
     return EnginePeerSource(
         engine, replica.identity(engine.config), source_settings, replica.worker_id
     )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from flexinfer_common.auth import bearer_token
 from flexinfer_common.settings import LogSettings, RootList, TelemetrySettings
 from flexinfer_transfer.settings import TransferSettings
 
@@ -36,6 +37,16 @@ class EngineSettings(BaseSettings):
     READY replica of the same model and config when one is listed there (files
     otherwise), and with ``p2p_source`` this replica publishes itself there. Empty: files
     only (the strategies are ``FLEXINFER_TRANSFER_STRATEGIES``)."""
+
+    registry_token: SecretStr | None = None
+    """The registry's P2P token (its ``FLEXINFER_REGISTRY_P2P_TOKEN``), sent as
+    ``authorization: Bearer`` on ListSources, GetMetadata, PublishMetadata and
+    UpdateStatus. Needed when the registry was started with tokens; never its admin token,
+    which this engine has no use for. Unset: calls carry no token."""
+
+    registry_token_file: Path | None = None
+    """A file holding that token (a mounted Secret); its first token is used, read at
+    start. ``registry_token`` wins when both are set."""
 
     transfer: TransferSettings = Field(default_factory=TransferSettings)
     """The load strategy chain, source selection and file reader (``FLEXINFER_TRANSFER_*``)."""
@@ -81,3 +92,7 @@ class EngineSettings(BaseSettings):
 
     log: LogSettings = Field(default_factory=LogSettings)
     """Logging."""
+
+    def registry_bearer(self) -> str | None:
+        """The registry P2P token to send (the setting, else the file's); None: none."""
+        return bearer_token(self.registry_token, self.registry_token_file, kind="registry P2P")

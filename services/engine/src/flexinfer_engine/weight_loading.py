@@ -51,14 +51,25 @@ def build_loader(
     registry: str,
     metrics_registry: CollectorRegistry,
     progress: Progress | None = None,
+    *,
+    registry_token: str | None = None,
 ) -> AdapterLoader:
     """The engine's AdapterLoader (libs/transfer's, for this replica's identity and device):
     the configured strategies, a NIXL peer transport when a registry is configured
-    (``progress`` is told of each READ batch)."""
+    (``progress`` is told of each READ batch; ``registry_token``, the registry's P2P token,
+    goes with each registry call)."""
     loading = Loading(
         identity=replica.identity(config),
         worker_id=replica.worker_id,
         device=replica.device,
         accelerator=replica.device.split(":")[0],
     )
-    return build_adapter_loader(model_dir, loading, transfer, registry, metrics_registry, progress)
+    return build_adapter_loader(
+        model_dir,
+        loading,
+        transfer,
+        registry,
+        metrics_registry,
+        progress,
+        registry_token=registry_token,
+    )

@@ -13,8 +13,8 @@ from functools import partial
 from fastapi import Depends, FastAPI
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from flexinfer_common.auth import AdminTokens
-from flexinfer_common.errors import UnavailableError
+from flexinfer_common.auth import AdminTokens, AuthenticationError, load_admin_tokens
+from flexinfer_common.errors import ConfigError, UnavailableError
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
 from flexinfer_registry.adapters.providers import builtin_providers
@@ -83,6 +83,7 @@ class _Wiring:
     providers: ProviderResolver | None
     clock: Callable[[], float]
     tokens: AdminTokens | None
+    p2p_tokens: AdminTokens | None
 
 
 @asynccontextmanager
@@ -104,6 +105,7 @@ async def _running(app: FastAPI, wiring: _Wiring) -> AsyncIterator[None]:
         port=settings.grpc_port,
         max_message_bytes=settings.grpc_max_message_bytes,
         tokens=wiring.tokens,
+        p2p_tokens=wiring.p2p_tokens,
         tracer_provider=app.state.telemetry.tracer_provider,
     )
     grpc_server = await start_grpc_server(options, wiring.info, core)
@@ -123,6 +125,30 @@ async def _running(app: FastAPI, wiring: _Wiring) -> AsyncIterator[None]:
             await stores.close()
 
 
+def grpc_tokens(settings: RegistrySettings) -> tuple[AdminTokens | None, AdminTokens | None]:
+    """The admin and P2P tokens; ConfigError when a P2P token could not mean anything."""
+    secret = settings.auth_token.get_secret_value() if settings.auth_token else None
+    p2p = load_admin_tokens(settings.p2p_token, settings.p2p_token_file, kind="P2P")
+    if p2p is None:
+        return (AdminTokens([secret]) if secret else None), None
+    if not secret:
+        raise ConfigError(
+            "FLEXINFER_REGISTRY_P2P_TOKEN is set but FLEXINFER_REGISTRY_AUTH_TOKEN is not: "
+            "without an admin token every call is open, so a P2P token would restrict nothing"
+        )
+    if _accepts(p2p, secret):
+        raise ConfigError("the P2P token must differ from the admin token (it would open all)")
+    return AdminTokens([secret]), p2p
+
+
+def _accepts(tokens: AdminTokens, secret: str) -> bool:
+    try:
+        tokens.check(b"Bearer " + secret.encode("latin-1", "replace"))
+    except AuthenticationError:
+        return False
+    return True
+
+
 def create_app(
     settings: RegistrySettings,
     *,
@@ -139,9 +165,8 @@ def create_app(
     replaces the OTLP exporter when tracing is on (an in-process collector, tests). Once started,
     ``app.state.grpc_address`` is the bound gRPC address and ``app.state.core`` the core.
     """
-    secret = settings.auth_token.get_secret_value() if settings.auth_token else None
-    tokens = AdminTokens([secret]) if secret else None
-    wiring = _Wiring(settings, info or ServerInfo(), stores, providers, clock, tokens)
+    tokens, p2p_tokens = grpc_tokens(settings)
+    wiring = _Wiring(settings, info or ServerInfo(), stores, providers, clock, tokens, p2p_tokens)
     app = FastAPI(title="FlexInfer registry", lifespan=partial(_running, wiring=wiring))
     app.state.settings = settings
     app.state.info = wiring.info

@@ -185,6 +185,17 @@ class RegistrySettings(BaseSettings):
     """When set, gRPC calls need ``authorization: Bearer <token>`` metadata and admin REST
     calls the same header; health probes stay open. Unset = no auth (loopback default)."""
 
+    p2p_token: SecretStr | None = None
+    """A second, narrower bearer token: it opens only the gRPC P2pService (PublishMetadata,
+    ListSources, GetMetadata, UpdateStatus), what engines need to warm-start from a peer
+    and publish themselves; any other method answers PERMISSION_DENIED, and the admin REST
+    API 401. Engines get this one, never ``auth_token``. 16-4096 printable ASCII characters;
+    only meaningful beside ``auth_token`` (without it every call is open)."""
+
+    p2p_token_file: Path | None = None
+    """File of P2P tokens, one per line (a mounted Secret); several lines let the token be
+    rotated without downtime, ``#`` starts a comment. Read once at start."""
+
     default_chunk_size: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     """StreamModelFiles chunk size when the request says 0: 1 MiB (ModelExpress's default)."""
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
 from torch import nn
 
 from flexinfer_transfer.engine_loading import (
@@ -45,8 +46,14 @@ def load_through_chain(
     skeleton_post_process: Callable[[nn.Module], None] | None = None,
 ) -> EmbeddedLoad:
     """The model, its weights from the fastest live source (a peer, then files)."""
+    token = settings.registry_bearer()
     loader = build_adapter_loader(
-        model_dir, loading, TransferSettings(), settings.registry, CollectorRegistry()
+        model_dir,
+        loading,
+        TransferSettings(),
+        settings.registry,
+        CollectorRegistry(),
+        registry_token=token,
     )
     adapter = LoadWeightsAdapter(build, post_process, skeleton_post_process)
     report = loader.load(adapter)
@@ -61,19 +68,25 @@ def load_through_chain(
     )
     if adapter.model is None:
         raise RuntimeError("the strategy chain finished without a model")
-    source = serve_peers(adapter.model, loading) if settings.serve_peers else None
+    source = serve_peers(adapter.model, loading, token) if settings.serve_peers else None
     return EmbeddedLoad(adapter.model, report, source)
 
 
-def serve_peers(model: nn.Module, loading: Loading) -> PeerSource | None:
+def serve_peers(
+    model: nn.Module, loading: Loading, registry_token: str | None = None
+) -> PeerSource | None:
     """Make this worker a source of its weights until the process exits (None: nixl is
-    missing, logged)."""
+    missing, logged); it publishes with ``registry_token`` unless
+    ``FLEXINFER_TRANSFER_SOURCE_REGISTRY_TOKEN`` names another."""
     missing = nixl_missing()
     if missing is not None:
         log.warning("serving peers was asked for but is not possible: %s", missing)
         return None
     role = SourceRole(loading.identity, loading.worker_id, loading.worker_rank, loading.accelerator)
-    source = PeerSource(model, role, PeerSourceSettings())
+    settings = PeerSourceSettings()
+    if settings.registry_token is None and registry_token is not None:
+        settings = settings.model_copy(update={"registry_token": SecretStr(registry_token)})
+    source = PeerSource(model, role, settings)
     # The engine owns the process and offers no shutdown hook to a loader: withdraw (STALE,
     # drain readers) when the interpreter exits.
     atexit.register(source.stop)

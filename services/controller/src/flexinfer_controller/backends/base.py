@@ -78,6 +78,15 @@ class AdapterEndpoints:
 
 
 @dataclass(frozen=True, slots=True)
+class SecretKeyRef:
+    """One key of a Kubernetes Secret in the engine's namespace (``valueFrom.secretKeyRef``):
+    how a pod gets a token without the token ever being written into its spec."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class RenderRequest:
     """What a runtime tells a backend to render an engine for one Model."""
 
@@ -103,6 +112,11 @@ class RenderRequest:
     registry: str | None = None
     """The registry's gRPC address as the engine reaches it; an engine that can is told
     it, to pull its weights from a live replica and serve its own to the next (P2P)."""
+    registry_token: str | None = field(default=None, repr=False)
+    """The registry's P2P token, for runtimes that set engine environments themselves
+    (local); never rendered into a pod spec. None: no token (or a Secret, below)."""
+    registry_token_secret: SecretKeyRef | None = None
+    """Where pods read that token from (Kubernetes); None: engines get no token."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +136,13 @@ class EngineSpec:
     startup: Probe | None
     startup_timeout_s: float
     model_mount: str | None
+    """Where the model volume is mounted (the rendered location); None: no volume."""
     field_env: dict[str, str] = field(default_factory=dict)
     """Variables set from the pod's own fields (name -> Kubernetes fieldPath, such as
     ``status.podIP``); the local runtime's engines need none of them."""
-    """Where the model volume is mounted (the rendered location); None: no volume."""
+    secret_env: dict[str, SecretKeyRef] = field(default_factory=dict)
+    """Variables set from a Secret's key (name -> the Secret and key), for tokens: a pod
+    spec never holds the value; the local runtime puts literal values in ``env`` instead."""
     pull: str | None = None
     """A model the server must pull before it serves (Ollama's tag); None: nothing to pull."""
 

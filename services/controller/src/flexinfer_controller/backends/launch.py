@@ -91,6 +91,9 @@ class LaunchContext:
     """Directories engines may load LoRA adapters from (the runtime's ``AdapterRoots``)."""
     registry: str | None = None
     """The registry's gRPC address (engines pull weights from live peers through it)."""
+    registry_token: str | None = field(default=None, repr=False)
+    """The registry's P2P token, handed to the engines that use the registry (never the
+    admin token); None: the registry needs none."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from flexinfer_controller.backends.base import (
     Backend,
     EngineSpec,
     RenderRequest,
+    SecretKeyRef,
     SleepEndpoints,
 )
 from flexinfer_controller.backends.reference_vram import reference_vram_mb
@@ -77,6 +78,7 @@ class ReferenceBackend(Backend):
             args=args,
             env=peer_env(request),
             field_env=PEER_FIELD_ENV if request.registry else {},
+            secret_env=peer_secret_env(request),
             host=host,
             port=port,
             served_name=name,
@@ -86,6 +88,9 @@ class ReferenceBackend(Backend):
             model_mount=request.model_location,
         )
 
+
+REGISTRY_TOKEN_ENV = "FLEXINFER_ENGINE_REGISTRY_TOKEN"
+"""The engine's setting for the registry's P2P token."""
 
 PEER_FIELD_ENV = {"FLEXINFER_TRANSFER_SOURCE_ADVERTISE_HOST": "status.podIP"}
 """In a pod, peers reach this replica's WorkerService and NIXL agent at the pod IP."""
@@ -97,12 +102,24 @@ def peer_env(request: RenderRequest) -> dict[str, str]:
     if not request.registry:
         return {}
     env = {"FLEXINFER_ENGINE_REGISTRY": request.registry, "FLEXINFER_ENGINE_P2P_SOURCE": "1"}
+    if request.registry_token:
+        # Explicitly: the engine inherits no TOKEN-like variable (runtime/engine_env.py), and
+        # it gets the registry's P2P token, never the controller's admin token.
+        env[REGISTRY_TOKEN_ENV] = request.registry_token
     if _loopback(request.host):
         # A loopback engine (the local runtime: every peer on this host) keeps its
         # WorkerService and UCX's listeners on loopback too.
         env["FLEXINFER_TRANSFER_SOURCE_BIND_HOST"] = request.host
         env["UCX_NET_DEVICES"] = "lo"
     return env
+
+
+def peer_secret_env(request: RenderRequest) -> dict[str, SecretKeyRef]:
+    """With a registry and a Secret holding its P2P token: the token, read from the Secret
+    by the kubelet (a pod spec never carries it)."""
+    if not request.registry or request.registry_token_secret is None:
+        return {}
+    return {REGISTRY_TOKEN_ENV: request.registry_token_secret}
 
 
 def _loopback(host: str) -> bool:

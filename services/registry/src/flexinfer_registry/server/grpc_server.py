@@ -7,7 +7,6 @@ Servicers are thin: they translate protobuf messages to and from
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +16,7 @@ from grpc_health.v1 import health_pb2_grpc as std_health_grpc
 from grpc_health.v1.health import aio as health_aio
 from opentelemetry.trace import TracerProvider
 
-from flexinfer_common.auth import AdminTokens, AuthenticationError
+from flexinfer_common.auth import AdminTokens
 from flexinfer_common.grpc_tracing import AioTracingInterceptor
 from flexinfer_registry._generated.model_express import (
     api_pb2,
@@ -28,6 +27,7 @@ from flexinfer_registry._generated.model_express import (
 )
 from flexinfer_registry.core.info import ServerInfo
 from flexinfer_registry.core.service import RegistryCore
+from flexinfer_registry.server.grpc_auth import TokenAuthInterceptor
 from flexinfer_registry.server.model_service import ModelService, add_model_service
 from flexinfer_registry.server.p2p_service import P2pService
 
@@ -41,9 +41,6 @@ SERVICE_NAMES = (
     "model_express.model.ModelService",
     "model_express.p2p.P2pService",
 )
-
-# Probes must work without credentials (kubelet has none).
-OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/model_express.health.HealthService/")
 
 
 class HealthService(health_pb2_grpc.HealthServiceServicer):
@@ -95,70 +92,17 @@ class GrpcServer:
         await self.server.stop(grace)
 
 
-class TokenAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Requires ``authorization: Bearer <token>`` on every call but health probes."""
-
-    def __init__(self, tokens: AdminTokens) -> None:
-        self._tokens = tokens
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[Any], Awaitable[Any]],
-        handler_call_details: Any,
-    ) -> Any:
-        """Pass authorised calls on; answer the rest UNAUTHENTICATED."""
-        method: str = handler_call_details.method
-        if method.startswith(OPEN_PREFIXES) or self._authorised(handler_call_details):
-            return await continuation(handler_call_details)
-        handler = await continuation(handler_call_details)
-        return _denied(handler)
-
-    def _authorised(self, details: Any) -> bool:
-        for key, value in details.invocation_metadata or ():
-            if key.lower() != "authorization":
-                continue
-            given = value if isinstance(value, bytes) else str(value).encode("latin-1", "replace")
-            try:
-                self._tokens.check(given)
-            except AuthenticationError:
-                continue
-            return True
-        return False
-
-
-def _denied(handler: Any) -> Any:
-    """A handler of the same shape that aborts UNAUTHENTICATED."""
-
-    async def deny_unary(request: Any, context: Any) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
-
-    async def deny_stream(request: Any, context: Any) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
-        yield  # pragma: no cover - makes this an async generator
-
-    if handler is None:
-        return None
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(
-            deny_stream,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    return grpc.unary_unary_rpc_method_handler(
-        deny_unary,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
-
-
 @dataclass(frozen=True)
 class GrpcOptions:
-    """Listen address, message limit, the optional bearer tokens and tracer provider."""
+    """Listen address, message limit, the optional bearer tokens (admin, P2P) and tracer
+    provider."""
 
     host: str = "127.0.0.1"
     port: int = 8001
     max_message_bytes: int = 100 * 1024 * 1024
     tokens: AdminTokens | None = None
+    p2p_tokens: AdminTokens | None = None
+    """Tokens that open the P2pService only (engines'); used only beside ``tokens``."""
     tracer_provider: TracerProvider | None = None
     """Set when tracing is on: each call is a span under the caller's ``traceparent``."""
 
@@ -172,7 +116,7 @@ async def start_grpc_server(
         # First, so a call refused for its token is traced too.
         interceptors.append(AioTracingInterceptor(options.tracer_provider))
     if options.tokens:
-        interceptors.append(TokenAuthInterceptor(options.tokens))
+        interceptors.append(TokenAuthInterceptor(options.tokens, options.p2p_tokens))
     limits = [
         ("grpc.max_send_message_length", options.max_message_bytes),
         ("grpc.max_receive_message_length", options.max_message_bytes),

@@ -20,6 +20,13 @@ class RegistryClientSettings(BaseSettings):
     auth_token: SecretStr | None = None
     """Sent as ``authorization: Bearer`` when the registry was started with a token."""
 
+    p2p_token: SecretStr | None = None
+    """The registry's P2P token (its ``FLEXINFER_REGISTRY_P2P_TOKEN``), handed to the
+    reference engines this controller starts locally (``FLEXINFER_ENGINE_REGISTRY_TOKEN``)
+    so they can warm-start from a peer and publish themselves. Engines never get
+    ``auth_token``. On Kubernetes, engines read it from a Secret instead
+    (``FLEXINFER_KUBERNETES_REGISTRY_P2P_TOKEN_SECRET``)."""
+
     cache_dir: Path | None = None
     """Where fetched models are written (``<dir>/<namespace>_<name>/``); None: the
     controller's ``data_dir/models-cache``. The controller writes nowhere else."""

@@ -46,6 +46,7 @@ def launch_locally(
         environ=ctx.environ,
         lora_roots=ctx.lora_roots,
         registry=ctx.registry,
+        registry_token=ctx.registry_token,
     )
     if server is None:
         image = backend.render(request).image

@@ -109,6 +109,7 @@ def build_context(model: Model, backends: BackendRegistry, options: RenderOption
         model=model, model_location=location, vendor=vendor, arch=options.gpu.arch,
         environ=options.environ, lora_roots=options.lora_roots,
         registry=options.registry_address or None,
+        registry_token_secret=options.registry_token_secret,
     )  # fmt: skip
     return RenderContext(
         model=model, backend=backend, options=options, vendor=vendor,

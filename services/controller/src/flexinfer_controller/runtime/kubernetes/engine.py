@@ -86,6 +86,10 @@ def container(spec: EngineSpec, resources: Obj, mounts: Mounts) -> Obj:
         {"name": k, "valueFrom": {"fieldRef": {"fieldPath": path}}}
         for k, path in sorted(spec.field_env.items())
     ]
+    env += [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+        for k, ref in sorted(spec.secret_env.items())
+    ]
     if env:
         out["env"] = env
     out["ports"] = [{"name": PORT_NAME, "containerPort": spec.port, "protocol": "TCP"}]

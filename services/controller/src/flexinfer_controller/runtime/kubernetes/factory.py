@@ -13,6 +13,7 @@ from flexinfer_controller.adapters.kube.shared import SharedInformers
 from flexinfer_controller.adapters.kube.store import KubernetesModelStore
 from flexinfer_controller.adapters.kube.workloads import Workloads
 from flexinfer_controller.backends import default_backends
+from flexinfer_controller.backends.base import SecretKeyRef
 from flexinfer_controller.core.cache import Notify
 from flexinfer_controller.core.feed import ModelFeed
 from flexinfer_controller.kube_settings import KubernetesSettings
@@ -39,9 +40,16 @@ def render_options(settings: ControllerSettings) -> RenderOptions:
         controller_image=kube.controller_image,
         registry_image=kube.registry_image,
         registry_address=kube.registry_address,
+        registry_token_secret=_token_secret(kube),
         flash=settings.flash_loader,
         lora_roots=adapter_roots(settings).texts,
     )
+
+
+def _token_secret(kube: KubernetesSettings) -> SecretKeyRef | None:
+    if kube.registry_p2p_token_secret is None:
+        return None
+    return SecretKeyRef(kube.registry_p2p_token_secret, kube.registry_p2p_token_secret_key)
 
 
 def kubernetes_runtime(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from flexinfer_controller.backends.base import SecretKeyRef
 from flexinfer_controller.flashload.settings import FlashLoadSettings
 from flexinfer_controller.kube_settings import CONTROLLER_IMAGE, REGISTRY_ADDRESS, REGISTRY_IMAGE
 
@@ -38,6 +39,8 @@ class RenderOptions:
     """Has the flash loader and the built-in quantizer."""
     registry_image: str = REGISTRY_IMAGE
     registry_address: str = REGISTRY_ADDRESS
+    registry_token_secret: SecretKeyRef | None = None
+    """The Secret key engine pods read the registry's P2P token from; None: no token."""
     flash: FlashLoadSettings = field(default_factory=FlashLoadSettings)
     """Controller-wide flash loader defaults; spec.cache.flashLoader wins over them."""
     shm_size_limit: str = "8Gi"
