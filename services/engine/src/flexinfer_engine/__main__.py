@@ -187,7 +187,9 @@ def _serve(args: argparse.Namespace) -> int:
     sock = bind_socket(settings.host, settings.port)
     url = socket_url(sock)
     try:
-        app = create_app(settings, url=url)
+        # TRACEPARENT: the environment carrier of W3C trace context; the controller sets
+        # it on an engine it starts for a traced scale-up.
+        app = create_app(settings, url=url, trace_parent=os.environ.get("TRACEPARENT"))
     except BaseException:
         sock.close()
         raise

@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from opentelemetry import propagate
 from opentelemetry.sdk.trace.export import SpanExporter
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
@@ -84,13 +85,18 @@ def create_app(
     engine: InferenceEngine | None = None,
     url: str | None = None,
     span_exporter: SpanExporter | None = None,
+    trace_parent: str | None = None,
 ) -> FastAPI:
     """The app serving ``engine`` (built from settings when not given; loads in lifespan).
 
     ``app.state.runner`` is the AsyncRunner, for the process entry point to await loading;
-    ``span_exporter`` replaces the OTLP exporter when tracing is on (tests).
+    ``span_exporter`` replaces the OTLP exporter when tracing is on (tests);
+    ``trace_parent`` (a W3C traceparent: the scale-up that started this engine) is the
+    trace the weight loading joins.
     """
     engine = engine or build_engine(settings)
+    if trace_parent:
+        engine.load_parent = propagate.extract({"traceparent": trace_parent})
     replica = replica_of(settings, engine.model_dir, engine.config)
     served = ServedModel(
         name=replica.model_name,

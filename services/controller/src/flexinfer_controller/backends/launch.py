@@ -127,6 +127,11 @@ class LaunchSpec:
     gpus: GPUAssignment | None = None
     """The GPUs this replica is pinned to (local mode: the runtime makes only them visible
     to the engine); None: not pinned."""
+    trace_parent: str | None = None
+    """The W3C traceparent of the scale-up this replica serves: the local runtime hands it
+    to the engine as ``TRACEPARENT``, so the engine's weight loading joins the trace of
+    the request that asked for it. Kubernetes applies none: a Deployment's pod template is
+    shared by every pod and must not change per start."""
     health_path: str = "/readyz"
     """HTTP path answering 200 while the engine serves (used to verify adopted engines)."""
     http_ready: HttpReadiness | None = None

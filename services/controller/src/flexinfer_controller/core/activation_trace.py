@@ -50,6 +50,16 @@ class ActivationTraces:
             SPAN_NAME, context=parent, kind=SpanKind.CONSUMER, attributes={"flexinfer.model": model}
         )
 
+    def traceparent(self, model: str) -> str | None:
+        """The W3C traceparent of ``model``'s open scale-up span (None: none is open)."""
+        span = self._open.get(model)
+        if span is None:
+            return None
+        context = span.get_span_context()
+        if not context.is_valid:
+            return None
+        return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
     def replica_event(self, model: str, kind: str, expected: bool) -> None:
         """A replica of ``model`` became ready (the span ends) or its engine failed."""
         if kind == "ready":

@@ -172,6 +172,7 @@ class Controller:
             drainer=drainer,
             events=events,
             scaleout=scaleout,
+            traced=self._scale_up_trace,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._loops: list[EventLoop] = []
@@ -180,6 +181,10 @@ class Controller:
         """Told of Model changes, replica events and adapter demand (set by create_app)."""
         self.activations: ActivationTraces | None = None
         """Scale-up spans of traced demands (set by create_app when tracing is on)."""
+
+    def _scale_up_trace(self, key: str) -> str | None:
+        """The traceparent of ``key``'s open scale-up span, for the engines it starts."""
+        return self.activations.traceparent(key) if self.activations is not None else None
 
     async def start(self) -> None:
         """Adopt engines, start workers and consumers, and queue every model."""

@@ -99,6 +99,7 @@ class Reconciler:
         drainer: Drainer | None = None,
         events: ModelEvents | None = None,
         scaleout: ScaleOut | None = None,
+        traced: Callable[[str], str | None] = lambda key: None,
     ) -> None:
         self._store = store
         self.autoscaler = Autoscaler(
@@ -133,6 +134,7 @@ class Reconciler:
             queue=queue,
             prestart=self._prestart,
             metrics=metrics,
+            traced=traced,
         )
         self._runtime = runtime
         self._backends = backends

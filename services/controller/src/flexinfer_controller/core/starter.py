@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from flexinfer_common.api import Model
@@ -38,6 +39,7 @@ class ReplicaStarter:
         queue: WorkQueue,
         prestart: PreStart,
         metrics: ControllerMetrics | None,
+        traced: Callable[[str], str | None],
     ) -> None:
         self._planner = planner
         self._runtime = runtime
@@ -45,6 +47,8 @@ class ReplicaStarter:
         self._queue = queue
         self._prestart = prestart
         self._metrics = metrics
+        self._traced = traced
+        """The traceparent of a Model's traced scale-up, which its new engines join."""
 
     async def start(self, model: Model, plan: Plan, count: int) -> tuple[list[Replica], Verdict]:
         """Up to ``count`` new replicas, and the verdict (``waiting`` says why fewer)."""
@@ -62,7 +66,9 @@ class ReplicaStarter:
             if isinstance(gpus, Unplaced):  # the GPUs are taken: it starts when one frees
                 return started, replace(verdict, waiting=gpus.message)
             try:
-                spec = spec or await self._prepared(model, plan)
+                spec = spec or replace(
+                    await self._prepared(model, plan), trace_parent=self._traced(model.key)
+                )
                 replica = await self._runtime.start(model.key, generation, _pinned(spec, gpus))
             except PreStartRefusedError:
                 raise  # the Model goes Failed: the same step would refuse it again

@@ -69,3 +69,13 @@ def engine_environment(environ: Mapping[str, str], extra: Mapping[str, str]) -> 
         and "HEADERS" not in name.upper()
     }
     return {**inherited, **extra}
+
+
+TRACEPARENT_ENV = "TRACEPARENT"
+"""Where a process finds the trace it runs for (the environment-variable carrier of W3C
+trace context, as OpenTelemetry's specification names it)."""
+
+
+def trace_env(traceparent: str | None) -> dict[str, str]:
+    """``TRACEPARENT`` for an engine started for a traced scale-up (empty: untraced)."""
+    return {TRACEPARENT_ENV: traceparent} if traceparent else {}

@@ -33,7 +33,7 @@ from flexinfer_controller.runtime.base import (
     Runtime,
 )
 from flexinfer_controller.runtime.devices import visibility_env
-from flexinfer_controller.runtime.engine_env import engine_environment
+from flexinfer_controller.runtime.engine_env import engine_environment, trace_env
 from flexinfer_controller.runtime.engine_http import poll_ok, post, post_once
 from flexinfer_controller.runtime.logfile import open_log, seek_tail, stream_log
 from flexinfer_controller.runtime.statefile import EngineState, StateDir
@@ -145,7 +145,8 @@ class LocalRuntime(Runtime):
     async def start(self, model: str, generation: int, spec: LaunchSpec) -> Replica:
         """Spawn one engine; readiness arrives on its ready pipe."""
         rid = replica_id(model)
-        gpus = spec.gpus  # a re-render for the port keeps no pinning: taken before
+        # A re-render for the port keeps neither the pinning nor the trace: taken before.
+        gpus, trace_parent = spec.gpus, spec.trace_parent
         if spec.for_port is not None:
             spec = spec.for_port(procs.free_port("127.0.0.1"))
         if spec.http_ready is None:
@@ -154,7 +155,13 @@ class LocalRuntime(Runtime):
             argv = list(spec.argv)  # it reports nothing on the pipe: it is polled instead
         env = engine_environment(
             os.environ,
-            {**spec.env, **visibility_env(gpus), RUNTIME_ID_ENV: self.id, REPLICA_ID_ENV: rid},
+            {
+                **spec.env,
+                **visibility_env(gpus),
+                **trace_env(trace_parent),
+                RUNTIME_ID_ENV: self.id,
+                REPLICA_ID_ENV: rid,
+            },
         )
         pid, ready_fd = procs.spawn(argv, env, self.log_path(rid))
         started = time.time()

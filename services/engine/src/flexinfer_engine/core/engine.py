@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 from opentelemetry import trace
+from opentelemetry.context import Context
 
 from flexinfer_common.errors import ConfigError, PermanentError, UnavailableError
 from flexinfer_engine.core import fp8
@@ -86,6 +87,9 @@ class InferenceEngine:
         self.sleep_level = 0
         self._host_copy: dict[str, torch.Tensor] | None = None
         self.load_info: LoadInfo | None = None
+        self.load_parent: Context | None = None
+        """The trace the first load joins: the scale-up that started this engine (its
+        ``TRACEPARENT``). Later loads (a level-2 wake) start traces of their own."""
         self._live: list[KVCache] = []
         self._live_lock = threading.Lock()
         """Generations run in worker threads; the metrics scrape reads from the loop."""
@@ -93,7 +97,8 @@ class InferenceEngine:
     def load(self) -> LoadInfo:
         """Load the weights through the strategy chain (a live peer first) onto the device."""
         started_at, started = time.time(), time.perf_counter()
-        with self.tracer.start_as_current_span("engine.load_weights") as span:
+        parent, self.load_parent = self.load_parent, None
+        with self.tracer.start_as_current_span("engine.load_weights", context=parent) as span:
             span.set_attribute("flexinfer.model_dir", str(self.model_dir))
             report = self.loader.load(ReferenceEngineAdapter(self))
             span.set_attribute("flexinfer.weights.strategy", report.strategy)
