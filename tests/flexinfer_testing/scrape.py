@@ -40,9 +40,11 @@ def check_families(families: Families, expected: Mapping[str, set[str]]) -> None
         )
 
 
-FOREIGN_PREFIXES = ("http_", "python_", "process_")
-"""Families other libraries name (the FastAPI instrumentator, prometheus_client's
-platform collectors): the ``flexinfer_`` prefix is ours alone."""
+FOREIGN_PREFIXES = ("http_", "python_", "process_", "mx_")
+"""Families named by others: the FastAPI instrumentator's, prometheus_client's platform
+collectors', and ModelExpress's ``mx_p2p_*``/``mx_artifact_*``, whose names libs/transfer
+keeps so that ModelExpress dashboards read our engines (issue 14). The ``flexinfer_``
+prefix is ours alone; the other rules hold for all."""
 UNIT_SUFFIXES = ("_seconds", "_bytes", "_tokens", "_ratio", "_perc")
 """Base units a histogram or summary may be in (Prometheus: seconds and bytes, never
 milliseconds or kilobytes)."""
