@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from abc import ABC, abstractmethod
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from starlette.types import Message, Receive, Scope, Send
 
@@ -148,3 +150,13 @@ class AsgiDownstream(Downstream):
             await self._send(message)
         except OSError as exc:  # the client went away while we wrote
             raise ClientGoneError from exc
+
+
+class Pipeline(Protocol):
+    """What the server hands proxied requests to (``flexinfer_proxy.pipeline.Proxy``)."""
+
+    def handles(self, method: str, target: bytes) -> bool:
+        """Whether the request goes to the pipeline rather than the app."""
+
+    def serve(self, downstream: Downstream) -> Coroutine[Any, Any, None]:
+        """The work of serving one request."""

@@ -60,6 +60,42 @@ class RequestLineCheck:
             raise RejectedError(400, "malformed request line")
 
 
+class HeadFields:
+    """One request head as httptools hands it over, and the framing rules checked on it."""
+
+    __slots__ = ("expects_continue", "headers", "hosts", "known", "target")
+
+    def __init__(self) -> None:
+        self.target = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.known: dict[bytes, bytes] = {}
+        """The first value of each header name, for lookups."""
+        self.expects_continue = False
+        self.hosts = 0
+
+    def add_header(self, name: bytes, value: bytes) -> None:
+        """One header (name lowercased, as ASGI wants); RejectedError for a coding we cannot undo.
+
+        llhttp has already refused control characters (HTAB aside), CR, LF and NUL in
+        values, obs-fold continuations and bad name tokens: test_proxy_server shows it.
+        """
+        name = name.lower()
+        self.known.setdefault(name, value)
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expects_continue = True
+        elif name == b"host":
+            self.hosts += 1
+        elif name == b"transfer-encoding" and value.strip().lower() != b"chunked":
+            # llhttp takes any coding list ending in chunked; we could not undo the others.
+            raise RejectedError(400, "only Transfer-Encoding: chunked is supported")
+        self.headers.append((name, value))
+
+    def check(self, version: str) -> None:
+        """The rules that need the whole head (RFC 9112 3.2: exactly one Host in HTTP/1.1)."""
+        if version == "1.1" and self.hosts != 1:
+            raise RejectedError(400, "an HTTP/1.1 request must have exactly one Host header")
+
+
 def split_target(target: bytes) -> tuple[str, bytes, bytes]:
     """The decoded path, raw path and query of an origin-form target (for ASGI's scope)."""
     try:

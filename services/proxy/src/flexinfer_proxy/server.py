@@ -18,38 +18,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import select
-import urllib.parse
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import httptools
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from flexinfer_proxy.downstream import Downstream
+from flexinfer_proxy.asgi_scope import ConnectionScope
+from flexinfer_proxy.downstream import Pipeline
 from flexinfer_proxy.exchange import Exchange, error_bytes
 from flexinfer_proxy.lazy_timer import LazyTimer
-from flexinfer_proxy.request_head import MAX_HEAD, RejectedError, RequestLineCheck, split_target
+from flexinfer_proxy.request_head import (
+    MAX_HEAD,
+    HeadFields,
+    RejectedError,
+    RequestLineCheck,
+)
 
 log = logging.getLogger(__name__)
 
 _HIGH_WATER = 64 * 1024
 """Request body bytes buffered beyond which reading from the client pauses."""
-_ASGI = {"version": "3.0", "spec_version": "2.3"}
 
 
 Serve = Callable[[Exchange], Coroutine[Any, Any, None]]
-
-
-class Pipeline(Protocol):
-    """What the server hands proxied requests to (``flexinfer_proxy.pipeline.Proxy``)."""
-
-    def handles(self, method: str, target: bytes) -> bool:
-        """Whether the request goes to the pipeline rather than the app."""
-
-    def serve(self, downstream: Downstream) -> Coroutine[Any, Any, None]:
-        """The work of serving one request."""
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -68,14 +62,10 @@ class HttpProtocol(asyncio.Protocol):
         self.pipeline: Pipeline | None = getattr(config.app, "pipeline", None)
         self.loop = _loop or asyncio.get_event_loop()
         self.server_state = server_state
-        self.app_state = app_state
-        self.root_path = config.root_path
+        self.connection = ConnectionScope(config.root_path, app_state)
         self.limit_concurrency = config.limit_concurrency
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
-        self.server: tuple[str, int] | None = None
-        self.client: tuple[str, int] | None = None
-        self.scheme = "http"
         self.running: Exchange | None = None
         """The exchange being served now."""
         self.parsing: Exchange | None = None
@@ -86,11 +76,7 @@ class HttpProtocol(asyncio.Protocol):
         self._drain: asyncio.Future[None] | None = None
         self._idle = LazyTimer(self.loop, float(config.timeout_keep_alive), self._idle_expired)
         """Closes a connection idle (between requests) beyond the keep-alive timeout."""
-        self._url = b""
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._known: dict[bytes, bytes] = {}
-        self._continue = False
-        self._hosts = 0
+        self._head = HeadFields()
         self._defaults: tuple[object, bytes] = (None, b"")
         self._in_head = False
         self._head_left = MAX_HEAD
@@ -108,10 +94,7 @@ class HttpProtocol(asyncio.Protocol):
         # uvloop's transports do not subclass asyncio.Transport, hence a cast.
         self.transport = cast(asyncio.Transport, transport)
         self.server_state.connections.add(self)  # type: ignore[arg-type]
-        self.server = _addr(transport.get_extra_info("sockname"))
-        self.client = _addr(transport.get_extra_info("peername"))
-        if transport.get_extra_info("sslcontext"):
-            self.scheme = "https"
+        self.connection.connected(transport)
         self._idle.start()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -196,50 +179,32 @@ class HttpProtocol(asyncio.Protocol):
 
     # httptools callbacks
     def on_message_begin(self) -> None:
-        """A new request starts: reset the head accumulators."""
+        """A new request starts: a new head to fill."""
         self._line_check.between = False
-        self._url = b""
-        self._headers = []
-        self._known = {}
-        self._continue = False
-        self._hosts = 0
+        self._head = HeadFields()
         self._in_head = True
         self.parsing = None
 
     def on_url(self, url: bytes) -> None:
         """Part of the request target."""
-        self._url += url
+        self._head.target += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        """One request header (names lowercased, as ASGI wants).
-
-        llhttp has already refused control characters (HTAB aside), CR, LF and NUL in
-        values, obs-fold continuations and bad name tokens: test_proxy_server shows it.
-        """
-        name = name.lower()
-        self._known.setdefault(name, value)
-        if name == b"expect" and value.lower() == b"100-continue":
-            self._continue = True
-        elif name == b"host":
-            self._hosts += 1
-        elif name == b"transfer-encoding" and value.strip().lower() != b"chunked":
-            # llhttp takes any coding list ending in chunked; we could not undo the others.
-            raise RejectedError(400, "only Transfer-Encoding: chunked is supported")
-        self._headers.append((name, value))
+        """One request header."""
+        self._head.add_header(name, value)
 
     def on_headers_complete(self) -> None:
         """The head is in: run the request now, or queue it behind the running one."""
         self._idle.stop()
         self._in_head = False
         self._head_left = MAX_HEAD
-        parser = self.parser
+        parser, head = self.parser, self._head
         version = parser.get_http_version()
-        if version == "1.1" and self._hosts != 1:
-            raise RejectedError(400, "an HTTP/1.1 request must have exactly one Host header")
+        head.check(version)
         keep_alive = version != "1.0" and parser.should_keep_alive()
         method = parser.get_method().decode("ascii")
         exchange = Exchange(
-            self, method, self._url, self._headers, self._known, keep_alive, self._continue
+            self, method, head.target, head.headers, head.known, keep_alive, head.expects_continue
         )
         self.parsing = exchange
         if self.running is None:
@@ -268,27 +233,6 @@ class HttpProtocol(asyncio.Protocol):
         if exchange.response_complete and exchange is not self.running:
             self._next(exchange)  # the dropped rest of an early-answered request is read
 
-    def _scope(self, exchange: Exchange) -> dict[str, Any]:
-        path, raw_path, query = split_target(exchange.target)
-        if "%" in path:
-            path = urllib.parse.unquote(path)
-        return {
-            "type": "http",
-            "asgi": _ASGI,
-            "http_version": self.parser.get_http_version(),
-            "server": self.server,
-            "client": self.client,
-            "scheme": self.scheme,
-            "method": exchange.method,
-            "root_path": self.root_path,
-            "path": self.root_path + path,
-            "raw_path": self.root_path.encode("ascii") + raw_path,
-            "query_string": query,
-            "headers": exchange.headers,
-            "state": self.app_state.copy(),
-            "extensions": {},
-        }
-
     # Running requests.
     def _start(self, exchange: Exchange) -> None:
         self.running = exchange
@@ -304,7 +248,7 @@ class HttpProtocol(asyncio.Protocol):
             self._run(exchange, pipeline.serve)
             return
         try:
-            exchange.scope = self._scope(exchange)
+            exchange.scope = self.connection.scope(exchange, self.parser.get_http_version())
         except RejectedError as exc:
             self.running = None
             self._reject(exc.status, str(exc))
@@ -478,9 +422,3 @@ def _unread_bytes_wait(transport: asyncio.Transport) -> bool:
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     return bool(poller.poll(0))
-
-
-def _addr(value: Any) -> tuple[str, int] | None:
-    if isinstance(value, tuple) and len(value) >= 2:
-        return (str(value[0]), int(value[1]))
-    return None
