@@ -36,7 +36,7 @@ from flexinfer_transfer import (
 )
 from flexinfer_transfer.adapter_loader import AdapterLoader, AdapterTarget
 from flexinfer_transfer.engine_loading import EngineLoadingSettings, Loading
-from flexinfer_transfer.engines.embedded import load_through_chain
+from flexinfer_transfer.engines.embedded import load_through_chain, model_directory
 from flexinfer_transfer.engines.module_adapter import LoadWeightsAdapter
 from flexinfer_transfer.strategy import LoadContext
 from flexinfer_transfer.testing import LocalSource, LocalTransport
@@ -46,6 +46,21 @@ def test_the_vllm_plugin_is_declared_as_an_entry_point() -> None:
     found = {ep.name: ep for ep in entry_points(group="vllm.general_plugins")}
     assert "flexinfer" in found, "reinstall libs/transfer (./dev setup) to declare it"
     assert found["flexinfer"].value == "flexinfer_transfer.engines.vllm_plugin:register"
+
+
+def test_a_local_model_directory_is_used_as_is_and_a_name_goes_to_the_engines_downloader(
+    tmp_path: Path,
+) -> None:
+    asked: list[str] = []
+
+    def download(name: str) -> str:
+        asked.append(name)
+        return str(tmp_path / "hub" / name)
+
+    assert model_directory(str(tmp_path), download) == tmp_path
+    assert asked == []
+    assert model_directory("org/model", download) == tmp_path / "hub" / "org/model"
+    assert asked == ["org/model"]
 
 
 def test_the_plugin_loads_and_registers_nothing_without_vllm(

@@ -37,6 +37,17 @@ class EmbeddedLoad:
     """This worker as a source for its peers, when asked to serve them."""
 
 
+WEIGHT_PATTERNS = ["*.safetensors", "*.json"]
+"""What an engine's downloader fetches for the chain: the checkpoint and its configs."""
+
+
+def model_directory(model: str, download: Callable[[str], str]) -> Path:
+    """``model`` itself when it is a local directory, else where the engine's own
+    downloader (given the name) put it: the hub is the engine's business, not the chain's."""
+    local = Path(model)
+    return local if local.is_dir() else Path(download(model))
+
+
 def load_through_chain(
     model_dir: Path,
     loading: Loading,

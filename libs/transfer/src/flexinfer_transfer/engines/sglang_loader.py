@@ -34,10 +34,11 @@ from flexinfer_transfer.engine_loading import (  # noqa: E402
     Loading,
     default_worker_id,
 )
-from flexinfer_transfer.engines.embedded import load_through_chain  # noqa: E402
-
-WEIGHT_PATTERNS = ["*.safetensors", "*.json"]
-"""What a hub download fetches: the chain's file strategies read safetensors only."""
+from flexinfer_transfer.engines.embedded import (  # noqa: E402
+    WEIGHT_PATTERNS,
+    load_through_chain,
+    model_directory,
+)
 
 
 class FlexInferSglangLoader(sglang_loader.BaseModelLoader):  # type: ignore[misc]
@@ -77,16 +78,13 @@ class FlexInferSglangLoader(sglang_loader.BaseModelLoader):  # type: ignore[misc
         return model.eval()
 
     def _model_dir(self, model_config: Any) -> Path:
-        local = Path(model_config.model_path)
-        if local.is_dir():
-            return local
-        folder: str = download_weights_from_hf(
-            model_config.model_path,
-            self.load_config.download_dir,
-            WEIGHT_PATTERNS,
-            model_config.revision,
-        )
-        return Path(folder)
+        def download(name: str) -> str:
+            folder: str = download_weights_from_hf(
+                name, self.load_config.download_dir, WEIGHT_PATTERNS, model_config.revision
+            )
+            return folder
+
+        return model_directory(model_config.model_path, download)
 
 
 def _initialize(model_config: Any, load_config: Any) -> nn.Module:
