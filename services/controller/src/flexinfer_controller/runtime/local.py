@@ -5,22 +5,20 @@ from __future__ import annotations
 import asyncio
 import builtins
 import dataclasses
+import functools
 import hashlib
-import json
 import logging
 import os
 import secrets
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from flexinfer_common.errors import NotFoundError
-from flexinfer_controller.backends import HttpReadiness, LaunchSpec, SleepEndpoints
+from flexinfer_controller.backends import LaunchSpec, SleepEndpoints
 from flexinfer_controller.core.gpu import Hold
 from flexinfer_controller.runtime import procs
 from flexinfer_controller.runtime.adoption import Adopter
@@ -34,7 +32,8 @@ from flexinfer_controller.runtime.base import (
 )
 from flexinfer_controller.runtime.devices import visibility_env
 from flexinfer_controller.runtime.engine_env import engine_environment, trace_env
-from flexinfer_controller.runtime.engine_http import poll_ok, post, post_once
+from flexinfer_controller.runtime.engine_http import post_once
+from flexinfer_controller.runtime.local_ready import NotReady, ready_from_pipe, ready_over_http
 from flexinfer_controller.runtime.logfile import open_log, seek_tail, stream_log
 from flexinfer_controller.runtime.statefile import EngineState, StateDir
 from flexinfer_controller.settings import ControllerSettings
@@ -191,11 +190,17 @@ class LocalRuntime(Runtime):
         engine = _Engine(replica=replica, state=state)
         self._engines[rid] = engine
         self._watch_exit(engine)
-        if spec.http_ready is None:
-            engine.ready_task = asyncio.create_task(self._await_ready(engine, ready_fd))
+        assert engine.exit_task is not None
+        exited, http = engine.exit_task, spec.http_ready
+        waiting: Callable[[], Awaitable[str | NotReady | None]]
+        if http is None:
+            waiting = functools.partial(ready_from_pipe, ready_fd, self._startup_timeout_s, exited)
         else:
             os.close(ready_fd)
-            engine.ready_task = asyncio.create_task(self._await_http(engine, spec.http_ready))
+            waiting = functools.partial(
+                ready_over_http, http, self._probe_timeout_s, self._ready_poll_s
+            )
+        engine.ready_task = asyncio.create_task(self._await_ready(engine, waiting))
         log.info("started engine %s (pid %d) for %s", rid, pid, model)
         return replica
 
@@ -205,38 +210,15 @@ class LocalRuntime(Runtime):
         engine.exit_task = asyncio.create_task(procs.wait_exit(pid, self._poll_interval_s))
         engine.exit_task.add_done_callback(lambda task: self._on_exit(engine, task))
 
-    async def _await_ready(self, engine: _Engine, ready_fd: int) -> None:
-        try:
-            line = await asyncio.wait_for(procs.read_ready_line(ready_fd), self._startup_timeout_s)
-        except TimeoutError:
-            await self._fail(engine, f"not ready within {self._startup_timeout_s:g}s")
-            return
-        url = _parse_ready_line(line)
-        if url is None:
-            assert engine.exit_task is not None
-            # EOF usually means the engine died: let the exit watcher report it first.
-            await asyncio.wait({engine.exit_task}, timeout=1.0)
-            if not engine.exit_task.done():
-                await self._fail(engine, f"bad ready line {line[:200]!r}")
-            return
-        self._mark_ready(engine, url)
-
-    async def _await_http(self, engine: _Engine, ready: HttpReadiness) -> None:
-        """Ready once GET ready.path answers 200 (within its timeout), then the POSTs do."""
-        async with httpx.AsyncClient(timeout=self._probe_timeout_s, trust_env=False) as client:
-            try:
-                await asyncio.wait_for(
-                    poll_ok(client, ready.url + ready.path, self._ready_poll_s), ready.timeout_s
-                )
-            except TimeoutError:
-                await self._fail(engine, f"GET {ready.path} not 200 within {ready.timeout_s:g}s")
-                return
-            for path, body in ready.then:
-                problem = await post(client, ready.url + path, body, ready.then_timeout_s)
-                if problem is not None:
-                    await self._fail(engine, f"POST {path} {problem}")
-                    return
-        self._mark_ready(engine, ready.url)
+    async def _await_ready(
+        self, engine: _Engine, waiting: Callable[[], Awaitable[str | NotReady | None]]
+    ) -> None:
+        # A factory, not a coroutine: a task cancelled before it runs leaves none unawaited.
+        outcome = await waiting()
+        if isinstance(outcome, NotReady):
+            await self._fail(engine, outcome.reason)
+        elif outcome is not None:
+            self._mark_ready(engine, outcome)
 
     def _mark_ready(self, engine: _Engine, url: str) -> None:
         if engine.stopping or engine.replica.id not in self._engines:
@@ -434,14 +416,3 @@ class LocalRuntime(Runtime):
                     pending.append(watcher)
         await asyncio.gather(*pending, return_exceptions=True)
         self._engines.clear()
-
-
-def _parse_ready_line(line: bytes) -> str | None:
-    try:
-        info = json.loads(line)
-    except ValueError:
-        return None
-    url = info.get("url") if isinstance(info, dict) else None
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        return None
-    return url.rstrip("/")
