@@ -55,8 +55,16 @@ async def test_a_cold_start_hands_the_scale_up_span_to_the_engine_pod(
     api = cluster.api
     api.create("models", model_body())
     await cluster.wait_phase("Idle")
+    before = len(api.calls)
     await cluster.demand(traceparent=f"00-{TRACE_ID}-{REQUEST_SPAN}-01")
     await cluster.wait_phase("Ready")
+    # The traceparent is written before the replicas rise, so no pod can start without it.
+    calls = [(c.verb, c.resource) for c in api.calls[before:]]
+    writes = ("create", "update", "patch")
+    scaled = next(
+        i for i, (verb, kind) in enumerate(calls) if kind == "deployments" and verb in writes
+    )
+    assert calls.index(("create", "configmaps")) < scaled
     [span] = wait_for_spans(exporter, SPAN_NAME)
     assert format(span.context.trace_id, "032x") == TRACE_ID
     scale_up = f"00-{TRACE_ID}-{format(span.context.span_id, '016x')}-01"
