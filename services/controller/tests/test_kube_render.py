@@ -368,7 +368,7 @@ def test_quantization_jobs() -> None:
         "fsGroup": 10001,
     }
     diffusers_env = {
-        e["name"]: e["value"] for e in engine(SAMPLE["diffusers-nvidia-quantize-cpu"])["env"]
+        e["name"]: e.get("value") for e in engine(SAMPLE["diffusers-nvidia-quantize-cpu"])["env"]
     }
     assert diffusers_env["MODEL_ID"] == "/models/gcs/weights/sdxl-turbo-fp8-bd432da3"
 

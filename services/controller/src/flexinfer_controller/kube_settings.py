@@ -69,6 +69,20 @@ class KubernetesSettings(BaseSettings):
     """The key of that Secret holding the token: ``token``, as in the admin token Secret
     (``kubectl create secret generic ... --from-literal=token=...``)."""
 
+    registry_fetch_token_secret: str | None = Field(
+        default=None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+    )
+    """A Secret, in each Model's (and ModelCache's) namespace, holding the registry's admin
+    token: the prefetch, LoRA fetch and ModelCache download Jobs read it through
+    ``secretKeyRef`` into the registry client's token variable (FLEXINFER_REGISTRY_AUTH_TOKEN),
+    since downloading is a ModelService call, which the P2P token does not open. Engines
+    never get it. Unset: the Jobs send no token, right for a registry without tokens."""
+
+    registry_fetch_token_secret_key: str = Field(
+        default="token", pattern=r"^[-._a-zA-Z0-9]{1,253}$"
+    )
+    """The key of that Secret holding the token."""
+
     def watched(self) -> list[str | None]:
         """The namespaces to watch, None meaning all of them."""
         return list(self.namespaces) or [None]

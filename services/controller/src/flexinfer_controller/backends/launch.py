@@ -130,8 +130,9 @@ class LaunchSpec:
     trace_parent: str | None = None
     """The W3C traceparent of the scale-up this replica serves: the local runtime hands it
     to the engine as ``TRACEPARENT``, so the engine's weight loading joins the trace of
-    the request that asked for it. Kubernetes applies none: a Deployment's pod template is
-    shared by every pod and must not change per start."""
+    the request that asked for it. Kubernetes writes it to the Model's ``<model>-trace``
+    ConfigMap, which the pod template reads it from (``runtime/kubernetes/trace.py``): the
+    template is shared by every pod and must not change per start."""
     health_path: str = "/readyz"
     """HTTP path answering 200 while the engine serves (used to verify adopted engines)."""
     http_ready: HttpReadiness | None = None

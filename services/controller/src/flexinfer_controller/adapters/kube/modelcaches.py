@@ -33,6 +33,7 @@ from flexinfer_common.kube.informer import Change, Informer
 from flexinfer_controller.adapters.kube.cache_objects import CacheObjects
 from flexinfer_controller.adapters.kube.convert import api_body, dump
 from flexinfer_controller.adapters.kube.shared import SharedInformers
+from flexinfer_controller.backends.base import SecretKeyRef
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.legacy.modelcache.controller import ModelCacheController
 from flexinfer_controller.legacy.modelcache.plan import JobOptions, cache_key
@@ -123,7 +124,12 @@ def modelcache_controller(
     """The ModelCache loop on ``client``, watching ``settings``' namespaces through
     ``informers`` (default: its own)."""
     cluster = ApiServerCacheCluster(client)
-    options = JobOptions(settings.registry_image, settings.registry_address)
+    token = settings.registry_fetch_token_secret
+    options = JobOptions(
+        settings.registry_image,
+        settings.registry_address,
+        token=SecretKeyRef(token, settings.registry_fetch_token_secret_key) if token else None,
+    )
     reconciler = ModelCacheReconciler(cluster, options, Timing(settings.job_poll_s, resync_s))
     shared = informers or SharedInformers(settings.watch_timeout_s)
 

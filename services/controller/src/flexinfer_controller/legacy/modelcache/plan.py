@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from flexinfer_common.api import API_VERSION_V1ALPHA1, ModelCache
 from flexinfer_common.api.modelcache import DEFAULT_HOST_PATH
+from flexinfer_controller.backends.base import SecretKeyRef
 from flexinfer_controller.backends.render import model_ref
 from flexinfer_controller.core.sources import REMOTE_SCHEMES
 from flexinfer_controller.flashload.render import CACHE_VOLUME
@@ -80,6 +81,8 @@ class JobOptions:
     registry_image: str
     registry_address: str
     mount: str = MODEL_MOUNT
+    token: SecretKeyRef | None = None
+    """The Secret key the download Job reads the registry's admin token from."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +233,7 @@ def _container(plan: CachePlan, options: JobOptions) -> Obj:
     private_oci = bool(spec.oci_registry_secret_ref) and plan.fetch.name.startswith("oci://")
     container = jobs.prefetch_container(
         plan.fetch, options.registry_image, options.registry_address, mount, cache_dir,
-        strategy="DirectOnly" if private_oci else "SmartFallback",
+        strategy="DirectOnly" if private_oci else "SmartFallback", token=options.token,
     )  # fmt: skip
     # The bytes fetched, for status.sizeBytes: the kubelet puts the file in the pod status.
     container["args"] += ["--termination-log", TERMINATION_LOG]

@@ -21,6 +21,7 @@ from flexinfer_controller.runtime.kubernetes.names import (
     object_name,
     selector_labels,
 )
+from flexinfer_controller.runtime.kubernetes.trace import trace_env
 
 OLLAMA_PULL = (
     'until ollama list >/dev/null 2>&1; do sleep 1; done; ollama pull "$0" && ollama cp "$0" "$1"'
@@ -61,9 +62,11 @@ def flash_container(ctx: RenderContext) -> Obj | None:
 
 
 def engine_container(ctx: RenderContext) -> Obj:
-    """The engine container, with Ollama's pull hook."""
+    """The engine container, with Ollama's pull hook and the scale-up's ``TRACEPARENT``."""
     resources = scheduling.resources(ctx.model, ctx.vendor)
     out = engine.container(ctx.engine, resources, mounts(ctx))
+    # Fixed in the template; each start writes the value (trace.py says why).
+    out.setdefault("env", []).append(trace_env(ctx.model))
     if ctx.engine.pull:
         command = ["sh", "-c", OLLAMA_PULL, ctx.engine.pull, ctx.engine.served_name]
         out["lifecycle"] = {"postStart": {"exec": {"command": command}}}

@@ -41,6 +41,7 @@ def render_options(settings: ControllerSettings) -> RenderOptions:
         registry_image=kube.registry_image,
         registry_address=kube.registry_address,
         registry_token_secret=_token_secret(kube),
+        registry_fetch_token_secret=_fetch_token_secret(kube),
         flash=settings.flash_loader,
         lora_roots=adapter_roots(settings).texts,
     )
@@ -50,6 +51,12 @@ def _token_secret(kube: KubernetesSettings) -> SecretKeyRef | None:
     if kube.registry_p2p_token_secret is None:
         return None
     return SecretKeyRef(kube.registry_p2p_token_secret, kube.registry_p2p_token_secret_key)
+
+
+def _fetch_token_secret(kube: KubernetesSettings) -> SecretKeyRef | None:
+    if kube.registry_fetch_token_secret is None:
+        return None
+    return SecretKeyRef(kube.registry_fetch_token_secret, kube.registry_fetch_token_secret_key)
 
 
 def kubernetes_runtime(

@@ -17,6 +17,7 @@ from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.serving import serve_in_background
 from flexinfer_common.testing.kube_apiserver import KubeApiServer
 from flexinfer_controller.app import create_app
+from flexinfer_controller.core.activation_trace import ActivationTraces
 from flexinfer_controller.kube_settings import KubernetesSettings
 from flexinfer_controller.runtime.kubernetes.factory import kubernetes_models
 from flexinfer_controller.runtime.kubernetes.kubelet import Kubelet, running_kubelet
@@ -80,14 +81,21 @@ class Cluster:
 
         await eventually(reached, timeout_s)
 
-    async def demand(self) -> None:
-        """A proxy's DemandEvent for default/tiny."""
-        await self.bus.publish(topics.DEMAND, demand().model_dump(mode="json"))
+    async def demand(self, traceparent: str | None = None) -> None:
+        """A proxy's DemandEvent for default/tiny (from a traced request: ``traceparent``)."""
+        event = demand().model_copy(update={"traceparent": traceparent})
+        await self.bus.publish(topics.DEMAND, event.model_dump(mode="json"))
 
 
 @asynccontextmanager
-async def controller(api: KubeApiServer, bus: MemoryBus, **overrides: Any) -> AsyncIterator[str]:
-    """The controller app with runtime=kubernetes on ``api``, until the block ends; its URL."""
+async def controller(
+    api: KubeApiServer,
+    bus: MemoryBus,
+    activations: ActivationTraces | None = None,
+    **overrides: Any,
+) -> AsyncIterator[str]:
+    """The controller app with runtime=kubernetes on ``api``, until the block ends; its URL.
+    ``activations``: scale-up spans recorded there (a tracer of the test's)."""
     values: dict[str, Any] = {
         "port": 0, "runtime": "kubernetes", "data_dir": Path("/nonexistent/flexinfer"),
         "kubernetes": KubernetesSettings(host=api.url, namespaces=["default"]),
@@ -98,16 +106,23 @@ async def controller(api: KubeApiServer, bus: MemoryBus, **overrides: Any) -> As
     settings = ControllerSettings(**values)
     async with kubernetes_models(settings) as (store, feed):
         app = create_app(settings, bus=bus, store=store, feed=feed)
+        if activations is not None:
+            app.state.controller.activations = activations
         async with serve_in_background(app) as url:
             yield url
 
 
 @asynccontextmanager
-async def running_cluster(api: KubeApiServer, **overrides: Any) -> AsyncIterator[Cluster]:
+async def running_cluster(
+    api: KubeApiServer, activations: ActivationTraces | None = None, **overrides: Any
+) -> AsyncIterator[Cluster]:
     """A running kubelet and controller on ``api``."""
     bus = MemoryBus()
     try:
-        async with running_kubelet(api) as kubelet, controller(api, bus, **overrides) as url:
+        async with (
+            running_kubelet(api) as kubelet,
+            controller(api, bus, activations, **overrides) as url,
+        ):
             yield Cluster(api, kubelet, bus, url)
     finally:
         await bus.close()

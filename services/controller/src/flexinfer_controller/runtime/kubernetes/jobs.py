@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from flexinfer_controller.backends.base import SecretKeyRef
 from flexinfer_controller.flashload.render import CACHE_VOLUME, cleanup_job
 from flexinfer_controller.quantize.errors import EXIT_REFUSED
 from flexinfer_controller.runtime.kubernetes import scheduling
@@ -30,6 +31,8 @@ from flexinfer_controller.runtime.kubernetes.names import (
 from flexinfer_controller.runtime.kubernetes.options import QUANTIZER_COMMAND
 
 REGISTRY_CLI = ["python", "-m", "flexinfer_registry.client.mx_cli"]
+REGISTRY_TOKEN_ENV = "FLEXINFER_REGISTRY_AUTH_TOKEN"
+"""What the registry client sends as its bearer token (``mx_cli.TOKEN_ENV``)."""
 PREFETCH_CONTAINER = "prefetch"
 _UID = 10001
 
@@ -116,9 +119,11 @@ def prefetch_container(
     mount: Obj,
     cache_dir: str | None = None,
     strategy: str = "SmartFallback",
+    token: SecretKeyRef | None = None,
 ) -> Obj:
     """The registry client downloading ``fetch`` into ``cache_dir`` (default: the mount's
-    root) of the volume mounted as ``mount``."""
+    root) of the volume mounted as ``mount``; with ``token``, it sends the registry's admin
+    token read from that Secret key (the pod spec holds only the Secret's name)."""
     args = ["--server", registry_address, "model", "download", fetch.name]
     args += ["--provider", fetch.provider] if fetch.provider else []
     args += ["--strategy", strategy, "--cache-dir", cache_dir or mount["mountPath"]]
@@ -128,10 +133,17 @@ def prefetch_container(
         "imagePullPolicy": "IfNotPresent",
         "command": REGISTRY_CLI,
         "args": args,
-        "env": [{"name": "HOME", "value": "/tmp"}],
+        "env": [{"name": "HOME", "value": "/tmp"}, *_token_env(token)],
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": [mount],
     }
+
+
+def _token_env(token: SecretKeyRef | None) -> list[Obj]:
+    if token is None:
+        return []
+    ref = {"name": token.name, "key": token.key}
+    return [{"name": REGISTRY_TOKEN_ENV, "valueFrom": {"secretKeyRef": ref}}]
 
 
 def prefetch_pod() -> Obj:
@@ -144,9 +156,11 @@ def prefetch_job(ctx: RenderContext) -> Obj | None:
     fetch = ctx.cache.fetch
     if fetch is None:
         return None
+    options = ctx.options
     container = prefetch_container(
-        fetch, ctx.options.registry_image, ctx.options.registry_address, _mount(ctx)
-    )
+        fetch, options.registry_image, options.registry_address, _mount(ctx),
+        token=options.registry_fetch_token_secret,
+    )  # fmt: skip
     pod = prefetch_pod()
     notes = {
         SOURCE_ANNOTATION: ctx.model.spec.source,

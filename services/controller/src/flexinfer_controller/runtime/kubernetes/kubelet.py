@@ -80,6 +80,9 @@ class Kubelet:
         pod's engine at its podIP on this machine)."""
         self._ips = itertools.count(2)
         self._names = itertools.count(1)
+        self.environments: dict[str, dict[str, str]] = {}
+        """Each pod's first container's environment, by pod name, as resolved when the
+        pod was made (``container_env``)."""
 
     def sync(self) -> None:
         """One pass over every Deployment and pod."""
@@ -124,6 +127,7 @@ class Kubelet:
         spec.setdefault("nodeName", self.node)
         pod = self.api.create("pods", {"metadata": meta, "spec": spec})
         name = pod["metadata"]["name"]
+        self.environments[name] = container_env(self.api, namespace, spec["containers"][0])
         model = meta["annotations"].get(MODEL_KEY_ANNOTATION)
         container = template["spec"]["containers"][0]["name"]
         if model in self.crashing:
@@ -138,6 +142,26 @@ class Kubelet:
                 ],
             }  # fmt: skip
             self.api.set_status("pods", namespace, name, status)
+
+
+def container_env(api: KubeApiServer, namespace: str, container: Obj) -> dict[str, str]:
+    """The variables a kubelet would start ``container`` with: plain values, and ConfigMap
+    or Secret keys read now (an optional one that is absent is left out). Field refs are
+    the pod's own status, not known here, and are left out too."""
+    out: dict[str, str] = {}
+    for item in container.get("env") or []:
+        source = item.get("valueFrom") or {}
+        if "value" in item:
+            out[item["name"]] = item["value"]
+        elif (ref := source.get("configMapKeyRef") or source.get("secretKeyRef")) is not None:
+            kind = "configmaps" if "configMapKeyRef" in source else "secrets"
+            found = api.get(kind, namespace, ref["name"]) or {}
+            value = (found.get("data") or {}).get(ref["key"])
+            if value is None and not ref.get("optional"):
+                raise LookupError(f"{kind} {namespace}/{ref['name']} has no key {ref['key']}")
+            if value is not None:
+                out[item["name"]] = value
+    return out
 
 
 def crash_status(container: str, restarts: int) -> Obj:

@@ -72,8 +72,9 @@ def fetch_job(ctx: RenderContext, adapter: LoRAAdapter, source: str) -> tuple[Ob
     mount = {"name": CACHE_VOLUME, "mountPath": ctx.options.model_mount}
     options = ctx.options
     container = prefetch_container(
-        fetch, options.registry_image, options.registry_address, mount, cache_dir=directory
-    )
+        fetch, options.registry_image, options.registry_address, mount, cache_dir=directory,
+        token=options.registry_fetch_token_secret,
+    )  # fmt: skip
     job = _job(ctx, adapter, FETCH, container, prefetch_pod(), {SOURCE_ANNOTATION: source})
     return job, f"{directory}/{fetch.subpath}"
 

@@ -1,11 +1,11 @@
 """Releasing a deleted Model on Kubernetes: what its reconciles made, and its tmpfs copies.
 
-The Deployment, Service, Jobs, ConfigMap and PDB made for the Model are deleted explicitly
-rather than left to the garbage collector, so a Model's deletion completes only once they
-are gone. A copy in a node's own /dev/shm (the flash loader with cache strategy Memory)
-outlives the pods: a cleanup Job goes to every node the Model's pods were seen on (what
-its ``flexinfer.ai/flash-nodes`` annotation records, ``flashnodes``), keeping the copies
-of the Models still declared.
+The Deployment, Service, Jobs, ConfigMaps (the backend's, the trace's) and PDB made for
+the Model are deleted explicitly rather than left to the garbage collector, so a Model's
+deletion completes only once they are gone. A copy in a node's own /dev/shm (the flash
+loader with cache strategy Memory) outlives the pods: a cleanup Job goes to every node the
+Model's pods were seen on (what its ``flexinfer.ai/flash-nodes`` annotation records,
+``flashnodes``), keeping the copies of the Models still declared.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from flexinfer_controller.runtime.kubernetes.flashnodes import FlashNodes
 from flexinfer_controller.runtime.kubernetes.names import deployment_ref, object_name, split_key
 from flexinfer_controller.runtime.kubernetes.objects import render_cleanup, render_model
 from flexinfer_controller.runtime.kubernetes.options import RenderOptions
+from flexinfer_controller.runtime.kubernetes.trace import trace_config_map
 
 
 class Release:
@@ -53,6 +54,8 @@ class Release:
         keep = await self._declared(model) if nodes else []
         try:
             objects = render_model(found, self._backends, self._options)
+            deployment = next(o for o in objects if o["kind"] == "Deployment")
+            objects.append(trace_config_map(found, deployment, None))
             on_delete = render_cleanup(found, self._backends, self._options, nodes, keep)
         except FlexInferError:  # it never rendered, so only a name can have been created
             objects = [deployment_ref(namespace, object_name(name))]

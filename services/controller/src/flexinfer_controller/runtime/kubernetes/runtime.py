@@ -85,6 +85,7 @@ from flexinfer_controller.runtime.kubernetes.replicas import (
 from flexinfer_controller.runtime.kubernetes.retry import RetryPolicy, with_attempt
 from flexinfer_controller.runtime.kubernetes.sleepers import PodSleepers
 from flexinfer_controller.runtime.kubernetes.sleeping import PodSleep
+from flexinfer_controller.runtime.kubernetes.trace import trace_config_map
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,8 @@ class KubernetesRuntime(PodSleepers):
         objects = render_model(found, self._backends, options)
         deployment = next(o for o in objects if o["kind"] == "Deployment")
         digest = stamp(deployment, model, generation)
+        # Written before the replicas rise, so the pod they make reads this start's parent.
+        objects.insert(0, trace_config_map(found, deployment, spec.trace_parent))
         wanted = self._wanted.get(model) or await self._read_wanted(model)
         if wanted is not None and wanted.template_hash == digest:
             # Same pods, new generation (serverless settings, say): its pods now serve it.
