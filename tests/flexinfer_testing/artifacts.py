@@ -152,7 +152,7 @@ def corrupt_in_place(path: Path) -> None:
 
 
 def published_cache(
-    registry: str, identity: SourceIdentity, workdir: Path, worker_id: str
+    registry: str, identity: SourceIdentity, workdir: Path, worker_id: str, accelerator: str = "cpu"
 ) -> ArtifactSource:
     """A compile-cache tree (``make_cache``) sealed, served and published to ``registry``
     under ``identity``, as an engine in compile mode publishes its own."""
@@ -160,5 +160,5 @@ def published_cache(
     cache.mkdir(parents=True)
     make_cache(cache)
     bundle = seal_directory(cache, workdir / f"{worker_id}-bundles")
-    role = ArtifactRole(identity, worker_id, "cpu", bind_host="127.0.0.1")
+    role = ArtifactRole(identity, worker_id, accelerator, bind_host="127.0.0.1")
     return ArtifactSource(bundle, role, registry=registry, settings=SETTINGS)

@@ -30,6 +30,7 @@ from flexinfer_registry.settings import RegistrySettings
 from flexinfer_testing.artifacts import corrupt_in_place, published_cache
 from flexinfer_testing.clients import wait_until
 from flexinfer_testing.engines import Process, reference_engine
+from flexinfer_testing.scrape import check_conventions, parse_metrics
 
 NAME = "compile-tiny"
 PROMPT = {"model": NAME, "prompt": "kernels from a peer", "max_tokens": 12, "seed": 99}
@@ -144,4 +145,7 @@ def _check_fetched(one: Process, two: Process, first: dict[str, Any]) -> None:
     installed = 'mx_artifact_install_bytes_total{artifact="torch_compile_cache"}'
     assert _sample(two.url, installed) > 0
     assert _sample(two.url, 'flexinfer_engine_compile_seconds{source="peer"}') > 0
+    families = parse_metrics(httpx.get(f"{two.url}/metrics", timeout=10).text)
+    assert "flexinfer_engine_compile_cache_fallbacks" in families
+    check_conventions(families)
     print(f"compile seconds: cold {first['seconds']:.2f}, fetched cache {second['seconds']:.2f}")

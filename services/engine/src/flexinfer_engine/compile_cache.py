@@ -169,7 +169,7 @@ class CompileCache:
     def prepare(self, engine: InferenceEngine) -> CompileReport:
         """Fetch the cache when a peer has it, then compile and warm up (never raises)."""
         identity = cache_identity(self.weights, engine.device)
-        fetched, fetch_seconds, reason = self._fetch(identity, engine.device.type)
+        fetched, fetch_seconds, reason = self.fetch(identity, engine.device.type)
         started = time.perf_counter()
         try:
             hits, misses = compile_and_warm_up(engine)
@@ -191,10 +191,11 @@ class CompileCache:
         log.info("compile cache: %s", self.report.as_dict(), extra=self.report.as_dict())
         return self.report
 
-    def _fetch(
+    def fetch(
         self, identity: SourceIdentity, accelerator: str
     ) -> tuple[PeerArtifact | None, float, str]:
-        """(what was fetched or None, seconds spent, why it was not)."""
+        """Install the cache from a peer when sharing and the cache directory is empty:
+        (what was fetched or None, seconds spent, why nothing was: a failure is counted)."""
         if not self.sharing:
             return None, 0.0, ""
         if not is_empty(self.cache_dir):
