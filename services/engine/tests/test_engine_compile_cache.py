@@ -131,6 +131,9 @@ def _replicas(registry: str, model_dir: Path, tmp_path: Path) -> None:
             wait_until(lambda: _artifact_sources(registry) == ["replica-1"], 60, "replica 1")
             with start("replica-2") as two:
                 _check_fetched(one, two, first)
+                # Target becomes source: the next replica has two donors.
+                both = ["replica-1", "replica-2"]
+                wait_until(lambda: sorted(_artifact_sources(registry)) == both, 60, "replica 2")
     finally:
         donor.stop()
 

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -269,3 +270,6 @@ class CompileCache:
             source, self.source = self.source, None
         if source is not None:
             source.stop()
+        if self.settings.compile_cache_dir is None:
+            # The default directory is named after this process: nobody will reuse it.
+            shutil.rmtree(self.cache_dir.parent, ignore_errors=True)
