@@ -67,6 +67,7 @@ def _env(registry: str, tmp_path: Path, worker_id: str) -> dict[str, str]:
     return {
         "FLEXINFER_ENGINE_REGISTRY": registry,
         "FLEXINFER_ENGINE_WORKER_ID": worker_id,
+        "FLEXINFER_ENGINE_P2P_SOURCE": "1",  # weights and compile cache side by side
         "FLEXINFER_ENGINE_COMPILE": "1",
         "FLEXINFER_ENGINE_COMPILE_CACHE_DIR": str(tmp_path / worker_id / "inductor"),
         "MX_ARTIFACT_TRANSFER": "1",
@@ -80,8 +81,13 @@ def _completion(url: str) -> str:
     return str(reply.json()["choices"][0]["text"])
 
 
+def _health(url: str) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(f"{url}/healthz", timeout=10).json()
+    return body
+
+
 def _compile_cache(url: str) -> dict[str, Any]:
-    report: dict[str, Any] = httpx.get(f"{url}/healthz", timeout=10).json()["compile_cache"]
+    report: dict[str, Any] = _health(url)["compile_cache"]
     return report
 
 
@@ -142,6 +148,7 @@ def _check_fetched(one: Process, two: Process, first: dict[str, Any]) -> None:
     second = _compile_cache(two.url)
     assert second["source"] == "peer", two.log_tail()
     assert second["donor"].endswith("/replica-1")
+    assert _health(two.url)["weights"]["strategy"] == "rdma"  # the weights' own source
     assert second["cache_hits"] == first["cache_misses"]
     assert second["cache_misses"] == 0
     assert _completion(two.url) == _completion(one.url)
