@@ -1,11 +1,13 @@
 """Compile mode without compiling: what a sealed cache holds, the cache's identity, and
 when a replica fetches a cache from a peer or builds it itself (a real registry over gRPC
-and real artifact sources over NIXL; no torch.compile runs here)."""
+and real artifact sources over NIXL; the only torch.compile here is one that cannot find
+its C++ compiler)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,14 @@ from prometheus_client import CollectorRegistry
 from flexinfer_common.mx_identity import SourceIdentity
 from flexinfer_common.serving import serve_in_background
 from flexinfer_engine.compile_cache import TORCH_COMPILE_CACHE, CompileCache, cache_identity
+from flexinfer_engine.core.sampling import SamplingParams
+from flexinfer_engine.core.weights import generate_model
 from flexinfer_engine.settings import EngineSettings
 from flexinfer_registry.app import create_app as create_registry
 from flexinfer_registry.settings import RegistrySettings
 from flexinfer_testing.artifacts import published_cache, tree
 from flexinfer_testing.clients import wait_until
+from flexinfer_testing.engines import loaded_engine
 from flexinfer_transfer.artifact_discovery import ArtifactNeed, candidates
 from flexinfer_transfer.artifact_source import ArtifactSource, seal_directory
 from flexinfer_transfer.metrics import TransferMetrics
@@ -183,3 +188,22 @@ async def test_a_live_donor_installs_its_cache(registry: str, tmp_path: Path) ->
     finally:
         await asyncio.to_thread(donor.stop)
     assert not donor.bundle.exists()  # withdrawn: the sealed copy goes too
+
+
+@pytest.mark.usefixtures("restore_env")
+def test_a_compile_that_fails_leaves_the_model_eager(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch._inductor.config as inductor
+
+    model_dir = generate_model(tmp_path / "model", name="eager-tiny", preset="tiny")
+    engine = loaded_engine(model_dir)
+    prompt = [[ord(c) for c in "still serving"]]
+    params = SamplingParams(max_tokens=6, seed=5)
+    want = list(engine.generate(prompt, params, threading.Event()))
+    compiled = _compile_cache(tmp_path, "", sharing=False)
+    monkeypatch.setattr(inductor.cpp, "cxx", (None, str(tmp_path / "no-such-compiler")))
+    report = compiled.prepare(engine)
+    assert report.source == "none"
+    assert report.fallback_reason.startswith("compile failed")
+    assert list(engine.generate(prompt, params, threading.Event())) == want
