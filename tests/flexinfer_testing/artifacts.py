@@ -17,6 +17,7 @@ from flexinfer_transfer.artifact_fetch import ArtifactFetcher
 from flexinfer_transfer.artifact_manifest import ArtifactManifest
 from flexinfer_transfer.artifact_server import ArtifactServer, ChunkReader, read_range
 from flexinfer_transfer.artifact_settings import ArtifactSettings
+from flexinfer_transfer.artifact_source import ArtifactRole, ArtifactSource, seal_directory
 from flexinfer_transfer.directory import SourceManifest
 from flexinfer_transfer.metrics import TransferMetrics
 from flexinfer_transfer.nixl_manager import NixlSettings, NixlTransferManager
@@ -136,3 +137,28 @@ def artifact_fixtures() -> tuple[Callable[..., object], Callable[[], Iterator[Fe
         manager.close()
 
     return serve, fetcher
+
+
+def corrupt_in_place(path: Path) -> None:
+    """Flip a byte in the middle of ``path``, keeping its size and mtime: a source still
+    serves it (it looks unchanged since publication) and only a CRC32C can tell."""
+    stat = path.stat()
+    with path.open("r+b") as handle:
+        handle.seek(stat.st_size // 2)
+        byte = handle.read(1)
+        handle.seek(stat.st_size // 2)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def published_cache(
+    registry: str, identity: SourceIdentity, workdir: Path, worker_id: str, accelerator: str = "cpu"
+) -> ArtifactSource:
+    """A compile-cache tree (``make_cache``) sealed, served and published to ``registry``
+    under ``identity``, as an engine in compile mode publishes its own."""
+    cache = workdir / f"{worker_id}-cache"
+    cache.mkdir(parents=True)
+    make_cache(cache)
+    bundle = seal_directory(cache, workdir / f"{worker_id}-bundles")
+    role = ArtifactRole(identity, worker_id, accelerator, bind_host="127.0.0.1")
+    return ArtifactSource(bundle, role, registry=registry, settings=SETTINGS)

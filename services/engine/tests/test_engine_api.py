@@ -177,7 +177,10 @@ async def test_protocol_errors(client: httpx.AsyncClient) -> None:
 
 
 async def test_health_info_and_metrics(client: httpx.AsyncClient) -> None:
-    assert (await client.get("/healthz")).status_code == 200
+    health = await client.get("/healthz")
+    assert health.status_code == 200
+    # Without compile mode no compile cache was obtained.
+    assert health.json()["compile_cache"] == {"source": "none", "seconds": 0.0}
     assert (await client.get("/readyz")).status_code == 200
     await client.post("/v1/completions", json={"model": NAME, "prompt": "a", "max_tokens": 3})
     info = (await client.get("/engine/info")).json()

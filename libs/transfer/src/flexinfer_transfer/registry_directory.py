@@ -21,6 +21,15 @@ from flexinfer_transfer.selector import SourceCandidate
 from flexinfer_transfer.strategy import LoadContext
 
 
+@dataclass(frozen=True)
+class ArtifactLocation:
+    """Where an artifact source serves its artifact (GetMetadata's ``artifact_source``)."""
+
+    endpoint: str
+    artifact_id: str
+    accelerator: str
+
+
 @dataclass
 class RegistryDirectory:
     """A SourceDirectory over the registry's gRPC address."""
@@ -70,6 +79,23 @@ class RegistryDirectory:
                     f"the registry at {self.address} refused {method} ({given}): "
                     f"{code.name}: {exc.details()}; give this worker the registry's P2P token"
                 ) from exc
+
+    def artifact(self, candidate: SourceCandidate) -> ArtifactLocation:
+        """Where the worker serves its artifact (its WorkerService) and which one."""
+        request = p2p_pb2.GetMetadataRequest(
+            mx_source_id=candidate.mx_source_id, worker_id=candidate.worker_id
+        )
+        reply = self._call("GetMetadata", request)
+        if not reply.found:
+            raise LookupError(f"the registry no longer knows {candidate.key}")
+        worker = reply.worker
+        if worker.WhichOneof("source_payload") != "artifact_source":
+            raise LookupError(f"{candidate.key} publishes no artifact")
+        if not worker.worker_grpc_endpoint:
+            raise LookupError(f"{candidate.key} published no WorkerService endpoint")
+        return ArtifactLocation(
+            worker.worker_grpc_endpoint, worker.artifact_source.artifact_id, worker.accelerator
+        )
 
     def manifest(self, candidate: SourceCandidate) -> SourceManifest:
         """The worker's published NIXL metadata and tensors."""

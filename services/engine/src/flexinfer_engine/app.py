@@ -26,6 +26,7 @@ from flexinfer_engine.api.admin_routes import admin_router
 from flexinfer_engine.api.limits import BodyLimit
 from flexinfer_engine.api.lora_routes import lora_router
 from flexinfer_engine.api.metrics import (
+    compile_gauge,
     engine_hooks,
     kv_cache_gauge,
     request_gauges,
@@ -34,6 +35,7 @@ from flexinfer_engine.api.metrics import (
 )
 from flexinfer_engine.api.openai_routes import ServedModel, openai_router
 from flexinfer_engine.api.validation import install_request_errors
+from flexinfer_engine.compile_cache import CompileCache
 from flexinfer_engine.core.adapters import AdapterRegistry, LoRALimits
 from flexinfer_engine.core.config import ModelConfig, parameter_count, read_config
 from flexinfer_engine.core.engine import InferenceEngine
@@ -105,11 +107,18 @@ def create_app(
         default_max_tokens=settings.default_max_tokens,
     )
 
+    async def start() -> None:
+        # Loading starts the peer source when it ends; a preloaded engine starts it now.
+        if runner.state is State.LOADING:
+            await runner.load()
+        else:
+            await runner.start_source()
+        if compiled is not None and runner.state is State.READY:
+            await asyncio.to_thread(compiled.publish, engine)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Loading starts the peer source when it ends; a preloaded engine starts it now.
-        loading = runner.state is State.LOADING
-        task = asyncio.create_task(runner.load() if loading else runner.start_source())
+        task = asyncio.create_task(start())
         try:
             yield
         finally:
@@ -118,10 +127,13 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await runner.stop_source()
+            if compiled is not None:
+                await asyncio.to_thread(compiled.stop)
 
     app = FastAPI(title="FlexInfer engine", lifespan=lifespan)
     telemetry = setup_telemetry(app, "engine", settings.telemetry, span_exporter=span_exporter)
     _instrument_loading(engine, telemetry)
+    compiled = _compile_cache(settings, engine, replica, telemetry)
     runner = AsyncRunner(
         engine,
         _adapters(settings, engine, served.name),
@@ -143,7 +155,12 @@ def create_app(
     async def ready() -> bool:
         return runner.state is State.READY
 
-    app.include_router(health_router(ready, lambda: {"weights": weights_report(engine)}))
+    app.include_router(
+        health_router(
+            ready,
+            lambda: {"weights": weights_report(engine), "compile_cache": compile_report(compiled)},
+        )
+    )
     app.include_router(openai_router(runner, served))
     app.include_router(lora_router(runner))
     app.include_router(admin_router(runner, lambda: engine_info(runner, served.name, url)))
@@ -157,6 +174,33 @@ def _instrument_loading(engine: InferenceEngine, telemetry: Telemetry) -> None:
     weights_gauge(telemetry.registry, lambda: engine.load_info)
     if telemetry.tracer_provider is not None:
         engine.tracer = telemetry.tracer_provider.get_tracer("flexinfer.engine")
+
+
+def _compile_cache(
+    settings: EngineSettings, engine: InferenceEngine, replica: Replica, telemetry: Telemetry
+) -> CompileCache | None:
+    """Compile mode, when on: run by the engine's first load, reported and measured."""
+    if not settings.compile:
+        return None
+    compiled = CompileCache(
+        settings,
+        replica.identity(engine.config),
+        replica.worker_id,
+        engine.loader.chain.metrics,
+        telemetry.registry,
+    )
+    if not engine.loaded:
+        engine.prepare = compiled.prepare
+    compile_gauge(telemetry.registry, lambda: compiled.report)
+    return compiled
+
+
+def compile_report(compiled: CompileCache | None) -> dict[str, Any] | None:
+    """How the compile cache was obtained (``/healthz``'s ``compile_cache``): ``none``
+    without compile mode, None until the compile ran."""
+    if compiled is None:
+        return {"source": "none", "seconds": 0.0}
+    return compiled.report.as_dict() if compiled.report is not None else None
 
 
 def weights_report(engine: InferenceEngine) -> dict[str, Any] | None:

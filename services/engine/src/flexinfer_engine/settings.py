@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from flexinfer_common.auth import bearer_token
@@ -15,7 +16,9 @@ from flexinfer_transfer.settings import TransferSettings
 class EngineSettings(BaseSettings):
     """Everything one engine process needs to serve one model."""
 
-    model_config = SettingsConfigDict(env_prefix="FLEXINFER_ENGINE_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FLEXINFER_ENGINE_", extra="ignore", populate_by_name=True
+    )
 
     model_dir: Path | None = None
     """Directory holding config.json and the safetensors weights (required to serve)."""
@@ -83,6 +86,41 @@ class EngineSettings(BaseSettings):
     lora_roots: RootList = Field(default_factory=list)
     """Directories adapters may be loaded from (``/a:/b`` or a JSON list). None by default:
     POST /v1/load_lora_adapter is then refused, as no path is trusted."""
+
+    compile: bool = False
+    """Run every block's MLP through ``torch.compile`` (inductor) before the engine reports
+    ready. Off by default: a cold compile costs tens of seconds of CPU (a C++ compiler run
+    per kernel) for a model this small; a fetched cache (``artifact_transfer``) makes it a
+    few seconds."""
+
+    compile_cache_dir: Path | None = None
+    """Inductor's cache directory (TORCHINDUCTOR_CACHE_DIR, Triton's under it). None:
+    ``<tmp>/flexinfer-engine/<worker_id>/torchinductor``, one per replica, so that two
+    replicas on one host do not share a cache and every hit comes from this replica's own
+    compile or from a verified artifact."""
+
+    artifact_transfer: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("MX_ARTIFACT_TRANSFER", "FLEXINFER_ENGINE_ARTIFACT_TRANSFER"),
+    )
+    """MX_ARTIFACT_TRANSFER (ModelExpress's name and default, off): with ``compile`` and a
+    registry, fetch the compile cache from a READY replica of the same identity before
+    compiling, and once ready serve this replica's own cache to the next ones. Caches hold
+    generated code: enable it only among trusted replicas and a trusted registry."""
+
+    artifact_bundle_root: Path | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "MX_ARTIFACT_BUNDLE_ROOT", "FLEXINFER_ENGINE_ARTIFACT_BUNDLE_ROOT"
+        ),
+    )
+    """MX_ARTIFACT_BUNDLE_ROOT: where the sealed copy of the cache that peers read is kept
+    while it is served. None: ModelExpress's default, ``$TMPDIR/modelexpress-artifacts``."""
+
+    def bundle_root(self) -> Path:
+        """``artifact_bundle_root`` or its default."""
+        default = Path(tempfile.gettempdir()) / "modelexpress-artifacts"
+        return self.artifact_bundle_root or default
 
     torch_threads: int | None = Field(default=None, ge=1)
     """Intra-op CPU threads for torch; unset keeps torch's default (one per core)."""

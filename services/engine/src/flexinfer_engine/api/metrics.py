@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 from flexinfer_engine.core.runner import Hooks
 
 if TYPE_CHECKING:
+    from flexinfer_engine.compile_cache import CompileReport
     from flexinfer_engine.core.engine import LoadInfo
 
 
@@ -74,6 +75,29 @@ def weights_gauge(registry: CollectorRegistry, load: Callable[[], LoadInfo | Non
     took, labelled with the strategy that produced the weights (``rdma`` from a peer,
     ``gds``/``default`` from files); absent before the first load."""
     registry.register(_WeightsCollector(load))
+
+
+def compile_gauge(registry: CollectorRegistry, report: Callable[[], CompileReport | None]) -> None:
+    """``flexinfer_engine_compile_seconds{source}``: how long compile mode's compile and
+    warm-up took, labelled with where its cache came from (``peer`` fetched, ``local``);
+    absent before the compile."""
+    registry.register(_CompileCollector(report))
+
+
+class _CompileCollector(Collector):
+    def __init__(self, report: Callable[[], CompileReport | None]) -> None:
+        self.report = report
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "flexinfer_engine_compile_seconds",
+            "Seconds compile mode's compile and warm-up took, by where its cache came from",
+            labels=["source"],
+        )
+        report = self.report()
+        if report is not None:
+            family.add_metric([report.source], report.seconds)
+        yield family
 
 
 class _WeightsCollector(Collector):

@@ -11,7 +11,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +90,9 @@ class InferenceEngine:
         self.load_parent: Context | None = None
         """The trace the first load joins: the scale-up that started this engine (its
         ``TRACEPARENT``). Later loads (a level-2 wake) start traces of their own."""
+        self.prepare: Callable[[InferenceEngine], object] | None = None
+        """Runs once, after the first load and before the engine counts as loaded: compile
+        mode's fetch, compile and warm-up (compile_cache.py)."""
         self._live: list[KVCache] = []
         self._live_lock = threading.Lock()
         """Generations run in worker threads; the metrics scrape reads from the loop."""
@@ -105,8 +108,11 @@ class InferenceEngine:
             span.set_attribute("flexinfer.weights.source", report.source)
             if report.skipped:
                 span.set_attribute("flexinfer.weights.skipped", report.skipped)
-        self.loaded = True
         seconds = time.perf_counter() - started
+        if self.prepare is not None:
+            prepare, self.prepare = self.prepare, None
+            prepare(self)
+        self.loaded = True
         info = LoadInfo(started_at, seconds, report.strategy, report.source)
         self.load_info = info
         log.info(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -86,6 +87,23 @@ def _mask(steps: int, past: int, device: torch.device) -> torch.Tensor | None:
     return cols <= rows
 
 
+def mlp(
+    x: torch.Tensor,
+    norm: tuple[torch.Tensor, torch.Tensor],
+    fc_in: tuple[torch.Tensor, torch.Tensor],
+    fc_out: tuple[torch.Tensor, torch.Tensor],
+    eps: float,
+) -> torch.Tensor:
+    """x + fc_out(gelu(fc_in(ln(x)))) over rows of ``x``: what compile mode compiles. The
+    weights are arguments, not captured, so one graph serves every layer."""
+    hidden = F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps)
+    return x + F.linear(F.gelu(F.linear(hidden, *fc_in)), *fc_out)
+
+
+MLP = Callable[..., torch.Tensor]
+"""``mlp`` or its compiled form."""
+
+
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
 
@@ -97,14 +115,32 @@ class Block(nn.Module):
         self.fc_in = nn.Linear(config.hidden_size, config.intermediate_size)
         self.fc_out = nn.Linear(config.intermediate_size, config.hidden_size)
         self._names = (f"{path}.fc_in", f"{path}.fc_out")
+        self.compiled_mlp: MLP | None = None
+        """Set by compile mode; LoRA rows keep the eager path (adapters vary per request)."""
 
     def forward(
         self, x: torch.Tensor, cache: LayerCache | None, past: int, lora: LoRABatch | None
     ) -> torch.Tensor:
         """One block over the new positions."""
         x = x + self.attn(self.ln_1(x), cache, past, lora)
+        if self.compiled_mlp is not None and lora is None:
+            # Rows flattened: the batch joins the dynamic dimension, so prefill and decode
+            # are the only two graphs whatever the request's n.
+            rows = x.reshape(-1, x.shape[-1])
+            params = (self.ln_2.weight, self.ln_2.bias), self.fc_in_params, self.fc_out_params
+            return self.compiled_mlp(rows, *params, self.ln_2.eps).view_as(x)
         hidden = F.gelu(lora_linear(self.fc_in, self._names[0], self.ln_2(x), lora))
         return x + lora_linear(self.fc_out, self._names[1], hidden, lora)
+
+    @property
+    def fc_in_params(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """fc_in's (weight, bias)."""
+        return self.fc_in.weight, self.fc_in.bias
+
+    @property
+    def fc_out_params(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """fc_out's (weight, bias)."""
+        return self.fc_out.weight, self.fc_out.bias
 
 
 class DecoderLM(nn.Module):
@@ -120,6 +156,12 @@ class DecoderLM(nn.Module):
         )
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
+
+    def use_mlp(self, compiled: MLP | None) -> None:
+        """Run every block's MLP through ``compiled`` (None: eager again)."""
+        for block in self.layers:
+            assert isinstance(block, Block)
+            block.compiled_mlp = compiled
 
     def forward(
         self, tokens: torch.Tensor, cache: KVCache | None = None, lora: LoRABatch | None = None
