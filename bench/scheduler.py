@@ -24,6 +24,8 @@ the apiserver); ``--tps none`` measures the placement alone.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -33,11 +35,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI, Request, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flexinfer_common.placement import benchmark_key, keys
 from flexinfer_common.service import run_main, serve_app
@@ -88,11 +90,88 @@ def ceiling_app(bodies: Path) -> FastAPI:
     return app
 
 
-def serve_ceiling(bodies: Path, port: int) -> None:
-    """Serve ``ceiling_app`` until killed (the ceiling subprocess)."""
+def asgi_ceiling_app(bodies: Path) -> ASGIApp:
+    """A bare ASGI callable (no FastAPI, no Starlette) answering the recorded bodies."""
+    answers = {f"/{p.name}": p.read_bytes() for p in bodies.iterdir()}
+    headers = [(b"content-type", b"application/json")]
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # no lifespan to run
+        more = True
+        while more:
+            message = await receive()
+            more = message.get("more_body", False)
+        body = answers.get(scope["path"], b"{}")
+        length = [(b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers + length})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+class FloorProtocol(asyncio.Protocol):
+    """The physical floor: HTTP/1.1 keep-alive parsed by hand on the same event loop (no
+    uvicorn, no ASGI), answering the recorded bodies. Enough HTTP for this client only."""
+
+    def __init__(self, answers: dict[bytes, bytes]) -> None:
+        self.answers = answers
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the transport to answer on."""
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's does not subclass it
+
+    def data_received(self, data: bytes) -> None:
+        """Answer every complete request in the buffer."""
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            head = self.buffer[:end].split(b"\r\n")
+            length = 0
+            for line in head[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if len(self.buffer) < end + 4 + length:
+                return
+            self.buffer = self.buffer[end + 4 + length :]
+            body = self.answers.get(head[0].split(b" ")[1], b"{}")
+            assert self.transport is not None
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body
+            )
+
+
+async def serve_floor(answers: dict[bytes, bytes], port: int) -> None:
+    """Serve ``FloorProtocol`` on ``port`` until killed."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: FloorProtocol(answers), "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+CEILINGS = {
+    "fastapi": "FastAPI through serve_app (the service's stack before 2026-12-04)",
+    "asgi": "a bare ASGI callable through serve_app (uvicorn, httptools, uvloop)",
+    "floor": "an asyncio protocol on uvloop, HTTP parsed by hand (no uvicorn)",
+}
+
+
+def serve_ceiling(kind: str, bodies: Path, port: int) -> None:
+    """Serve the ``kind`` of ceiling until killed (the ceiling subprocess)."""
+
+    files = list(bodies.iterdir())
 
     async def serve(_: SchedulerSettings) -> None:
-        await serve_app("ceiling", ceiling_app(bodies), "127.0.0.1", port)
+        if kind == "floor":
+            await serve_floor({f"/{p.name}".encode(): p.read_bytes() for p in files}, port)
+            return
+        app = ceiling_app(bodies) if kind == "fastapi" else asgi_ceiling_app(bodies)
+        await serve_app("ceiling", app, "127.0.0.1", port)
 
     # The scheduler's settings only for logging and the event loop: the same as the service.
     sys.exit(run_main("ceiling", lambda: SchedulerSettings(port=port), serve))
@@ -107,7 +186,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@contextmanager
+@contextlib.contextmanager
 def process(args: list[str], env: dict[str, str], port: int, ready: str) -> Iterator[None]:
     """A subprocess serving on ``port``, once GET ``ready`` answers 200."""
     proc = subprocess.Popen(args, env=os.environ | env, stdout=subprocess.DEVNULL)
@@ -143,20 +222,21 @@ def post(conn: http.client.HTTPConnection, path: str, body: bytes) -> tuple[floa
 
 
 def measure(
-    ports: tuple[int, int], paths: tuple[list[tuple[str, bytes]], ...], requests: int
-) -> tuple[dict[str, list[float]], ...]:
+    ports: list[int], paths: list[list[tuple[str, bytes]]], requests: int
+) -> list[dict[str, list[float]]]:
     """Latencies per path (and of the pair) of each server over ``requests`` rounds, after a
-    warm-up. The servers take turns within each round (who goes first alternates), so both
-    see the same machine: on a shared one the load moves within seconds."""
+    warm-up. The servers take turns within each round (who goes first rotates), so all see
+    the same machine: on a shared one the load moves within seconds."""
     conns = [http.client.HTTPConnection("127.0.0.1", port) for port in ports]
     for _ in range(max(requests // 10, 5)):
         for conn, calls in zip(conns, paths, strict=True):
             for path, body in calls:
                 post(conn, path, body)
     out: list[dict[str, list[float]]] = [{"pair": []} for _ in ports]
+    turns = list(zip(conns, paths, out, strict=True))
     for i in range(requests):
-        turns = list(zip(conns, paths, out, strict=True))
-        for conn, calls, times in turns if i % 2 == 0 else reversed(turns):
+        first = i % len(turns)
+        for conn, calls, times in turns[first:] + turns[:first]:
             pair = 0.0
             for path, body in calls:
                 elapsed, _ = post(conn, path, body)
@@ -165,7 +245,7 @@ def measure(
             times["pair"].append(pair)
     for conn in conns:
         conn.close()
-    return tuple(out)
+    return out
 
 
 def pct(values: list[float], q: float) -> float:
@@ -179,14 +259,31 @@ def main() -> None:
     parser.add_argument("--sizes", default="10,100,1000,5000")
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--tps", choices=["kubernetes", "none"], default="kubernetes")
+    parser.add_argument(
+        "--ceilings",
+        default=",".join(CEILINGS),
+        help="ceilings measured alongside, comma-separated: "
+        + "; ".join(f"{k}: {v}" for k, v in CEILINGS.items()),
+    )
     parser.add_argument("--serve-ceiling", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--kind", default="fastapi", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_ceiling:
-        serve_ceiling(args.serve_ceiling, args.port)
+        serve_ceiling(args.kind, args.serve_ceiling, args.port)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
-    tps = args.tps == "kubernetes"
+    kinds = [k for k in args.ceilings.split(",") if k]
+    if unknown := set(kinds) - set(CEILINGS):
+        parser.error(f"unknown ceilings {sorted(unknown)}; known: {', '.join(CEILINGS)}")
+    requests, results = run(sizes, kinds, args.tps == "kubernetes", args.requests)
+    report(sizes, kinds, results, requests, args)
+
+
+def run(
+    sizes: list[int], kinds: list[str], tps: bool, rounds: int
+) -> tuple[dict[int, list[tuple[str, bytes]]], dict[int, list[dict[str, list[float]]]]]:
+    """Each size's requests, and its latencies: the service's first, then each ceiling's."""
     with KubeApiServer() as api, tempfile.TemporaryDirectory() as tmp:
         for i in range(max(sizes)):
             api.create("nodes", node(i))
@@ -199,7 +296,7 @@ def main() -> None:
             NAMESPACE,
         )
         bodies = Path(tmp)
-        sched_port, ceil_port = free_port(), free_port()
+        sched_port = free_port()
         env = {
             "FLEXINFER_SCHEDULER_PORT": str(sched_port),
             "FLEXINFER_SCHEDULER_KUBERNETES": "true",
@@ -207,16 +304,7 @@ def main() -> None:
             "FLEXINFER_LOG_LEVEL": "warning",
         }
         requests: dict[int, list[tuple[str, bytes]]] = {}
-        results: dict[int, dict[str, list[float]]] = {}
-        ceiling: dict[int, dict[str, list[float]]] = {}
-        ceiling_args = [
-            sys.executable,
-            __file__,
-            "--serve-ceiling",
-            str(bodies),
-            "--port",
-            str(ceil_port),
-        ]
+        results: dict[int, list[dict[str, list[float]]]] = {}
         with process([sys.executable, "-m", "flexinfer_scheduler"], env, sched_port, "/readyz"):
             for size in sizes:
                 names = [f"node-{i:05d}" for i in range(size)]
@@ -226,44 +314,47 @@ def main() -> None:
                 for path, b in requests[size]:
                     (bodies / f"{size}{path.replace('/', '-')}").write_bytes(post(conn, path, b)[1])
                 conn.close()
-            with process(ceiling_args, {}, ceil_port, ""):
-                for size in sizes:
-                    paths = [(f"/{size}{p.replace('/', '-')}", b) for p, b in requests[size]]
-                    service, measured = measure(
-                        (sched_port, ceil_port), (requests[size], paths), args.requests
+            with contextlib.ExitStack() as stack:
+                ports = [sched_port]
+                for kind in kinds:
+                    port = free_port()
+                    cmd = [sys.executable, __file__, "--serve-ceiling", str(bodies)]
+                    stack.enter_context(
+                        process([*cmd, "--kind", kind, "--port", str(port)], {}, port, "")
                     )
-                    results[size] = service
-                    ceiling[size] = {
-                        "/filter": measured[paths[0][0]],
-                        "/prioritize": measured[paths[1][0]],
-                        "pair": measured["pair"],
-                    }
-    report(sizes, results, ceiling, requests, args)
+                    ports.append(port)
+                for size in sizes:
+                    recorded = [(f"/{size}{p.replace('/', '-')}", b) for p, b in requests[size]]
+                    measured = measure(ports, [requests[size]] + [recorded] * len(kinds), rounds)
+                    results[size] = [measured[0]] + [
+                        {
+                            "/filter": m[recorded[0][0]],
+                            "/prioritize": m[recorded[1][0]],
+                            "pair": m["pair"],
+                        }
+                        for m in measured[1:]
+                    ]
+    return requests, results
 
 
 def report(
     sizes: list[int],
-    results: dict[int, dict[str, list[float]]],
-    ceiling: dict[int, dict[str, list[float]]],
+    kinds: list[str],
+    results: dict[int, list[dict[str, list[float]]]],
     requests: dict[int, list[tuple[str, bytes]]],
     args: argparse.Namespace,
 ) -> None:
-    """The Markdown table: p50/p99 of each call and of the pair, service and ceiling."""
+    """The Markdown table: p50/p99 of each call and of the pair, service and ceilings."""
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"requests per size: {args.requests}; tps source: {args.tps}; load after: {load}\n")
-    print(
-        "| nodes | request bytes | call | service p50 (ms) | service p99 (ms) "
-        "| ceiling p50 (ms) | ceiling p99 (ms) | p99 / ceiling p99 |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    columns = "".join(f" | {k} p50 / p99 (ms)" for k in kinds)
+    print(f"| nodes | request bytes | call | service p50 / p99 (ms){columns} |")
+    print("|---|---|---|---|" + "---|" * len(kinds))
     for size in sizes:
         for call in ("/filter", "/prioritize", "pair"):
-            s, c = results[size][call], ceiling[size][call]
+            cells = [f"{pct(r[call], 0.5):.2f} / {pct(r[call], 0.99):.2f}" for r in results[size]]
             size_bytes = len(requests[size][0][1])
-            print(
-                f"| {size} | {size_bytes} | {call} | {pct(s, 0.5):.2f} | {pct(s, 0.99):.2f} "
-                f"| {pct(c, 0.5):.2f} | {pct(c, 0.99):.2f} | {pct(s, 0.99) / pct(c, 0.99):.2f} |"
-            )
+            print(f"| {size} | {size_bytes} | {call} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
