@@ -7,7 +7,6 @@ matches either, case-insensitively. So does ``field``. Answers use the current t
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -168,12 +167,16 @@ def filter_result(passed_json: Sequence[str], failed: Mapping[str, str]) -> byte
     with compact separators writes for ``{"nodenames": [...], "failedNodes": failed,
     "failedAndUnresolvableNodes": {}}``, from the passing names already encoded as JSON
     strings (``NodeColumns.name_json``: encoded once per node, not per answer)."""
-    failed_json = ",".join(
-        [
-            encode_basestring_ascii(name) + ":" + encode_basestring_ascii(why)
-            for name, why in failed.items()
-        ]
-    )
+    failed_json = ""
+    if failed:
+        # A call's reasons take a few distinct values (one per filter, or per free-VRAM
+        # figure): each is encoded once. Names and reasons are interleaved into one join,
+        # which makes no string per entry.
+        reasons = {why: ":" + encode_basestring_ascii(why) + "," for why in set(failed.values())}
+        parts = [""] * (2 * len(failed))
+        parts[::2] = map(encode_basestring_ascii, failed)
+        parts[1::2] = map(reasons.__getitem__, failed.values())
+        failed_json = "".join(parts)[:-1]
     return (
         '{"nodenames":['
         + ",".join(passed_json)
@@ -196,8 +199,12 @@ def host_priority_list_json(hosts_json: Sequence[str], scores: Sequence[int]) ->
         raise ValueError(f"{len(hosts_json)} hosts but {len(scores)} scores")
     if not hosts_json:
         return b"[]"
-    # Scores take a few values (0..10): each one's tail is formatted once. Entries are
-    # joined by the next entry's head, so each costs one concatenation.
-    tails = {score: f',"score":{score:d}}}' for score in set(scores)}
-    entries = map(operator.add, hosts_json, map(tails.__getitem__, scores))
-    return ('[{"host":' + ',{"host":'.join(entries) + "]").encode()
+    # Scores take a few values (0..10): each one's text, up to the next entry's host, is
+    # formatted once, and hosts and those texts are interleaved into one join (no string
+    # per entry: half the time of joining host + text pairs).
+    tails = {score: f',"score":{score:d}}},{{"host":' for score in set(scores)}
+    parts = [""] * (2 * len(scores))
+    parts[::2] = hosts_json
+    parts[1::2] = map(tails.__getitem__, scores)
+    parts[-1] = f',"score":{scores[-1]:d}}}]'
+    return ('[{"host":' + "".join(parts)).encode()
