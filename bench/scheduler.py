@@ -7,11 +7,17 @@ asked as kube-scheduler asks with ``nodeCacheCapable: true``: ExtenderArgs with 
 architecture and CPU nodes). One keep-alive connection sends the requests one at a time;
 each latency is from the first byte sent to the last byte read.
 
-The ceiling is a second process on the same stack (FastAPI, the same ``serve_app``) whose
-routes read the request and answer a precomputed body: the real service's own answer to the
-same request, so both move the same bytes. The two take turns within each round (since
-2026-12-03 evening: before, all of the service's rounds ran, then all of the ceiling's, and
-the load of the shared machine could differ between the halves). No answer is cached
+The ceilings are further processes answering a precomputed body: the real service's own
+answer to the same request, so all move the same bytes, each on a thinner stack
+(``--ceilings``, all by default): ``fastapi``, FastAPI routes through the same
+``serve_app`` (the service's stack until 2026-12-04, and the only ceiling before);
+``lean``, the service's stack since then (FastAPI with its error handlers and request
+metrics, the verbs answered by ``VerbsFastPath`` before routing); ``asgi``, a bare ASGI
+callable through ``serve_app`` (uvicorn, httptools, uvloop); ``floor``, an asyncio protocol
+on uvloop with HTTP parsed by hand (no uvicorn): the physical floor of Python on this
+machine. All take turns within each round, who goes first rotating (since 2026-12-03
+evening: before, all of the service's rounds ran, then all of the ceiling's, and the load
+of the shared machine could differ between the halves). No answer is cached
 across requests in the service; each is computed from the request (what it keeps is per
 node and per benchmark ConfigMap, refreshed by the informers). ``--tps kubernetes``
 (default) gives the pod a backend, model and benchmark ConfigMaps, so each /prioritize
@@ -19,6 +25,7 @@ looks them up (in the service's ConfigMap informer since 2026-12-03; before, two
 the apiserver); ``--tps none`` measures the placement alone.
 
     python bench/scheduler.py [--sizes 10,100,1000,5000] [--requests 400] [--tps none]
+        [--ceilings fastapi,lean,asgi,floor]
 """
 
 from __future__ import annotations
@@ -34,17 +41,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
 from fastapi import FastAPI, Request, Response
+from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flexinfer_common.placement import benchmark_key, keys
 from flexinfer_common.service import run_main, serve_app
+from flexinfer_common.settings import TelemetrySettings
+from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.testing.kube_apiserver import KubeApiServer
+from flexinfer_common.web import install_error_handlers
 from flexinfer_scheduler.settings import SchedulerSettings
+from flexinfer_scheduler.verbs import Verb, VerbsFastPath
 
 NAMESPACE = "bench"
 
@@ -154,8 +166,32 @@ async def serve_floor(answers: dict[bytes, bytes], port: int) -> None:
         await server.serve_forever()
 
 
+def lean_ceiling_app(bodies: Path) -> FastAPI:
+    """The service's own stack since 2026-12-04 without its work: a FastAPI app with the
+    same error handlers, request metrics and routes, whose ``VerbsFastPath`` (innermost
+    middleware, as in the service) answers the recorded bodies."""
+    app = ceiling_app(bodies)
+    install_error_handlers(app)
+    setup_telemetry(app, "ceiling", TelemetrySettings())
+    answers = {f"/{p.name}": p.read_bytes() for p in bodies.iterdir()}
+
+    def recorded(path: str) -> Verb:
+        async def verb(body: bytes) -> Response:
+            return Response(answers[path], media_type="application/json")
+
+        return verb
+
+    async def on_error(scope: Scope, exc: Exception) -> Response:
+        raise exc  # the recorded answers raise nothing
+
+    verbs = {path: recorded(path) for path in answers}
+    app.user_middleware.append(Middleware(VerbsFastPath, verbs=verbs, on_error=on_error))
+    return app
+
+
 CEILINGS = {
-    "fastapi": "FastAPI through serve_app (the service's stack before 2026-12-04)",
+    "fastapi": "FastAPI routes through serve_app (the service's stack before 2026-12-04)",
+    "lean": "the service's stack since 2026-12-04: FastAPI, its middlewares, VerbsFastPath",
     "asgi": "a bare ASGI callable through serve_app (uvicorn, httptools, uvloop)",
     "floor": "an asyncio protocol on uvloop, HTTP parsed by hand (no uvicorn)",
 }
@@ -170,7 +206,9 @@ def serve_ceiling(kind: str, bodies: Path, port: int) -> None:
         if kind == "floor":
             await serve_floor({f"/{p.name}".encode(): p.read_bytes() for p in files}, port)
             return
-        app = ceiling_app(bodies) if kind == "fastapi" else asgi_ceiling_app(bodies)
+        apps: dict[str, Callable[[Path], ASGIApp]]
+        apps = {"fastapi": ceiling_app, "lean": lean_ceiling_app, "asgi": asgi_ceiling_app}
+        app = apps[kind](bodies)
         await serve_app("ceiling", app, "127.0.0.1", port)
 
     # The scheduler's settings only for logging and the event loop: the same as the service.
