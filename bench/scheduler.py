@@ -303,6 +303,11 @@ def main() -> None:
         help="ceilings measured alongside, comma-separated: "
         + "; ".join(f"{k}: {v}" for k, v in CEILINGS.items()),
     )
+    parser.add_argument(
+        "--service-pythonpath",
+        default="",
+        help="PYTHONPATH of the service process only (an A/B: another commit's sources)",
+    )
     parser.add_argument("--serve-ceiling", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--kind", default="fastapi", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -314,12 +319,14 @@ def main() -> None:
     kinds = [k for k in args.ceilings.split(",") if k]
     if unknown := set(kinds) - set(CEILINGS):
         parser.error(f"unknown ceilings {sorted(unknown)}; known: {', '.join(CEILINGS)}")
-    requests, results = run(sizes, kinds, args.tps == "kubernetes", args.requests)
+    requests, results = run(
+        sizes, kinds, args.tps == "kubernetes", args.requests, args.service_pythonpath
+    )
     report(sizes, kinds, results, requests, args)
 
 
 def run(
-    sizes: list[int], kinds: list[str], tps: bool, rounds: int
+    sizes: list[int], kinds: list[str], tps: bool, rounds: int, pythonpath: str = ""
 ) -> tuple[dict[int, list[tuple[str, bytes]]], dict[int, list[dict[str, list[float]]]]]:
     """Each size's requests, and its latencies: the service's first, then each ceiling's."""
     with KubeApiServer() as api, tempfile.TemporaryDirectory() as tmp:
@@ -341,6 +348,8 @@ def run(
             "FLEXINFER_SCHEDULER_KUBERNETES_HOST": api.url,
             "FLEXINFER_LOG_LEVEL": "warning",
         }
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath
         requests: dict[int, list[tuple[str, bytes]]] = {}
         results: dict[int, list[dict[str, list[float]]]] = {}
         with process([sys.executable, "-m", "flexinfer_scheduler"], env, sched_port, "/readyz"):
@@ -384,7 +393,8 @@ def report(
 ) -> None:
     """The Markdown table: p50/p99 of each call and of the pair, service and ceilings."""
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"requests per size: {args.requests}; tps source: {args.tps}; load after: {load}\n")
+    code = f"; service PYTHONPATH: {args.service_pythonpath}" if args.service_pythonpath else ""
+    print(f"requests per size: {args.requests}; tps source: {args.tps}; load after: {load}{code}\n")
     columns = "".join(f" | {k} p50 / p99 (ms)" for k in kinds)
     print(f"| nodes | request bytes | call | service p50 / p99 (ms){columns} |")
     print("|---|---|---|---|" + "---|" * len(kinds))
