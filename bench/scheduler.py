@@ -304,9 +304,11 @@ def main() -> None:
         + "; ".join(f"{k}: {v}" for k, v in CEILINGS.items()),
     )
     parser.add_argument(
-        "--service-pythonpath",
+        "--baseline",
         default="",
-        help="PYTHONPATH of the service process only (an A/B: another commit's sources)",
+        metavar="PYTHONPATH",
+        help="also measure a second service run from these sources (an A/B against another "
+        "commit's scheduler and common packages, in the same rounds)",
     )
     parser.add_argument("--serve-ceiling", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--kind", default="fastapi", help=argparse.SUPPRESS)
@@ -319,16 +321,16 @@ def main() -> None:
     kinds = [k for k in args.ceilings.split(",") if k]
     if unknown := set(kinds) - set(CEILINGS):
         parser.error(f"unknown ceilings {sorted(unknown)}; known: {', '.join(CEILINGS)}")
-    requests, results = run(
-        sizes, kinds, args.tps == "kubernetes", args.requests, args.service_pythonpath
-    )
-    report(sizes, kinds, results, requests, args)
+    requests, results = run(sizes, kinds, args.tps == "kubernetes", args.requests, args.baseline)
+    columns = ["service"] + (["baseline"] if args.baseline else []) + kinds
+    report(sizes, columns, results, requests, args)
 
 
 def run(
-    sizes: list[int], kinds: list[str], tps: bool, rounds: int, pythonpath: str = ""
+    sizes: list[int], kinds: list[str], tps: bool, rounds: int, baseline: str = ""
 ) -> tuple[dict[int, list[tuple[str, bytes]]], dict[int, list[dict[str, list[float]]]]]:
-    """Each size's requests, and its latencies: the service's first, then each ceiling's."""
+    """Each size's requests, and its latencies: the service's first, then the baseline
+    service's (if its PYTHONPATH is given), then each ceiling's."""
     with KubeApiServer() as api, tempfile.TemporaryDirectory() as tmp:
         for i in range(max(sizes)):
             api.create("nodes", node(i))
@@ -348,8 +350,6 @@ def run(
             "FLEXINFER_SCHEDULER_KUBERNETES_HOST": api.url,
             "FLEXINFER_LOG_LEVEL": "warning",
         }
-        if pythonpath:
-            env["PYTHONPATH"] = pythonpath
         requests: dict[int, list[tuple[str, bytes]]] = {}
         results: dict[int, list[dict[str, list[float]]]] = {}
         with process([sys.executable, "-m", "flexinfer_scheduler"], env, sched_port, "/readyz"):
@@ -363,6 +363,13 @@ def run(
                 conn.close()
             with contextlib.ExitStack() as stack:
                 ports = [sched_port]
+                if baseline:
+                    port = free_port()
+                    other = env | {"FLEXINFER_SCHEDULER_PORT": str(port), "PYTHONPATH": baseline}
+                    cmd = [sys.executable, "-m", "flexinfer_scheduler"]
+                    stack.enter_context(process(cmd, other, port, "/readyz"))
+                    ports.append(port)
+                services = len(ports)
                 for kind in kinds:
                     port = free_port()
                     cmd = [sys.executable, __file__, "--serve-ceiling", str(bodies)]
@@ -372,32 +379,33 @@ def run(
                     ports.append(port)
                 for size in sizes:
                     recorded = [(f"/{size}{p.replace('/', '-')}", b) for p, b in requests[size]]
-                    measured = measure(ports, [requests[size]] + [recorded] * len(kinds), rounds)
-                    results[size] = [measured[0]] + [
+                    calls = [requests[size]] * services + [recorded] * len(kinds)
+                    measured = measure(ports, calls, rounds)
+                    results[size] = measured[:services] + [
                         {
                             "/filter": m[recorded[0][0]],
                             "/prioritize": m[recorded[1][0]],
                             "pair": m["pair"],
                         }
-                        for m in measured[1:]
+                        for m in measured[services:]
                     ]
     return requests, results
 
 
 def report(
     sizes: list[int],
-    kinds: list[str],
+    columns: list[str],
     results: dict[int, list[dict[str, list[float]]]],
     requests: dict[int, list[tuple[str, bytes]]],
     args: argparse.Namespace,
 ) -> None:
-    """The Markdown table: p50/p99 of each call and of the pair, service and ceilings."""
+    """The Markdown table: p50/p99 of each call and of the pair, per server measured."""
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    code = f"; service PYTHONPATH: {args.service_pythonpath}" if args.service_pythonpath else ""
+    code = f"; baseline PYTHONPATH: {args.baseline}" if args.baseline else ""
     print(f"requests per size: {args.requests}; tps source: {args.tps}; load after: {load}{code}\n")
-    columns = "".join(f" | {k} p50 / p99 (ms)" for k in kinds)
-    print(f"| nodes | request bytes | call | service p50 / p99 (ms){columns} |")
-    print("|---|---|---|---|" + "---|" * len(kinds))
+    heads = "".join(f" | {k} p50 / p99 (ms)" for k in columns)
+    print(f"| nodes | request bytes | call{heads} |")
+    print("|---|---|---|" + "---|" * len(columns))
     for size in sizes:
         for call in ("/filter", "/prioritize", "pair"):
             cells = [f"{pct(r[call], 0.5):.2f} / {pct(r[call], 0.99):.2f}" for r in results[size]]
