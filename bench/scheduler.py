@@ -7,11 +7,17 @@ asked as kube-scheduler asks with ``nodeCacheCapable: true``: ExtenderArgs with 
 architecture and CPU nodes). One keep-alive connection sends the requests one at a time;
 each latency is from the first byte sent to the last byte read.
 
-The ceiling is a second process on the same stack (FastAPI, the same ``serve_app``) whose
-routes read the request and answer a precomputed body: the real service's own answer to the
-same request, so both move the same bytes. The two take turns within each round (since
-2026-12-03 evening: before, all of the service's rounds ran, then all of the ceiling's, and
-the load of the shared machine could differ between the halves). No answer is cached
+The ceilings are further processes answering a precomputed body: the real service's own
+answer to the same request, so all move the same bytes, each on a thinner stack
+(``--ceilings``, all by default): ``fastapi``, FastAPI routes through the same
+``serve_app`` (the service's stack until 2026-12-04, and the only ceiling before);
+``lean``, the service's stack since then (FastAPI with its error handlers and request
+metrics, the verbs answered by ``VerbsFastPath`` before routing); ``asgi``, a bare ASGI
+callable through ``serve_app`` (uvicorn, httptools, uvloop); ``floor``, an asyncio protocol
+on uvloop with HTTP parsed by hand (no uvicorn): the physical floor of Python on this
+machine. All take turns within each round, who goes first rotating (since 2026-12-03
+evening: before, all of the service's rounds ran, then all of the ceiling's, and the load
+of the shared machine could differ between the halves). No answer is cached
 across requests in the service; each is computed from the request (what it keeps is per
 node and per benchmark ConfigMap, refreshed by the informers). ``--tps kubernetes``
 (default) gives the pod a backend, model and benchmark ConfigMaps, so each /prioritize
@@ -19,11 +25,14 @@ looks them up (in the service's ConfigMap informer since 2026-12-03; before, two
 the apiserver); ``--tps none`` measures the placement alone.
 
     python bench/scheduler.py [--sizes 10,100,1000,5000] [--requests 400] [--tps none]
+        [--ceilings fastapi,lean,asgi,floor]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -32,17 +41,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI, Request, Response
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flexinfer_common.placement import benchmark_key, keys
 from flexinfer_common.service import run_main, serve_app
+from flexinfer_common.settings import TelemetrySettings
+from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.testing.kube_apiserver import KubeApiServer
+from flexinfer_common.web import install_error_handlers
 from flexinfer_scheduler.settings import SchedulerSettings
+from flexinfer_scheduler.verbs import Verb, VerbsFastPath
 
 NAMESPACE = "bench"
 
@@ -88,11 +102,114 @@ def ceiling_app(bodies: Path) -> FastAPI:
     return app
 
 
-def serve_ceiling(bodies: Path, port: int) -> None:
-    """Serve ``ceiling_app`` until killed (the ceiling subprocess)."""
+def asgi_ceiling_app(bodies: Path) -> ASGIApp:
+    """A bare ASGI callable (no FastAPI, no Starlette) answering the recorded bodies."""
+    answers = {f"/{p.name}": p.read_bytes() for p in bodies.iterdir()}
+    headers = [(b"content-type", b"application/json")]
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # no lifespan to run
+        more = True
+        while more:
+            message = await receive()
+            more = message.get("more_body", False)
+        body = answers.get(scope["path"], b"{}")
+        length = [(b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers + length})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+class FloorProtocol(asyncio.Protocol):
+    """The physical floor: HTTP/1.1 keep-alive parsed by hand on the same event loop (no
+    uvicorn, no ASGI), answering the recorded bodies. Enough HTTP for this client only."""
+
+    def __init__(self, answers: dict[bytes, bytes]) -> None:
+        self.answers = answers
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the transport to answer on."""
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's does not subclass it
+
+    def data_received(self, data: bytes) -> None:
+        """Answer every complete request in the buffer."""
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            head = self.buffer[:end].split(b"\r\n")
+            length = 0
+            for line in head[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if len(self.buffer) < end + 4 + length:
+                return
+            self.buffer = self.buffer[end + 4 + length :]
+            body = self.answers.get(head[0].split(b" ")[1], b"{}")
+            assert self.transport is not None
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body
+            )
+
+
+async def serve_floor(answers: dict[bytes, bytes], port: int) -> None:
+    """Serve ``FloorProtocol`` on ``port`` until killed."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: FloorProtocol(answers), "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+def lean_ceiling_app(bodies: Path) -> FastAPI:
+    """The service's own stack since 2026-12-04 without its work: a FastAPI app with the
+    same error handlers, request metrics and routes, whose ``VerbsFastPath`` (innermost
+    middleware, as in the service) answers the recorded bodies."""
+    app = ceiling_app(bodies)
+    install_error_handlers(app)
+    setup_telemetry(app, "ceiling", TelemetrySettings())
+    answers = {f"/{p.name}": p.read_bytes() for p in bodies.iterdir()}
+
+    def recorded(path: str) -> Verb:
+        async def verb(body: bytes) -> Response:
+            return Response(answers[path], media_type="application/json")
+
+        return verb
+
+    async def on_error(scope: Scope, exc: Exception) -> Response:
+        raise exc  # the recorded answers raise nothing
+
+    verbs = {path: recorded(path) for path in answers}
+    app.user_middleware.append(Middleware(VerbsFastPath, verbs=verbs, on_error=on_error))
+    return app
+
+
+CEILINGS = {
+    "fastapi": "FastAPI routes through serve_app (the service's stack before 2026-12-04)",
+    "lean": "the service's stack since 2026-12-04: FastAPI, its middlewares, VerbsFastPath",
+    "asgi": "a bare ASGI callable through serve_app (uvicorn, httptools, uvloop)",
+    "floor": "an asyncio protocol on uvloop, HTTP parsed by hand (no uvicorn)",
+}
+
+
+def serve_ceiling(kind: str, bodies: Path, port: int) -> None:
+    """Serve the ``kind`` of ceiling until killed (the ceiling subprocess)."""
+
+    files = list(bodies.iterdir())
 
     async def serve(_: SchedulerSettings) -> None:
-        await serve_app("ceiling", ceiling_app(bodies), "127.0.0.1", port)
+        if kind == "floor":
+            await serve_floor({f"/{p.name}".encode(): p.read_bytes() for p in files}, port)
+            return
+        apps: dict[str, Callable[[Path], ASGIApp]]
+        apps = {"fastapi": ceiling_app, "lean": lean_ceiling_app, "asgi": asgi_ceiling_app}
+        app = apps[kind](bodies)
+        await serve_app("ceiling", app, "127.0.0.1", port)
 
     # The scheduler's settings only for logging and the event loop: the same as the service.
     sys.exit(run_main("ceiling", lambda: SchedulerSettings(port=port), serve))
@@ -107,7 +224,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@contextmanager
+@contextlib.contextmanager
 def process(args: list[str], env: dict[str, str], port: int, ready: str) -> Iterator[None]:
     """A subprocess serving on ``port``, once GET ``ready`` answers 200."""
     proc = subprocess.Popen(args, env=os.environ | env, stdout=subprocess.DEVNULL)
@@ -143,20 +260,21 @@ def post(conn: http.client.HTTPConnection, path: str, body: bytes) -> tuple[floa
 
 
 def measure(
-    ports: tuple[int, int], paths: tuple[list[tuple[str, bytes]], ...], requests: int
-) -> tuple[dict[str, list[float]], ...]:
+    ports: list[int], paths: list[list[tuple[str, bytes]]], requests: int
+) -> list[dict[str, list[float]]]:
     """Latencies per path (and of the pair) of each server over ``requests`` rounds, after a
-    warm-up. The servers take turns within each round (who goes first alternates), so both
-    see the same machine: on a shared one the load moves within seconds."""
+    warm-up. The servers take turns within each round (who goes first rotates), so all see
+    the same machine: on a shared one the load moves within seconds."""
     conns = [http.client.HTTPConnection("127.0.0.1", port) for port in ports]
     for _ in range(max(requests // 10, 5)):
         for conn, calls in zip(conns, paths, strict=True):
             for path, body in calls:
                 post(conn, path, body)
     out: list[dict[str, list[float]]] = [{"pair": []} for _ in ports]
+    turns = list(zip(conns, paths, out, strict=True))
     for i in range(requests):
-        turns = list(zip(conns, paths, out, strict=True))
-        for conn, calls, times in turns if i % 2 == 0 else reversed(turns):
+        first = i % len(turns)
+        for conn, calls, times in turns[first:] + turns[:first]:
             pair = 0.0
             for path, body in calls:
                 elapsed, _ = post(conn, path, body)
@@ -165,7 +283,7 @@ def measure(
             times["pair"].append(pair)
     for conn in conns:
         conn.close()
-    return tuple(out)
+    return out
 
 
 def pct(values: list[float], q: float) -> float:
@@ -179,14 +297,40 @@ def main() -> None:
     parser.add_argument("--sizes", default="10,100,1000,5000")
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--tps", choices=["kubernetes", "none"], default="kubernetes")
+    parser.add_argument(
+        "--ceilings",
+        default=",".join(CEILINGS),
+        help="ceilings measured alongside, comma-separated: "
+        + "; ".join(f"{k}: {v}" for k, v in CEILINGS.items()),
+    )
+    parser.add_argument(
+        "--baseline",
+        default="",
+        metavar="PYTHONPATH",
+        help="also measure a second service run from these sources (an A/B against another "
+        "commit's scheduler and common packages, in the same rounds)",
+    )
     parser.add_argument("--serve-ceiling", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--kind", default="fastapi", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_ceiling:
-        serve_ceiling(args.serve_ceiling, args.port)
+        serve_ceiling(args.kind, args.serve_ceiling, args.port)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
-    tps = args.tps == "kubernetes"
+    kinds = [k for k in args.ceilings.split(",") if k]
+    if unknown := set(kinds) - set(CEILINGS):
+        parser.error(f"unknown ceilings {sorted(unknown)}; known: {', '.join(CEILINGS)}")
+    requests, results = run(sizes, kinds, args.tps == "kubernetes", args.requests, args.baseline)
+    columns = ["service"] + (["baseline"] if args.baseline else []) + kinds
+    report(sizes, columns, results, requests, args)
+
+
+def run(
+    sizes: list[int], kinds: list[str], tps: bool, rounds: int, baseline: str = ""
+) -> tuple[dict[int, list[tuple[str, bytes]]], dict[int, list[dict[str, list[float]]]]]:
+    """Each size's requests, and its latencies: the service's first, then the baseline
+    service's (if its PYTHONPATH is given), then each ceiling's."""
     with KubeApiServer() as api, tempfile.TemporaryDirectory() as tmp:
         for i in range(max(sizes)):
             api.create("nodes", node(i))
@@ -199,7 +343,7 @@ def main() -> None:
             NAMESPACE,
         )
         bodies = Path(tmp)
-        sched_port, ceil_port = free_port(), free_port()
+        sched_port = free_port()
         env = {
             "FLEXINFER_SCHEDULER_PORT": str(sched_port),
             "FLEXINFER_SCHEDULER_KUBERNETES": "true",
@@ -207,16 +351,7 @@ def main() -> None:
             "FLEXINFER_LOG_LEVEL": "warning",
         }
         requests: dict[int, list[tuple[str, bytes]]] = {}
-        results: dict[int, dict[str, list[float]]] = {}
-        ceiling: dict[int, dict[str, list[float]]] = {}
-        ceiling_args = [
-            sys.executable,
-            __file__,
-            "--serve-ceiling",
-            str(bodies),
-            "--port",
-            str(ceil_port),
-        ]
+        results: dict[int, list[dict[str, list[float]]]] = {}
         with process([sys.executable, "-m", "flexinfer_scheduler"], env, sched_port, "/readyz"):
             for size in sizes:
                 names = [f"node-{i:05d}" for i in range(size)]
@@ -226,44 +361,56 @@ def main() -> None:
                 for path, b in requests[size]:
                     (bodies / f"{size}{path.replace('/', '-')}").write_bytes(post(conn, path, b)[1])
                 conn.close()
-            with process(ceiling_args, {}, ceil_port, ""):
-                for size in sizes:
-                    paths = [(f"/{size}{p.replace('/', '-')}", b) for p, b in requests[size]]
-                    service, measured = measure(
-                        (sched_port, ceil_port), (requests[size], paths), args.requests
+            with contextlib.ExitStack() as stack:
+                ports = [sched_port]
+                if baseline:
+                    port = free_port()
+                    other = env | {"FLEXINFER_SCHEDULER_PORT": str(port), "PYTHONPATH": baseline}
+                    cmd = [sys.executable, "-m", "flexinfer_scheduler"]
+                    stack.enter_context(process(cmd, other, port, "/readyz"))
+                    ports.append(port)
+                services = len(ports)
+                for kind in kinds:
+                    port = free_port()
+                    cmd = [sys.executable, __file__, "--serve-ceiling", str(bodies)]
+                    stack.enter_context(
+                        process([*cmd, "--kind", kind, "--port", str(port)], {}, port, "")
                     )
-                    results[size] = service
-                    ceiling[size] = {
-                        "/filter": measured[paths[0][0]],
-                        "/prioritize": measured[paths[1][0]],
-                        "pair": measured["pair"],
-                    }
-    report(sizes, results, ceiling, requests, args)
+                    ports.append(port)
+                for size in sizes:
+                    recorded = [(f"/{size}{p.replace('/', '-')}", b) for p, b in requests[size]]
+                    calls = [requests[size]] * services + [recorded] * len(kinds)
+                    measured = measure(ports, calls, rounds)
+                    results[size] = measured[:services] + [
+                        {
+                            "/filter": m[recorded[0][0]],
+                            "/prioritize": m[recorded[1][0]],
+                            "pair": m["pair"],
+                        }
+                        for m in measured[services:]
+                    ]
+    return requests, results
 
 
 def report(
     sizes: list[int],
-    results: dict[int, dict[str, list[float]]],
-    ceiling: dict[int, dict[str, list[float]]],
+    columns: list[str],
+    results: dict[int, list[dict[str, list[float]]]],
     requests: dict[int, list[tuple[str, bytes]]],
     args: argparse.Namespace,
 ) -> None:
-    """The Markdown table: p50/p99 of each call and of the pair, service and ceiling."""
+    """The Markdown table: p50/p99 of each call and of the pair, per server measured."""
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"requests per size: {args.requests}; tps source: {args.tps}; load after: {load}\n")
-    print(
-        "| nodes | request bytes | call | service p50 (ms) | service p99 (ms) "
-        "| ceiling p50 (ms) | ceiling p99 (ms) | p99 / ceiling p99 |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    code = f"; baseline PYTHONPATH: {args.baseline}" if args.baseline else ""
+    print(f"requests per size: {args.requests}; tps source: {args.tps}; load after: {load}{code}\n")
+    heads = "".join(f" | {k} p50 / p99 (ms)" for k in columns)
+    print(f"| nodes | request bytes | call{heads} |")
+    print("|---|---|---|" + "---|" * len(columns))
     for size in sizes:
         for call in ("/filter", "/prioritize", "pair"):
-            s, c = results[size][call], ceiling[size][call]
+            cells = [f"{pct(r[call], 0.5):.2f} / {pct(r[call], 0.99):.2f}" for r in results[size]]
             size_bytes = len(requests[size][0][1])
-            print(
-                f"| {size} | {size_bytes} | {call} | {pct(s, 0.5):.2f} | {pct(s, 0.99):.2f} "
-                f"| {pct(c, 0.5):.2f} | {pct(c, 0.99):.2f} | {pct(s, 0.99) / pct(c, 0.99):.2f} |"
-            )
+            print(f"| {size} | {size_bytes} | {call} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -41,3 +41,13 @@ def test_the_filter_result_is_json_dumps_byte_for_byte(passed: list[str]) -> Non
         separators=(",", ":"),
     ).encode()
     assert filter_result([json.dumps(name) for name in passed], failed) == expected
+
+
+def test_repeated_reasons_are_written_for_every_node() -> None:
+    # The same reason object for many nodes (one filter's) is written for each of them.
+    failed = {f"n{i}": HOSTILE[i % 3] for i in range(10)} | {"last": "only once"}
+    expected = json.dumps(
+        {"nodenames": ["a"], "failedNodes": failed, "failedAndUnresolvableNodes": {}},
+        separators=(",", ":"),
+    ).encode()
+    assert filter_result(['"a"'], failed) == expected

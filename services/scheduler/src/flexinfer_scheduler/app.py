@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -11,8 +11,11 @@ from typing import Any
 import anyio
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from starlette.middleware import Middleware
+from starlette.types import Scope
 
 from flexinfer_common.auth import guard_paths, open_paths, resolve_admin_tokens
+from flexinfer_common.errors import FlexInferError
 from flexinfer_common.placement import (
     BenchmarkSource,
     InMemoryBenchmarks,
@@ -24,18 +27,14 @@ from flexinfer_common.placement import (
 )
 from flexinfer_common.serving import freeze_startup_heap
 from flexinfer_common.telemetry import setup_telemetry
-from flexinfer_common.web import health_router, install_error_handlers, openai_error
+from flexinfer_common.web import health_router, install_error_handlers
 from flexinfer_scheduler import openapi
 from flexinfer_scheduler.adapters import kube
 from flexinfer_scheduler.core.extender import Extender
 from flexinfer_scheduler.core.nodes import NodeCache, NodeLookup
-from flexinfer_scheduler.core.protocol import (
-    BadExtenderArgsError,
-    ExtenderRequest,
-    parse_args,
-)
 from flexinfer_scheduler.metrics import SchedulerMetrics
 from flexinfer_scheduler.settings import SchedulerSettings
+from flexinfer_scheduler.verbs import ExtenderVerbs, VerbsFastPath
 
 log = logging.getLogger(__name__)
 EXTENDER_PATHS = frozenset({"/filter", "/prioritize", "/score"})
@@ -90,14 +89,6 @@ def _install_auth(app: FastAPI, settings: SchedulerSettings) -> None:
     guard_paths(app, tokens, lambda path: path not in unguarded)
 
 
-def _bad_request(message: str) -> Response:
-    return openai_error(400, message, code="invalid_extender_args")
-
-
-def _json(body: Any) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
-
-
 NOT_SYNCED = (
     "the extender has not yet listed Nodes, ConfigMaps and Pods from the apiserver "
     "(waited {:.1f}s); retry shortly"
@@ -129,49 +120,31 @@ class SyncGate:
         return NOT_SYNCED.format(self.wait_s)
 
 
-def _routes(
-    app: FastAPI,
-    extender: Callable[[], Extender],
-    sink: Any,
-    gate: SyncGate,
-    metrics: SchedulerMetrics,
-) -> None:
-    async def parsed(request: Request) -> ExtenderRequest | Response:
-        try:
-            return parse_args(json.loads(await request.body()), sink)
-        except (ValueError, UnicodeDecodeError) as exc:  # BadExtenderArgsError, JSONDecodeError
-            return _bad_request(
-                str(exc) if isinstance(exc, BadExtenderArgsError) else f"not JSON: {exc}"
-            )
-
+def _routes(app: FastAPI, verbs: ExtenderVerbs) -> None:
+    # The OpenAPI's operations, and the answer to a verb's request the fast path passes on.
     @app.post("/filter", **openapi.FILTER)
     async def filter_nodes(request: Request) -> Response:
         """ExtenderArgs -> ExtenderFilterResult (passing nodes, failedNodes reasons)."""
-        args = await parsed(request)
-        if isinstance(args, Response):
-            return args
-        if not await gate.passes():
-            # The protocol's own error field: kube-scheduler reports it as the extender's.
-            failed: dict[str, Any] = {"failedNodes": {}, "failedAndUnresolvableNodes": {}}
-            return _json({"nodenames": [], **failed, "error": gate.error()})
-        with metrics.latency.labels("filter").time():
-            body = extender().filter(args)
-        return Response(body, media_type="application/json")
+        return await verbs.filter(await request.body())
 
     async def prioritize(request: Request) -> Response:
         """ExtenderArgs -> HostPriorityList (scores 0..10)."""
-        args = await parsed(request)
-        if isinstance(args, Response):
-            return args
-        if not await gate.passes():
-            # A HostPriorityList has no error field: a non-200 is kube-scheduler's error.
-            return openai_error(503, gate.error(), code="not_synced", headers={"Retry-After": "1"})
-        with metrics.latency.labels("prioritize").time():
-            body = await extender().prioritize(args)
-        return Response(body, media_type="application/json")
+        return await verbs.prioritize(await request.body())
 
     app.post("/prioritize", **openapi.PRIORITIZE)(prioritize)
     app.post("/score", **openapi.SCORE)(prioritize)
+
+
+def _install_fast_path(app: FastAPI, verbs: ExtenderVerbs) -> None:
+    """Answer the verbs' POSTs before routing, inside every other middleware."""
+
+    async def on_error(scope: Scope, exc: FlexInferError) -> Response:
+        answer = app.exception_handlers[FlexInferError](Request(scope), exc)
+        return await answer if inspect.isawaitable(answer) else answer
+
+    # Appended, not add_middleware'd (which puts it outermost): auth, the request metrics
+    # and tracing wrap the verbs exactly as they wrap the routes.
+    app.user_middleware.append(Middleware(VerbsFastPath, verbs=verbs.by_path(), on_error=on_error))
 
 
 def create_app(
@@ -216,7 +189,9 @@ def create_app(
         _tenant_gauges(telemetry.registry),
         on_rejections=metrics.rejected,
     )
-    _routes(app, lambda: extender, sink, gate, metrics)
+    verbs = ExtenderVerbs(lambda: extender, sink, gate, metrics)
+    _routes(app, verbs)
+    _install_fast_path(app, verbs)
     app.state.extender = extender
     app.state.sink = sink
     app.state.sync_gate = gate

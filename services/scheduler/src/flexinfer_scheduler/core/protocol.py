@@ -7,7 +7,6 @@ matches either, case-insensitively. So does ``field``. Answers use the current t
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -168,12 +167,13 @@ def filter_result(passed_json: Sequence[str], failed: Mapping[str, str]) -> byte
     with compact separators writes for ``{"nodenames": [...], "failedNodes": failed,
     "failedAndUnresolvableNodes": {}}``, from the passing names already encoded as JSON
     strings (``NodeColumns.name_json``: encoded once per node, not per answer)."""
-    failed_json = ",".join(
-        [
-            encode_basestring_ascii(name) + ":" + encode_basestring_ascii(why)
-            for name, why in failed.items()
-        ]
-    )
+    # Names, reasons and separators interleaved into one join: no string per entry. (Encoding
+    # each distinct reason once was faster when a few reasons repeat, as in bench/scheduler.py,
+    # and a third slower when every free-VRAM figure differs: not done.)
+    parts = ["", ":", "", ","] * len(failed)
+    parts[::4] = map(encode_basestring_ascii, failed)
+    parts[2::4] = map(encode_basestring_ascii, failed.values())
+    failed_json = "".join(parts)[:-1]
     return (
         '{"nodenames":['
         + ",".join(passed_json)
@@ -196,8 +196,12 @@ def host_priority_list_json(hosts_json: Sequence[str], scores: Sequence[int]) ->
         raise ValueError(f"{len(hosts_json)} hosts but {len(scores)} scores")
     if not hosts_json:
         return b"[]"
-    # Scores take a few values (0..10): each one's tail is formatted once. Entries are
-    # joined by the next entry's head, so each costs one concatenation.
-    tails = {score: f',"score":{score:d}}}' for score in set(scores)}
-    entries = map(operator.add, hosts_json, map(tails.__getitem__, scores))
-    return ('[{"host":' + ',{"host":'.join(entries) + "]").encode()
+    # Scores take a few values (0..10): each one's text, up to the next entry's host, is
+    # formatted once, and hosts and those texts are interleaved into one join (no string
+    # per entry: half the time of joining host + text pairs).
+    tails = {score: f',"score":{score:d}}},{{"host":' for score in set(scores)}
+    parts = [""] * (2 * len(scores))
+    parts[::2] = hosts_json
+    parts[1::2] = map(tails.__getitem__, scores)
+    parts[-1] = f',"score":{scores[-1]:d}}}]'
+    return ('[{"host":' + "".join(parts)).encode()
