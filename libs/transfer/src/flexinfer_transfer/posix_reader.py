@@ -4,7 +4,9 @@ then zero-copy tensor views into it.
 Warm-cache loading is bound by the page faults of the destination memory (one per 4 KiB),
 not by the copy, so each file gets exactly one anonymous mapping that several threads fill
 at once (``preadv`` releases the GIL); with ``hugepages`` the mapping asks for transparent
-huge pages, which cuts the faults 512-fold where the kernel grants them.
+huge pages, which cuts the faults 512-fold where the kernel grants them. Cold, chunks the
+page cache does not hold are read with ``O_DIRECT`` (direct_reads), so each buffer holds
+its file from an aligned offset, a little of the header included.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 import torch
 
 from flexinfer_common.errors import NotFoundError, PermanentError
+from flexinfer_transfer.direct_reads import align_down, align_up, cached, open_direct, read_direct
 from flexinfer_transfer.safetensors_format import Header, TensorEntry, read_header
 
 
@@ -28,6 +31,7 @@ class ReaderSettings:
     threads: int = 2
     chunk_bytes: int = 16 << 20
     hugepages: bool = False
+    direct: bool = True
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,9 @@ class _Job:
     buffer: memoryview
     offset: int
     """File offset of ``buffer[0]``."""
+    size: int
+    """Bytes to read (the buffer may be longer: O_DIRECT rounds lengths up)."""
+    direct_fd: int | None = None
 
 
 def read_safetensors(paths: list[Path], settings: ReaderSettings) -> dict[str, torch.Tensor]:
@@ -46,13 +53,19 @@ def read_safetensors(paths: list[Path], settings: ReaderSettings) -> dict[str, t
         for path in paths:
             fds.append(open_file(path))
             headers.append(read_header(path, fds[-1]))
-        buffers = [allocate(h.file_size - h.data_start, settings.hugepages) for h in headers]
+        bases = [align_down(h.data_start) for h in headers]
+        sizes = [h.file_size - base for h, base in zip(headers, bases, strict=True)]
+        buffers = [allocate(align_up(size), settings.hugepages) for size in sizes]
+        directs = [open_direct(path) if settings.direct else None for path in paths]
+        fds.extend(fd for fd in directs if fd is not None)
         jobs = [
-            _Job(fd, buf.numpy().data, h.data_start)
-            for fd, h, buf in zip(fds, headers, buffers, strict=True)
+            _Job(fd, buf.numpy().data, base, size, direct)
+            for fd, base, size, buf, direct in zip(
+                fds[: len(paths)], bases, sizes, buffers, directs, strict=True
+            )
         ]
         fill(jobs, settings)
-        return _views(headers, buffers)
+        return _views(headers, buffers, bases)
     finally:
         for fd in fds:
             os.close(fd)
@@ -72,9 +85,9 @@ def allocate(size: int, hugepages: bool) -> torch.Tensor:
 def fill(jobs: list[_Job], settings: ReaderSettings) -> None:
     """Fill every job's buffer from its file, in chunks spread over the threads."""
     pieces = [
-        (job, start, min(start + settings.chunk_bytes, len(job.buffer)))
+        (job, start, min(start + settings.chunk_bytes, job.size))
         for job in jobs
-        for start in range(0, len(job.buffer), settings.chunk_bytes)
+        for start in range(0, job.size, settings.chunk_bytes)
     ]
     threads = max(1, min(settings.threads, len(pieces)))
 
@@ -82,7 +95,7 @@ def fill(jobs: list[_Job], settings: ReaderSettings) -> None:
         # Interleaved chunks: every thread walks the file front to back, so readahead and
         # the page cache see a near-sequential reader.
         for job, start, end in pieces[lane::threads]:
-            pread_exact(job.fd, job.buffer[start:end], job.offset + start)
+            read_chunk(job, start, end)
 
     if threads == 1:
         work(0)
@@ -90,6 +103,16 @@ def fill(jobs: list[_Job], settings: ReaderSettings) -> None:
     with ThreadPoolExecutor(threads, thread_name_prefix="flexinfer-read") as pool:
         for future in [pool.submit(work, lane) for lane in range(threads)]:
             future.result()
+
+
+def read_chunk(job: _Job, start: int, end: int) -> None:
+    """Bytes ``start:end`` of the job's buffer: O_DIRECT where the page cache lacks them,
+    then a buffered read of whatever is left (all of it when warm)."""
+    done = 0
+    offset = job.offset + start
+    if job.direct_fd is not None and not cached(job.fd, job.buffer[start:end], offset):
+        done = read_direct(job.direct_fd, job.buffer[start:], offset, end - start)
+    pread_exact(job.fd, job.buffer[start + done : end], offset + done)
 
 
 def pread_exact(fd: int, view: memoryview, offset: int) -> int:
@@ -113,13 +136,15 @@ def open_file(path: Path) -> int:
         raise PermanentError(f"{path}: cannot open: {exc}") from exc
 
 
-def _views(headers: list[Header], buffers: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+def _views(
+    headers: list[Header], buffers: list[torch.Tensor], bases: list[int]
+) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
-    for header, buffer in zip(headers, buffers, strict=True):
+    for header, buffer, base in zip(headers, buffers, bases, strict=True):
         for entry in header.entries:
             if entry.name in tensors:
                 raise PermanentError(f"{header.path}: tensor {entry.name!r} appears twice")
-            tensors[entry.name] = tensor_view(buffer, entry, header.data_start)
+            tensors[entry.name] = tensor_view(buffer, entry, base)
     return tensors
 
 

@@ -1,0 +1,81 @@
+"""Cold reads that bypass the page cache: ``O_DIRECT`` for the chunks it does not hold.
+
+A file read through the page cache costs, on top of the disk, a page-cache page per 4 KiB
+(allocated, inserted, later reclaimed) and a copy into the destination, and the kernel
+keeps only its readahead window in flight. ``O_DIRECT`` DMAs straight into the destination
+with every 4 MiB request of a chunk in flight at once: on the machines measured (bench/
+RESULTS.md, 2026-12-04 "cold loads") that is 1.5-1.8x a buffered read of an evicted file,
+which is what runai-model-streamer does by default. A warm (page-cached) chunk is still
+copied from the cache, which is several times faster than any disk: a 4 KiB
+``RWF_NOWAIT`` probe of a chunk's last page tells the two apart without waiting and, unlike
+a probe of the whole chunk (which starts 8 MiB of readahead when it misses), triggers at
+most four pages of readahead.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ALIGN = 4096
+"""O_DIRECT needs file offsets, lengths and buffer addresses aligned to the device's
+logical block size; 4 KiB covers every common one, and mmap'd buffers are page-aligned."""
+
+
+def align_down(value: int) -> int:
+    """``value`` rounded down to a multiple of ALIGN."""
+    return value - value % ALIGN
+
+
+def align_up(value: int) -> int:
+    """``value`` rounded up to a multiple of ALIGN."""
+    return align_down(value + ALIGN - 1)
+
+
+def open_direct(path: Path) -> int | None:
+    """A read-only ``O_DIRECT`` descriptor of ``path``; None where the platform or the file
+    system has none (tmpfs before Linux 6.6, FUSE, macOS), so reads stay buffered."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return None
+    try:
+        return os.open(path, os.O_RDONLY | flag | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+
+
+def cached(fd: int, view: memoryview, offset: int) -> bool:
+    """Whether the page cache holds the last page of the ``view``-sized range of ``fd`` at
+    ``offset``; that page lands in ``view`` if so. The last page, because reading a file's
+    header leaves its first pages cached by readahead. Unknown (no RWF_NOWAIT, or a file
+    system that refuses it) counts as cached, which keeps the buffered read."""
+    nowait = getattr(os, "RWF_NOWAIT", 0)
+    if not nowait or not len(view):
+        return True
+    last = max(0, len(view) - ALIGN)
+    try:
+        os.preadv(fd, [view[last:]], offset + last, nowait)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def read_direct(fd: int, view: memoryview, offset: int, want: int) -> int:
+    """Up to ``want`` bytes of ``fd`` from ``offset`` into ``view`` with O_DIRECT; how many
+    it got. ``view`` must be aligned and at least ``align_up(want)`` long. It stops early,
+    leaving the rest to a buffered read, at the end of the file, at a short read that
+    breaks the alignment, or where the kernel refuses the direct read (EINVAL)."""
+    if offset % ALIGN or len(view) < align_up(want):
+        return 0
+    done = 0
+    try:
+        while done < want:
+            got = os.preadv(fd, [view[done : align_up(want)]], offset + done)
+            done += got
+            if got == 0 or got % ALIGN:
+                break
+    except OSError:
+        pass  # EINVAL and friends: the buffered read that follows reports real errors
+    return min(done, want)
