@@ -10,14 +10,13 @@ lazily mmapped:
   is printed; on CPU without NIXL it is ``gds``, the POSIX reader);
 - chain+thp: the same with transparent huge pages asked for (informational);
 - chain-1thread: the same with one reader thread (informational: what the second adds);
-- chain-buffered: the same with O_DIRECT off (informational: every read through the page
-  cache, the reader before 2026-12-04);
+- chain-noprefault: the same without the cold path's prefaulter (informational: the reader
+  before 2026-12-04, two interleaved threads faulting their own pages, cold or warm);
+- chain+direct: the same with O_DIRECT for chunks the page cache lacks (informational);
 - safetensors: ``safetensors.torch.load_file`` per shard, each tensor cloned;
 - ceiling: one ``readinto`` per file into a buffer allocated before the clock starts but
   not yet touched (so it pays the same page faults every loader pays);
 - copy-bound: the same into buffers already faulted in (what the copy alone costs);
-- disk-bound: O_DIRECT reads, 4 threads of 16 MiB, into buffers already faulted in (what
-  the disk alone gives; the ceiling of a cold load);
 - runai, runai-tuned, fastsafetensors: the peers, each in a worker process of their own
   venv (bench/transfer_peers.py; ``--setup`` creates it), where it exists. runai-tuned is
   runai-model-streamer with the setting that was fastest here (sync_buffered, 2 threads).
@@ -46,7 +45,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import mmap
 import os
 import shutil
 import statistics
@@ -55,7 +53,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -74,7 +71,6 @@ from flexinfer_transfer import (
     create_selector,
     create_strategy_chain,
 )
-from flexinfer_transfer.direct_reads import align_up, open_direct, read_direct
 
 MIB = 1 << 20
 HERE = Path(__file__).resolve().parent
@@ -124,10 +120,12 @@ def warm(paths: list[Path]) -> None:
 
 
 def chain_loader(
-    root: Path, hugepages: bool, threads: int = 2, direct: bool = True
+    root: Path, hugepages: bool, threads: int = 2, direct: bool = False, prefault: bool = True
 ) -> Callable[[], Loaded]:
     """Our chain with default order and the given reader settings."""
-    reader = ReaderSettings(threads=threads, hugepages=hugepages, direct=direct)
+    reader = ReaderSettings(
+        threads=threads, hugepages=hugepages, direct=direct, prefault_cold=prefault
+    )
     parts = StrategyParts(TransferMetrics(CollectorRegistry()), create_selector("random"), reader)
     chain = create_strategy_chain(DEFAULT_ORDER, parts)
 
@@ -167,39 +165,6 @@ def readinto(paths: list[Path], prefault: bool) -> Callable[[], Loaded]:
             with path.open("rb", buffering=0) as handle:
                 total += handle.readinto(buf.numpy().data) or 0
         return Loaded(total, "readinto", bufs)
-
-    run.prepare = prepare  # type: ignore[attr-defined]
-    return run
-
-
-def direct_bound(paths: list[Path]) -> Callable[[], Loaded]:
-    """O_DIRECT reads at depth into pre-faulted buffers: the disk's own rate."""
-    sizes = [p.stat().st_size for p in paths]
-    chunk = 16 * MIB
-    state: dict[str, list[mmap.mmap]] = {}
-
-    def prepare() -> None:
-        state["bufs"] = [mmap.mmap(-1, align_up(s)) for s in sizes]
-        for buf in state["bufs"]:
-            torch.frombuffer(buf, dtype=torch.uint8).fill_(1)
-
-    def run() -> Loaded:
-        bufs = state.pop("bufs")
-        fds = [open_direct(p) for p in paths]
-        pieces = [(i, s) for i, size in enumerate(sizes) for s in range(0, size, chunk)]
-
-        def one(piece: tuple[int, int]) -> int:
-            i, start = piece
-            want = min(chunk, sizes[i] - start)
-            fd = fds[i]
-            return read_direct(fd, memoryview(bufs[i])[start:], start, want) if fd else 0
-
-        with ThreadPoolExecutor(4) as pool:
-            total = sum(pool.map(one, pieces))
-        for fd in fds:
-            if fd is not None:
-                os.close(fd)
-        return Loaded(total, "o_direct", bufs)
 
     run.prepare = prepare  # type: ignore[attr-defined]
     return run
@@ -328,11 +293,11 @@ def loader_section(size_mb: int, shards: int, rounds: int, *, cold: bool = False
             "chain": chain_loader(root, hugepages=False),
             "chain+thp": chain_loader(root, hugepages=True),
             "chain-1thread": chain_loader(root, hugepages=False, threads=1),
-            "chain-buffered": chain_loader(root, hugepages=False, direct=False),
+            "chain-noprefault": chain_loader(root, hugepages=False, prefault=False),
+            "chain+direct": chain_loader(root, hugepages=False, direct=True),
             "safetensors": safetensors_loader(paths),
             "ceiling": readinto(paths, prefault=False),
             "copy-bound": readinto(paths, prefault=True),
-            "disk-bound": direct_bound(paths),
         }
         if worker is None:
             print(f"no peers: run `python bench/transfer.py --setup` to create {PEER_VENV}")

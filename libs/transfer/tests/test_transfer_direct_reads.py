@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,15 @@ from safetensors.torch import load_file, save_file
 
 from flexinfer_common.errors import PermanentError
 from flexinfer_transfer import ReaderSettings, read_safetensors
-from flexinfer_transfer.direct_reads import ALIGN, align_up, cached, open_direct, read_direct
+from flexinfer_transfer.direct_reads import (
+    ALIGN,
+    POPULATE_STEP,
+    Prefaulter,
+    align_up,
+    cached,
+    open_direct,
+    read_direct,
+)
 from flexinfer_transfer.posix_reader import open_file, pread_exact
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT here")
@@ -77,7 +86,7 @@ def test_cold_file_is_read_directly_and_exactly(tmp_path: Path, chunk: int) -> N
     assert path.stat().st_size % ALIGN  # an unaligned tail
     assert read_header_start(path) % ALIGN  # unaligned data
     _evicted(path)
-    got = read_safetensors([path], ReaderSettings(threads=2, chunk_bytes=chunk))
+    got = read_safetensors([path], ReaderSettings(threads=2, chunk_bytes=chunk, direct=True))
     if chunk >= 64 * ALIGN:
         # O_DIRECT bypassed the page cache: the middle of the file is still not cached.
         # (With tiny chunks, each 4 KiB probe's few pages of readahead cover the next ones.)
@@ -103,7 +112,7 @@ def test_partly_cached_file_mixes_both_paths(tmp_path: Path) -> None:
     with path.open("rb", buffering=0) as handle:
         handle.seek(half)
         handle.read(4 * ALIGN)  # a cached island in the middle of a cold file
-    got = read_safetensors([path], ReaderSettings(threads=3, chunk_bytes=2 * ALIGN))
+    got = read_safetensors([path], ReaderSettings(threads=3, chunk_bytes=2 * ALIGN, direct=True))
     _assert_same(got, want)
 
 
@@ -186,3 +195,41 @@ def test_cached_probe(tmp_path: Path) -> None:
         assert bytes(chunk[7 * ALIGN :]) == data[40 * ALIGN : 41 * ALIGN]
     finally:
         os.close(fd)
+
+
+def test_cached_and_evicted_files_in_one_load(tmp_path: Path) -> None:
+    warm, cold = tmp_path / "warm.safetensors", tmp_path / "cold.safetensors"
+    want = _checkpoint(warm, count=8)
+    other = {f"other.{k}": v + 1 for k, v in _checkpoint(cold, count=8).items()}
+    save_file(other, cold)
+    _evicted(cold)
+    warm.read_bytes()  # cached: read by the interleaved threads; cold by the prefaulted path
+    got = read_safetensors([warm, cold], ReaderSettings(threads=2, chunk_bytes=3 * ALIGN))
+    _assert_same(got, want | other)
+
+
+def _rss_of(address: int) -> int:
+    """Resident bytes of the mapping holding ``address``, from /proc/self/smaps."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and ":" not in head:
+            low, high = (int(part, 16) for part in head.split("-"))
+            inside = low <= address < high
+        elif inside and head == "Rss:":
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="no /proc/self/smaps")
+def test_prefaulter_faults_buffers_in_ahead() -> None:
+    size = 3 * POPULATE_STEP + ALIGN
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    address = torch.frombuffer(region, dtype=torch.uint8).data_ptr()
+    assert _rss_of(address) < size
+    with Prefaulter([region]):
+        deadline = time.monotonic() + 10
+        while _rss_of(address) < size and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert _rss_of(address) >= size
+    assert bytes(region[:16]) == bytes(16)  # faulted in, still zero

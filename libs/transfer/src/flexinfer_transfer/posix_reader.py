@@ -20,7 +20,14 @@ from pathlib import Path
 import torch
 
 from flexinfer_common.errors import NotFoundError, PermanentError
-from flexinfer_transfer.direct_reads import align_down, align_up, cached, open_direct, read_direct
+from flexinfer_transfer.direct_reads import (
+    Prefaulter,
+    align_down,
+    align_up,
+    cached,
+    open_direct,
+    read_direct,
+)
 from flexinfer_transfer.safetensors_format import Header, TensorEntry, read_header
 
 
@@ -31,7 +38,14 @@ class ReaderSettings:
     threads: int = 2
     chunk_bytes: int = 16 << 20
     hugepages: bool = False
-    direct: bool = True
+    direct: bool = False
+    prefault_cold: bool = True
+
+
+COLD_CHUNK = 64 << 20
+"""Bytes per read of the cold path's single reader: with 16 MiB it lost to the old two
+readers (0.97 against 1.47 GB/s), with 64 MiB it led (1.3-1.9 against 1.4-1.5), as each
+chunk boundary waits for the GIL that the prefaulter's madvise holds."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,7 @@ class _Job:
     size: int
     """Bytes to read (the buffer may be longer: O_DIRECT rounds lengths up)."""
     direct_fd: int | None = None
+    region: mmap.mmap | None = None
 
 
 def read_safetensors(paths: list[Path], settings: ReaderSettings) -> dict[str, torch.Tensor]:
@@ -55,13 +70,14 @@ def read_safetensors(paths: list[Path], settings: ReaderSettings) -> dict[str, t
             headers.append(read_header(path, fds[-1]))
         bases = [align_down(h.data_start) for h in headers]
         sizes = [h.file_size - base for h, base in zip(headers, bases, strict=True)]
-        buffers = [allocate(align_up(size), settings.hugepages) for size in sizes]
+        regions = [allocate_region(align_up(size), settings.hugepages) for size in sizes]
+        buffers = [_as_tensor(region) for region in regions]
         directs = [open_direct(path) if settings.direct else None for path in paths]
         fds.extend(fd for fd in directs if fd is not None)
         jobs = [
-            _Job(fd, buf.numpy().data, base, size, direct)
-            for fd, base, size, buf, direct in zip(
-                fds[: len(paths)], bases, sizes, buffers, directs, strict=True
+            _Job(fd, buf.numpy().data, base, size, direct, region)
+            for fd, base, size, buf, direct, region in zip(
+                fds[: len(paths)], bases, sizes, buffers, directs, regions, strict=True
             )
         ]
         fill(jobs, settings)
@@ -73,16 +89,51 @@ def read_safetensors(paths: list[Path], settings: ReaderSettings) -> dict[str, t
 
 def allocate(size: int, hugepages: bool) -> torch.Tensor:
     """A fresh private uint8 buffer of ``size`` bytes (an anonymous mapping)."""
+    return _as_tensor(allocate_region(size, hugepages))
+
+
+def allocate_region(size: int, hugepages: bool) -> mmap.mmap | None:
+    """A fresh private anonymous mapping of ``size`` bytes (None for 0 bytes)."""
     if size == 0:
-        return torch.empty(0, dtype=torch.uint8)
+        return None
     region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hugepages and hasattr(mmap, "MADV_HUGEPAGE"):
         region.madvise(mmap.MADV_HUGEPAGE)
+    return region
+
+
+def _as_tensor(region: mmap.mmap | None) -> torch.Tensor:
+    if region is None:
+        return torch.empty(0, dtype=torch.uint8)
     # frombuffer keeps ``region`` alive for as long as any view of it lives.
     return torch.frombuffer(region, dtype=torch.uint8)
 
 
 def fill(jobs: list[_Job], settings: ReaderSettings) -> None:
+    """Fill every job's buffer: page-cached files by interleaved threads, files the cache
+    lacks (judged by their last page) by one sequential reader with a prefaulter ahead."""
+    warm: list[_Job] = []
+    cold: list[_Job] = []
+    for job in jobs:
+        (cold if settings.prefault_cold and not _cached(job) else warm).append(job)
+    if warm:
+        fill_warm(warm, settings)
+    if cold:
+        # Measured cold (bench/RESULTS.md, 2026-12-04 "cold loads"): one reader and a
+        # prefaulter beat two readers that each fault their own pages by about 1.2-1.8x,
+        # and warm they lose to them by about a tenth, hence the split.
+        step = max(settings.chunk_bytes, COLD_CHUNK)
+        with Prefaulter([job.region for job in cold if job.region is not None]):
+            for job in cold:
+                for start in range(0, job.size, step):
+                    read_chunk(job, start, min(start + step, job.size), known_cold=True)
+
+
+def _cached(job: _Job) -> bool:
+    return cached(job.fd, job.buffer[: job.size], job.offset)
+
+
+def fill_warm(jobs: list[_Job], settings: ReaderSettings) -> None:
     """Fill every job's buffer from its file, in chunks spread over the threads."""
     pieces = [
         (job, start, min(start + settings.chunk_bytes, job.size))
@@ -105,12 +156,15 @@ def fill(jobs: list[_Job], settings: ReaderSettings) -> None:
             future.result()
 
 
-def read_chunk(job: _Job, start: int, end: int) -> None:
-    """Bytes ``start:end`` of the job's buffer: O_DIRECT where the page cache lacks them,
-    then a buffered read of whatever is left (all of it when warm)."""
+def read_chunk(job: _Job, start: int, end: int, known_cold: bool = False) -> None:
+    """Bytes ``start:end`` of the job's buffer: O_DIRECT where the page cache lacks them
+    (``known_cold``: the file was found uncached, so no probe), then a buffered read of
+    whatever is left (all of it when warm)."""
     done = 0
     offset = job.offset + start
-    if job.direct_fd is not None and not cached(job.fd, job.buffer[start:end], offset):
+    if job.direct_fd is not None and (
+        known_cold or not cached(job.fd, job.buffer[start:end], offset)
+    ):
         done = read_direct(job.direct_fd, job.buffer[start:], offset, end - start)
     pread_exact(job.fd, job.buffer[start + done : end], offset + done)
 
