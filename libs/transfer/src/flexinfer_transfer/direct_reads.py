@@ -1,15 +1,14 @@
-"""Cold reads that bypass the page cache: ``O_DIRECT`` for the chunks it does not hold.
+"""Cold reads: telling cached from uncached ranges, faulting buffers in ahead of a reader,
+and (optional) ``O_DIRECT``.
 
-A file read through the page cache costs, on top of the disk, a page-cache page per 4 KiB
-(allocated, inserted, later reclaimed) and a copy into the destination, and the kernel
-keeps only its readahead window in flight. ``O_DIRECT`` DMAs straight into the destination
-with every 4 MiB request of a chunk in flight at once: on the machines measured (bench/
-RESULTS.md, 2026-12-04 "cold loads") that is 1.5-1.8x a buffered read of an evicted file,
-which is what runai-model-streamer does by default. A warm (page-cached) chunk is still
-copied from the cache, which is several times faster than any disk: a 4 KiB
-``RWF_NOWAIT`` probe of a chunk's last page tells the two apart without waiting and, unlike
-a probe of the whole chunk (which starts 8 MiB of readahead when it misses), triggers at
-most four pages of readahead.
+A 4 KiB ``RWF_NOWAIT`` probe of a range's last page tells a page-cached range from one on
+disk without waiting; a probe of the whole range would start 8 MiB of readahead on a miss,
+this one at most four pages. Cold, the destination's page faults cost more than the disk
+here (bench/RESULTS.md, 2026-12-04 "cold loads": a buffered read into a buffer already
+faulted in runs at 2.0-2.6 GB/s, into a fresh one at 0.5-1.1), so the Prefaulter takes them
+on a thread of its own while the reader waits on the disk. ``O_DIRECT`` (what
+runai-model-streamer does by default) skips the page cache and its copy, but was not faster
+on a quiet machine and leaves the file uncached for the next load: a setting, off.
 """
 
 from __future__ import annotations

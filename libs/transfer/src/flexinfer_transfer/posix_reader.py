@@ -4,9 +4,10 @@ then zero-copy tensor views into it.
 Warm-cache loading is bound by the page faults of the destination memory (one per 4 KiB),
 not by the copy, so each file gets exactly one anonymous mapping that several threads fill
 at once (``preadv`` releases the GIL); with ``hugepages`` the mapping asks for transparent
-huge pages, which cuts the faults 512-fold where the kernel grants them. Cold, chunks the
-page cache does not hold are read with ``O_DIRECT`` (direct_reads), so each buffer holds
-its file from an aligned offset, a little of the header included.
+huge pages, which cuts the faults 512-fold where the kernel grants them. A file the page
+cache lacks is read by one sequential reader while a Prefaulter faults its buffer in ahead
+(direct_reads). Each buffer holds its file from an aligned offset, a little of the header
+included, so that ``O_DIRECT`` (optional) can read into it.
 """
 
 from __future__ import annotations
@@ -120,8 +121,8 @@ def fill(jobs: list[_Job], settings: ReaderSettings) -> None:
         fill_warm(warm, settings)
     if cold:
         # Measured cold (bench/RESULTS.md, 2026-12-04 "cold loads"): one reader and a
-        # prefaulter beat two readers that each fault their own pages by about 1.2-1.8x,
-        # and warm they lose to them by about a tenth, hence the split.
+        # prefaulter beat two readers that each fault their own pages by about 1.3x,
+        # and warm they lost to them by about a tenth, hence the split.
         step = max(settings.chunk_bytes, COLD_CHUNK)
         with Prefaulter([job.region for job in cold if job.region is not None]):
             for job in cold:

@@ -31,8 +31,8 @@ class TransferSettings(BaseSettings):
     prefault_cold: bool = True
     """A file the page cache lacks is read by one sequential reader while another thread
     faults its buffer in ahead (madvise POPULATE_WRITE), overlapping the page faults with
-    the disk: 1.2-1.8x two self-faulting readers cold here. Page-cached files keep the
-    interleaved threads, which are about a tenth faster warm."""
+    the disk: 1.3x two self-faulting readers cold here (bench/RESULTS.md). Page-cached
+    files keep the interleaved threads, which are about a tenth faster warm."""
     direct_reads: bool = False
     """Read chunks the page cache lacks with O_DIRECT, as runai-model-streamer does by
     default: ahead of buffered reads only while other work loaded the machine, level on a
