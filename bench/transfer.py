@@ -10,6 +10,9 @@ lazily mmapped:
   is printed; on CPU without NIXL it is ``gds``, the POSIX reader);
 - chain+thp: the same with transparent huge pages asked for (informational);
 - chain-1thread: the same with one reader thread (informational: what the second adds);
+- chain-noprefault: the same without the cold path's prefaulter (informational: the reader
+  before 2026-12-04, two interleaved threads faulting their own pages, cold or warm);
+- chain+direct: the same with O_DIRECT for chunks the page cache lacks (informational);
 - safetensors: ``safetensors.torch.load_file`` per shard, each tensor cloned;
 - ceiling: one ``readinto`` per file into a buffer allocated before the clock starts but
   not yet touched (so it pays the same page faults every loader pays);
@@ -116,9 +119,13 @@ def warm(paths: list[Path]) -> None:
                 pass
 
 
-def chain_loader(root: Path, hugepages: bool, threads: int = 2) -> Callable[[], Loaded]:
+def chain_loader(
+    root: Path, hugepages: bool, threads: int = 2, direct: bool = False, prefault: bool = True
+) -> Callable[[], Loaded]:
     """Our chain with default order and the given reader settings."""
-    reader = ReaderSettings(threads=threads, hugepages=hugepages)
+    reader = ReaderSettings(
+        threads=threads, hugepages=hugepages, direct=direct, prefault_cold=prefault
+    )
     parts = StrategyParts(TransferMetrics(CollectorRegistry()), create_selector("random"), reader)
     chain = create_strategy_chain(DEFAULT_ORDER, parts)
 
@@ -286,6 +293,8 @@ def loader_section(size_mb: int, shards: int, rounds: int, *, cold: bool = False
             "chain": chain_loader(root, hugepages=False),
             "chain+thp": chain_loader(root, hugepages=True),
             "chain-1thread": chain_loader(root, hugepages=False, threads=1),
+            "chain-noprefault": chain_loader(root, hugepages=False, prefault=False),
+            "chain+direct": chain_loader(root, hugepages=False, direct=True),
             "safetensors": safetensors_loader(paths),
             "ceiling": readinto(paths, prefault=False),
             "copy-bound": readinto(paths, prefault=True),

@@ -28,6 +28,15 @@ class TransferSettings(BaseSettings):
     hugepages: bool = False
     """Ask for transparent huge pages for file buffers. Off: it cuts page faults 512-fold
     where granted, but compaction stalls made it unstable on the VMs measured."""
+    prefault_cold: bool = True
+    """A file the page cache lacks is read by one sequential reader while another thread
+    faults its buffer in ahead (madvise POPULATE_WRITE), overlapping the page faults with
+    the disk: 1.3x two self-faulting readers cold here (bench/RESULTS.md). Page-cached
+    files keep the interleaved threads, which are about a tenth faster warm."""
+    direct_reads: bool = False
+    """Read chunks the page cache lacks with O_DIRECT, as runai-model-streamer does by
+    default: ahead of buffered reads only while other work loaded the machine, level on a
+    quiet one, and it leaves the file uncached for the next load on the node. Off."""
 
     peer_batch_mib: int = Field(default=256, ge=1, le=65536)
     """MiB per NIXL READ from a peer (NixlTransport's BATCH_BYTES): per-request cost
@@ -35,4 +44,10 @@ class TransferSettings(BaseSettings):
 
     def reader(self) -> ReaderSettings:
         """The file reader's settings."""
-        return ReaderSettings(self.read_threads, self.read_chunk_mib << 20, self.hugepages)
+        return ReaderSettings(
+            self.read_threads,
+            self.read_chunk_mib << 20,
+            self.hugepages,
+            self.direct_reads,
+            self.prefault_cold,
+        )
