@@ -80,15 +80,19 @@ class RegistryDirectory:
                     f"{code.name}: {exc.details()}; give this worker the registry's P2P token"
                 ) from exc
 
-    def artifact(self, candidate: SourceCandidate) -> ArtifactLocation:
-        """Where the worker serves its artifact (its WorkerService) and which one."""
+    def _worker(self, candidate: SourceCandidate) -> Any:
+        """The candidate's published WorkerMetadata; LookupError once the registry forgot it."""
         request = p2p_pb2.GetMetadataRequest(
             mx_source_id=candidate.mx_source_id, worker_id=candidate.worker_id
         )
         reply = self._call("GetMetadata", request)
         if not reply.found:
             raise LookupError(f"the registry no longer knows {candidate.key}")
-        worker = reply.worker
+        return reply.worker
+
+    def artifact(self, candidate: SourceCandidate) -> ArtifactLocation:
+        """Where the worker serves its artifact (its WorkerService) and which one."""
+        worker = self._worker(candidate)
         if worker.WhichOneof("source_payload") != "artifact_source":
             raise LookupError(f"{candidate.key} publishes no artifact")
         if not worker.worker_grpc_endpoint:
@@ -99,13 +103,7 @@ class RegistryDirectory:
 
     def manifest(self, candidate: SourceCandidate) -> SourceManifest:
         """The worker's published NIXL metadata and tensors."""
-        request = p2p_pb2.GetMetadataRequest(
-            mx_source_id=candidate.mx_source_id, worker_id=candidate.worker_id
-        )
-        reply = self._call("GetMetadata", request)
-        if not reply.found:
-            raise LookupError(f"the registry no longer knows {candidate.key}")
-        worker = reply.worker
+        worker = self._worker(candidate)
         if not worker.nixl_metadata:
             raise LookupError(f"{candidate.key} published no NIXL metadata")
         return SourceManifest(
