@@ -321,7 +321,12 @@ def test_kustomize_renders_a_valid_base() -> None:
 
 def test_engines_admit_only_the_proxy_the_controller_and_prometheus() -> None:
     objects = _rendered_base()
-    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    # The engines' policy (the registry has its own: tests/deploy/test_deploy_k8s_tokens.py).
+    (policy,) = [
+        o
+        for o in objects
+        if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "flexinfer-engines"
+    ]
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress"]
     pods = _pod_labels(objects)
