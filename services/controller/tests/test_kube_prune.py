@@ -73,9 +73,12 @@ async def test_a_failed_pod_is_deleted_and_its_replacement_is_not(
     # Deleted by the controller (over HTTP), once, with its uid as the precondition.
     assert api.count("delete", "pods") == 1
     assert api.count("delete", "pods", name=failed) == 1
-    assert any(
-        "pruned failed pod default/" + failed in r.getMessage() and "Evicted" in r.getMessage()
-        for r in caplog.records
+    # The line is logged after the DELETE returns: the pod can be gone before it is written.
+    await eventually(
+        lambda: any(
+            "pruned failed pod default/" + failed in r.getMessage() and "Evicted" in r.getMessage()
+            for r in caplog.records
+        )
     )
     assert await _pruned_metric(cluster.url) == 1.0
 
