@@ -25,8 +25,8 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from flexinfer_common.bus.memory import MemoryBus
+from flexinfer_common.http1.server import HttpProtocol
 from flexinfer_proxy.app import create_app
-from flexinfer_proxy.server import HttpProtocol
 from flexinfer_proxy.settings import ProxySettings
 from flexinfer_proxy.static import StaticEndpoint, StaticStore
 from flexinfer_proxy.transport.h1 import H1Transport, HostPool

@@ -7,8 +7,8 @@ import json
 from starlette.responses import Response
 
 from flexinfer_common.errors import FlexInferError, TemporaryError, http_status
+from flexinfer_common.http1.body_stream import BodyTimeoutError, BodyTooLargeError
 from flexinfer_common.web import openai_error_body
-from flexinfer_proxy.body_stream import BodyTimeoutError, BodyTooLargeError
 from flexinfer_proxy.core.auth import AuthError, ForbiddenError
 from flexinfer_proxy.core.errors import (
     BadRequestError,

@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from flexinfer_proxy.body_stream import BodyStream, BodyTooLargeError, read_prefix
+from flexinfer_common.http1.body_stream import BodyStream, BodyTooLargeError, read_prefix
+from flexinfer_common.http1.downstream import Downstream
 from flexinfer_proxy.core.errors import BadRequestError
 from flexinfer_proxy.core.extract import (
     ScannedBody,
@@ -24,7 +25,6 @@ from flexinfer_proxy.core.extract import (
     splice_model,
 )
 from flexinfer_proxy.core.target import RequestTarget
-from flexinfer_proxy.downstream import Downstream
 from flexinfer_proxy.settings import ProxySettings
 
 

@@ -25,8 +25,9 @@ from starlette.types import Receive, Scope, Send
 from flexinfer_common.api import LoRAAdapter, LoRAAdapterPhase
 from flexinfer_common.bus.topics import EndpointInfo
 from flexinfer_common.errors import FlexInferError
+from flexinfer_common.http1.body_stream import BodyStream, ClientGoneError
+from flexinfer_common.http1.downstream import AsgiDownstream, Downstream
 from flexinfer_common.logcontext import bind as bind_log_fields
-from flexinfer_proxy.body_stream import BodyStream, ClientGoneError
 from flexinfer_proxy.core.catalog import Target, adapter_queue
 from flexinfer_proxy.core.errors import (
     MethodNotAllowedError,
@@ -42,7 +43,6 @@ from flexinfer_proxy.core.routing.base import RouteContext
 from flexinfer_proxy.core.service import HotModel, ProxyCore
 from flexinfer_proxy.core.surface import Surface
 from flexinfer_proxy.core.target import RequestTarget, parse_target
-from flexinfer_proxy.downstream import AsgiDownstream, Downstream
 from flexinfer_proxy.error_answers import error_answer, error_code
 from flexinfer_proxy.extract_http import IncomingRequest, read_request, request_now
 from flexinfer_proxy.relay import (

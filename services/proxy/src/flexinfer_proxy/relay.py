@@ -12,9 +12,9 @@ import logging
 import re
 from collections.abc import Callable
 
+from flexinfer_common.http1.downstream import Downstream, Headers
 from flexinfer_common.web import openai_error_body
 from flexinfer_proxy.core.errors import BadRequestError
-from flexinfer_proxy.downstream import Downstream, Headers
 from flexinfer_proxy.transport.base import AnswerBrokenError, UpstreamAnswer
 
 log = logging.getLogger(__name__)

@@ -9,13 +9,13 @@ from contextlib import AbstractAsyncContextManager
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from flexinfer_common.http1.server import HttpProtocol
 from flexinfer_common.serving import (
     ServerGroup,
     bind_socket,
     freeze_startup_heap,
     serve_in_background,
 )
-from flexinfer_proxy.server import HttpProtocol
 
 
 async def serve_proxy(app: ASGIApp, host: str, port: int, server: str = "flexinfer") -> None:

@@ -27,7 +27,7 @@ from opentelemetry.trace import (
     Tracer,
 )
 
-from flexinfer_proxy.downstream import Headers
+from flexinfer_common.http1.downstream import Headers
 
 TRACEPARENT = b"traceparent"
 REQUEST_ID = b"x-request-id"

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from flexinfer_proxy.lazy_timer import LazyTimer
+from flexinfer_common.http1.lazy_timer import LazyTimer
 from flexinfer_proxy.transport.base import AnswerBrokenError, UpstreamAnswer
 
 _HIGH_WATER = 256 * 1024

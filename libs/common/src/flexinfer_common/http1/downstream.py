@@ -1,9 +1,9 @@
-"""The client side of one proxied request, as the pipeline sees it.
+"""The client side of one request served by a pipeline, as the pipeline sees it.
 
-Two implementations: the proxy's own HTTP/1.1 server's ``Exchange`` (the default, with no
-per-request ASGI messages) and ``AsgiDownstream`` over any ASGI server (uvicorn's stock
-protocols, selected with ``FLEXINFER_PROXY_SERVER=uvicorn``). The pipeline never knows
-which one it talks to.
+Two implementations: the HTTP/1.1 server's ``Exchange`` (the default, with no per-request
+ASGI messages) and ``AsgiDownstream`` over any ASGI server (uvicorn's stock protocols, as
+the proxy's ``FLEXINFER_PROXY_SERVER=uvicorn`` selects). The pipeline never knows which one
+it talks to.
 
 When the client goes away before its answer is complete, the downstream cancels the task
 serving the request and sets ``gone``: whatever the request waits for (an engine, the
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from starlette.types import Message, Receive, Scope, Send
 
-from flexinfer_proxy.body_stream import ClientGoneError
+from flexinfer_common.http1.body_stream import ClientGoneError
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -153,7 +153,8 @@ class AsgiDownstream(Downstream):
 
 
 class Pipeline(Protocol):
-    """What the server hands proxied requests to (``flexinfer_proxy.pipeline.Proxy``)."""
+    """What the server hands the requests it handles to, without ASGI (the proxy's
+    ``flexinfer_proxy.pipeline.Proxy``, the scheduler's verbs)."""
 
     def handles(self, method: str, target: bytes) -> bool:
         """Whether the request goes to the pipeline rather than the app."""

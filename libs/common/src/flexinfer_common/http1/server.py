@@ -1,4 +1,4 @@
-"""The proxy's HTTP/1.1 server: one asyncio Protocol per client connection, httptools parsing.
+"""The HTTP/1.1 server: one asyncio Protocol per client connection, httptools parsing.
 
 uvicorn's per-request objects (its cycle, scope handling, events, header regexes) were
 about a quarter of the proxy's CPU. This protocol plugs into uvicorn as its ``http``
@@ -26,11 +26,11 @@ import httptools
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from flexinfer_proxy.asgi_scope import ConnectionScope
-from flexinfer_proxy.downstream import Pipeline
-from flexinfer_proxy.exchange import Exchange, error_bytes
-from flexinfer_proxy.lazy_timer import LazyTimer
-from flexinfer_proxy.request_head import (
+from flexinfer_common.http1.asgi_scope import ConnectionScope
+from flexinfer_common.http1.downstream import Pipeline
+from flexinfer_common.http1.exchange import Exchange, error_bytes
+from flexinfer_common.http1.lazy_timer import LazyTimer
+from flexinfer_common.http1.request_head import (
     MAX_HEAD,
     HeadFields,
     RejectedError,

@@ -14,8 +14,8 @@ import json
 from collections.abc import MutableMapping
 from typing import Any, Protocol
 
-from flexinfer_proxy.body_stream import ClientGoneError
-from flexinfer_proxy.downstream import Downstream, Headers
+from flexinfer_common.http1.body_stream import ClientGoneError
+from flexinfer_common.http1.downstream import Downstream, Headers
 
 
 def _status_line(status: int) -> bytes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flexinfer_proxy.request_head import RejectedError, RequestLineCheck, split_target
+from flexinfer_common.http1.request_head import RejectedError, RequestLineCheck, split_target
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from flexinfer_proxy.lazy_timer import LazyTimer
+from flexinfer_common.http1.lazy_timer import LazyTimer
 
 DELAY = 0.02
 

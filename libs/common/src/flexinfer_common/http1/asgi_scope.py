@@ -12,8 +12,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from flexinfer_proxy.exchange import Exchange
-from flexinfer_proxy.request_head import split_target
+from flexinfer_common.http1.exchange import Exchange
+from flexinfer_common.http1.request_head import split_target
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 
