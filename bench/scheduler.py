@@ -11,8 +11,9 @@ The ceilings are further processes answering a precomputed body: the real servic
 answer to the same request, so all move the same bytes, each on a thinner stack
 (``--ceilings``, all by default): ``fastapi``, FastAPI routes through the same
 ``serve_app`` (the service's stack until 2026-12-04, and the only ceiling before);
-``lean``, the service's stack since then (FastAPI with its error handlers and request
-metrics, the verbs answered by ``VerbsFastPath`` before routing); ``asgi``, a bare ASGI
+``lean``, the service's stack now (since 2026-12-04, midday: the verbs served by
+``VerbsPipeline`` on ``flexinfer_common.http1``'s protocol, with the request metrics; until
+then FastAPI with ``VerbsFastPath`` before its routing); ``asgi``, a bare ASGI
 callable through ``serve_app`` (uvicorn, httptools, uvloop); ``floor``, an asyncio protocol
 on uvloop with HTTP parsed by hand (no uvicorn): the physical floor of Python on this
 machine. All take turns within each round, who goes first rotating (since 2026-12-03
@@ -46,9 +47,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from fastapi import FastAPI, Request, Response
-from starlette.middleware import Middleware
+from keepalive_client import KeepAliveClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from flexinfer_common.http1.server import HttpProtocol
 from flexinfer_common.placement import benchmark_key, keys
 from flexinfer_common.service import run_main, serve_app
 from flexinfer_common.settings import TelemetrySettings
@@ -56,7 +58,7 @@ from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.testing.kube_apiserver import KubeApiServer
 from flexinfer_common.web import install_error_handlers
 from flexinfer_scheduler.settings import SchedulerSettings
-from flexinfer_scheduler.verbs import Verb, VerbsFastPath
+from flexinfer_scheduler.verbs import Answer, BodyLimits, Verb, VerbsPipeline
 
 NAMESPACE = "bench"
 
@@ -167,31 +169,31 @@ async def serve_floor(answers: dict[bytes, bytes], port: int) -> None:
 
 
 def lean_ceiling_app(bodies: Path) -> FastAPI:
-    """The service's own stack since 2026-12-04 without its work: a FastAPI app with the
-    same error handlers, request metrics and routes, whose ``VerbsFastPath`` (innermost
-    middleware, as in the service) answers the recorded bodies."""
+    """The service's own stack (since 2026-12-04, midday) without its work: a FastAPI app
+    with the same error handlers and request metrics, whose ``VerbsPipeline`` answers the
+    recorded bodies on ``flexinfer_common.http1``'s protocol, as in the service."""
     app = ceiling_app(bodies)
     install_error_handlers(app)
-    setup_telemetry(app, "ceiling", TelemetrySettings())
+    telemetry = setup_telemetry(app, "ceiling", TelemetrySettings())
     answers = {f"/{p.name}": p.read_bytes() for p in bodies.iterdir()}
 
     def recorded(path: str) -> Verb:
-        async def verb(body: bytes) -> Response:
-            return Response(answers[path], media_type="application/json")
+        async def verb(body: bytes) -> Answer:
+            return Answer(200, answers[path])
 
         return verb
 
-    async def on_error(scope: Scope, exc: Exception) -> Response:
-        raise exc  # the recorded answers raise nothing
-
     verbs = {path: recorded(path) for path in answers}
-    app.user_middleware.append(Middleware(VerbsFastPath, verbs=verbs, on_error=on_error))
+    limits = BodyLimits(SchedulerSettings().max_body_bytes, SchedulerSettings().body_timeout_s)
+    app.pipeline = VerbsPipeline(  # type: ignore[attr-defined]
+        verbs, tokens=None, limits=limits, requests=telemetry.requests
+    )
     return app
 
 
 CEILINGS = {
     "fastapi": "FastAPI routes through serve_app (the service's stack before 2026-12-04)",
-    "lean": "the service's stack since 2026-12-04: FastAPI, its middlewares, VerbsFastPath",
+    "lean": "the service's stack since 2026-12-04 midday: http1's protocol, VerbsPipeline",
     "asgi": "a bare ASGI callable through serve_app (uvicorn, httptools, uvloop)",
     "floor": "an asyncio protocol on uvloop, HTTP parsed by hand (no uvicorn)",
 }
@@ -209,7 +211,8 @@ def serve_ceiling(kind: str, bodies: Path, port: int) -> None:
         apps: dict[str, Callable[[Path], ASGIApp]]
         apps = {"fastapi": ceiling_app, "lean": lean_ceiling_app, "asgi": asgi_ceiling_app}
         app = apps[kind](bodies)
-        await serve_app("ceiling", app, "127.0.0.1", port)
+        http = HttpProtocol if kind == "lean" else None
+        await serve_app("ceiling", app, "127.0.0.1", port, http=http)
 
     # The scheduler's settings only for logging and the event loop: the same as the service.
     sys.exit(run_main("ceiling", lambda: SchedulerSettings(port=port), serve))
@@ -247,25 +250,48 @@ def process(args: list[str], env: dict[str, str], port: int, ready: str) -> Iter
         proc.wait(10)
 
 
-def post(conn: http.client.HTTPConnection, path: str, body: bytes) -> tuple[float, bytes]:
+class StdlibClient:
+    """``http.client`` as the client (``--client stdlib``: the figures before 2026-12-04,
+    midday; it adds about 0.1 ms a call, see ``keepalive_client``)."""
+
+    def __init__(self, port: int) -> None:
+        self._conn = http.client.HTTPConnection("127.0.0.1", port)
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """The answer's status and body."""
+        self._conn.request("POST", path, body, {"Content-Type": "application/json"})
+        response = self._conn.getresponse()
+        return response.status, response.read()
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+
+Client = KeepAliveClient | StdlibClient
+CLIENTS: dict[str, Callable[[int], Client]] = {"lean": KeepAliveClient, "stdlib": StdlibClient}
+
+
+def post(conn: Client, path: str, body: bytes) -> tuple[float, bytes]:
     """One request's latency (s) and answer."""
     start = time.perf_counter()
-    conn.request("POST", path, body, {"Content-Type": "application/json"})
-    response = conn.getresponse()
-    data = response.read()
+    status, data = conn.post(path, body)
     elapsed = time.perf_counter() - start
-    if response.status != 200:
-        raise RuntimeError(f"{path}: {response.status} {data[:200]!r}")
+    if status != 200:
+        raise RuntimeError(f"{path}: {status} {data[:200]!r}")
     return elapsed, data
 
 
 def measure(
-    ports: list[int], paths: list[list[tuple[str, bytes]]], requests: int
+    ports: list[int],
+    paths: list[list[tuple[str, bytes]]],
+    requests: int,
+    client: Callable[[int], Client],
 ) -> list[dict[str, list[float]]]:
     """Latencies per path (and of the pair) of each server over ``requests`` rounds, after a
     warm-up. The servers take turns within each round (who goes first rotates), so all see
     the same machine: on a shared one the load moves within seconds."""
-    conns = [http.client.HTTPConnection("127.0.0.1", port) for port in ports]
+    conns = [client(port) for port in ports]
     for _ in range(max(requests // 10, 5)):
         for conn, calls in zip(conns, paths, strict=True):
             for path, body in calls:
@@ -310,6 +336,13 @@ def main() -> None:
         help="also measure a second service run from these sources (an A/B against another "
         "commit's scheduler and common packages, in the same rounds)",
     )
+    parser.add_argument(
+        "--client",
+        choices=sorted(CLIENTS),
+        default="lean",
+        help="the measuring client: lean (keepalive_client, the default) or stdlib "
+        "(http.client, as before 2026-12-04 midday)",
+    )
     parser.add_argument("--serve-ceiling", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--kind", default="fastapi", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -321,13 +354,19 @@ def main() -> None:
     kinds = [k for k in args.ceilings.split(",") if k]
     if unknown := set(kinds) - set(CEILINGS):
         parser.error(f"unknown ceilings {sorted(unknown)}; known: {', '.join(CEILINGS)}")
-    requests, results = run(sizes, kinds, args.tps == "kubernetes", args.requests, args.baseline)
+    tps = args.tps == "kubernetes"
+    requests, results = run(sizes, kinds, tps, args.requests, args.client, args.baseline)
     columns = ["service"] + (["baseline"] if args.baseline else []) + kinds
     report(sizes, columns, results, requests, args)
 
 
 def run(
-    sizes: list[int], kinds: list[str], tps: bool, rounds: int, baseline: str = ""
+    sizes: list[int],
+    kinds: list[str],
+    tps: bool,
+    rounds: int,
+    client: str = "lean",
+    baseline: str = "",
 ) -> tuple[dict[int, list[tuple[str, bytes]]], dict[int, list[dict[str, list[float]]]]]:
     """Each size's requests, and its latencies: the service's first, then the baseline
     service's (if its PYTHONPATH is given), then each ceiling's."""
@@ -357,7 +396,7 @@ def run(
                 names = [f"node-{i:05d}" for i in range(size)]
                 body = json.dumps({"pod": pod(tps), "nodenames": names}).encode()
                 requests[size] = [("/filter", body), ("/prioritize", body)]
-                conn = http.client.HTTPConnection("127.0.0.1", sched_port)
+                conn = KeepAliveClient(sched_port)
                 for path, b in requests[size]:
                     (bodies / f"{size}{path.replace('/', '-')}").write_bytes(post(conn, path, b)[1])
                 conn.close()
@@ -380,7 +419,7 @@ def run(
                 for size in sizes:
                     recorded = [(f"/{size}{p.replace('/', '-')}", b) for p, b in requests[size]]
                     calls = [requests[size]] * services + [recorded] * len(kinds)
-                    measured = measure(ports, calls, rounds)
+                    measured = measure(ports, calls, rounds, CLIENTS[client])
                     results[size] = measured[:services] + [
                         {
                             "/filter": m[recorded[0][0]],
@@ -402,7 +441,8 @@ def report(
     """The Markdown table: p50/p99 of each call and of the pair, per server measured."""
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     code = f"; baseline PYTHONPATH: {args.baseline}" if args.baseline else ""
-    print(f"requests per size: {args.requests}; tps source: {args.tps}; load after: {load}{code}\n")
+    setup = f"requests per size: {args.requests}; tps source: {args.tps}; client: {args.client}"
+    print(f"{setup}; load after: {load}{code}\n")
     heads = "".join(f" | {k} p50 / p99 (ms)" for k in columns)
     print(f"| nodes | request bytes | call{heads} |")
     print("|---|---|---|" + "---|" * len(columns))

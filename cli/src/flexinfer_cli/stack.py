@@ -181,6 +181,7 @@ class EmbeddedStack:
         return RegistrySettings(**values, **defaults) if defaults else registry
 
     def _build_apps(self, **deps: Any) -> dict[str, _App]:
+        from flexinfer_common.http1.server import HttpProtocol
         from flexinfer_controller.app import create_app as controller_app
         from flexinfer_proxy.app import create_app as proxy_app
         from flexinfer_proxy.serve import protocol_for
@@ -189,10 +190,10 @@ class EmbeddedStack:
 
         settings = self._settings if self._settings is not None else self.configure()
         return {
-            # The proxy serves with its own HTTP protocol, as it does on its own.
+            # The proxy and the scheduler serve with our own HTTP protocol, as on their own.
             "proxy": _App(proxy_app(settings.proxy, **deps), protocol_for(settings.proxy.server)),
             "controller": _App(controller_app(settings.controller, **deps)),
-            "scheduler": _App(scheduler_app(settings.scheduler)),
+            "scheduler": _App(scheduler_app(settings.scheduler), HttpProtocol),
             "registry_http": _App(registry_app(settings.registry)),
         }
 

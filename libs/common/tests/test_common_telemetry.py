@@ -9,7 +9,7 @@ import pytest
 from fastapi import FastAPI
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry, Counter
 from starlette.types import Receive, Scope, Send
 
 from flexinfer_common.serving import serve_in_background
@@ -109,3 +109,46 @@ async def test_otlp_export_follows_the_standard_variables(monkeypatch: pytest.Mo
 
 def test_no_collector_named_means_no_exporter() -> None:
     assert otlp_exporter(TelemetrySettings(otel_enabled=True)) is None
+
+
+async def test_a_request_recorded_outside_asgi_lands_in_the_instrumentators_families() -> None:
+    # Two apps: one routed request through the middleware, one recorded by hand with the
+    # same method, handler, status and sizes; their samples must be the same, durations aside.
+    routed, recorded = make_app(), make_app()
+    telemetry = [setup_telemetry(app, "svc", TelemetrySettings()) for app in (routed, recorded)]
+    transport = httpx.ASGITransport(app=routed)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        answer = await client.get("/hello")
+    requests = telemetry[1].requests
+    assert requests is not None
+    requests.record(
+        "GET", "/hello", 200, 0.001, request_bytes=0, response_bytes=len(answer.content)
+    )
+
+    def samples(
+        registry: CollectorRegistry,
+    ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in registry.collect()
+            if family.name.startswith("http_request") and "duration" not in family.name
+            for s in family.samples
+            if not s.name.endswith("_created")
+        }
+
+    assert samples(telemetry[0].registry) == samples(telemetry[1].registry)
+    assert (
+        samples(telemetry[1].registry)[
+            ("http_requests_total", (("handler", "/hello"), ("method", "GET"), ("status", "200")))
+        ]
+        == 1
+    )
+
+
+def test_without_request_metrics_there_is_no_recorder() -> None:
+    off = setup_telemetry(make_app(), "svc", TelemetrySettings(metrics_enabled=False))
+    uninstrumented = setup_telemetry(
+        make_app(), "svc", TelemetrySettings(), instrument_requests=False
+    )
+    assert off.requests is None
+    assert uninstrumented.requests is None

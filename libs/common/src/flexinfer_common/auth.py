@@ -228,7 +228,7 @@ class AdminAuthMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            self._tokens.check(_authorization(scope))
+            self._tokens.check(authorization(scope["headers"]))
         except AuthenticationError as exc:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
@@ -240,8 +240,9 @@ class AdminAuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def _authorization(scope: Scope) -> bytes | None:
-    values = [value for key, value in scope["headers"] if key.lower() == b"authorization"]
+def authorization(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """The request's one Authorization value (what ``AdminTokens.check`` takes)."""
+    values = [value for key, value in headers if key.lower() == b"authorization"]
     if len(values) > 1:
         # Two Authorization headers: which one a peer honours is ambiguous, so neither is.
         return b"ambiguous"

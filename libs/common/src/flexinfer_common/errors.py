@@ -9,6 +9,8 @@ boundary with ``raise ... from exc``, so callers never need to know which driver
     ├── NotFoundError          the named object does not exist
     ├── ConflictError          the object exists already, or changed under us (stale version)
     ├── PermanentError         an operation failed and will fail again the same way
+    ├── BodyTooLargeError      a request body exceeds the server's limit (413)
+    ├── BodyTimeoutError       a request body arrived too slowly (408)
     └── TemporaryError         an operation failed but may succeed later; ``delay`` hints when
         ├── BusError           the event bus could not be reached or refused an operation
         ├── StoreError         the SQL store could not be reached or refused an operation
@@ -58,6 +60,18 @@ class PermanentError(FlexInferError):
         self.status_reason = status_reason
 
 
+class BodyTooLargeError(FlexInferError):
+    """413: the request body exceeds the server's limit."""
+
+    code = "request_too_large"
+
+
+class BodyTimeoutError(FlexInferError):
+    """408: the client sent its body too slowly."""
+
+    code = "request_timeout"
+
+
 class TemporaryError(FlexInferError):
     """An operation failed but may succeed later; ``delay`` is the suggested wait in seconds.
 
@@ -92,6 +106,8 @@ _HTTP_STATUS: tuple[tuple[type[FlexInferError], int], ...] = (
     (ConfigError, 400),
     (NotFoundError, 404),
     (ConflictError, 409),
+    (BodyTooLargeError, 413),
+    (BodyTimeoutError, 408),
     (PermanentError, 500),
     (TemporaryError, 503),
 )

@@ -115,10 +115,13 @@ async def serve_app(
     port: int,
     *,
     on_ready: Callable[[str], Awaitable[None]] | None = None,
+    http: type[asyncio.Protocol] | None = None,
 ) -> None:
-    """Serve one app until SIGINT/SIGTERM; ``on_ready(url)`` runs once it accepts requests."""
+    """Serve one app until SIGINT/SIGTERM; ``on_ready(url)`` runs once it accepts requests.
+
+    ``http`` replaces uvicorn's HTTP protocol (``flexinfer_common.http1.server``)."""
     group = ServerGroup()
-    url = group.add_app(name, app, bind_socket(host, port))
+    url = group.add_app(name, app, bind_socket(host, port), http=http)
     group.install_signal_handlers()
 
     async def ready() -> None:

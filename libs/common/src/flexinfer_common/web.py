@@ -159,16 +159,22 @@ def _allowed_methods(request: Request) -> str:
     return ", ".join(sorted(methods))
 
 
+def flexinfer_error_response(exc: FlexInferError) -> JSONResponse:
+    """The answer to a FlexInferError: its HTTP status, OpenAI's error shape, and a
+    Retry-After for a TemporaryError (the app's handler, and servers outside ASGI)."""
+    status = http_status(exc)
+    headers = None
+    if isinstance(exc, TemporaryError):
+        headers = {"Retry-After": str(max(1, round(exc.delay)))}
+    return openai_error(status, str(exc), code=type(exc).__name__, headers=headers)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Answer FlexInferError, validation and routing errors with OpenAI-shaped JSON."""
 
     async def on_flexinfer_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, FlexInferError)
-        status = http_status(exc)
-        headers = None
-        if isinstance(exc, TemporaryError):
-            headers = {"Retry-After": str(max(1, round(exc.delay)))}
-        return openai_error(status, str(exc), code=type(exc).__name__, headers=headers)
+        return flexinfer_error_response(exc)
 
     async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

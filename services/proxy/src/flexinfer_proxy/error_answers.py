@@ -6,8 +6,13 @@ import json
 
 from starlette.responses import Response
 
-from flexinfer_common.errors import FlexInferError, TemporaryError, http_status
-from flexinfer_common.http1.body_stream import BodyTimeoutError, BodyTooLargeError
+from flexinfer_common.errors import (
+    BodyTimeoutError,
+    BodyTooLargeError,
+    FlexInferError,
+    TemporaryError,
+    http_status,
+)
 from flexinfer_common.web import openai_error_body
 from flexinfer_proxy.core.auth import AuthError, ForbiddenError
 from flexinfer_proxy.core.errors import (

@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from flexinfer_common.http1.body_stream import BodyStream, BodyTooLargeError, read_prefix
+from flexinfer_common.errors import BodyTooLargeError
+from flexinfer_common.http1.body_stream import BodyStream, read_prefix
 from flexinfer_common.http1.downstream import Downstream
 from flexinfer_proxy.core.errors import BadRequestError
 from flexinfer_proxy.core.extract import (

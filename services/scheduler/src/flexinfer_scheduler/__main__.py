@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from flexinfer_common.auth import resolve_admin_tokens
+from flexinfer_common.http1.server import HttpProtocol
 from flexinfer_common.service import flag_overrides, run_main, serve_app
 from flexinfer_scheduler.app import create_app
 from flexinfer_scheduler.settings import SchedulerSettings
@@ -24,7 +25,9 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 
 async def _serve(settings: SchedulerSettings) -> None:
-    await serve_app("scheduler", create_app(settings), settings.host, settings.port)
+    # FlexInfer's own HTTP/1.1 protocol: it serves the extender verbs without ASGI.
+    app = create_app(settings)
+    await serve_app("scheduler", app, settings.host, settings.port, http=HttpProtocol)
 
 
 def _checked(settings: SchedulerSettings) -> SchedulerSettings:

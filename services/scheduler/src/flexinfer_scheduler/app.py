@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -11,11 +10,8 @@ from typing import Any
 import anyio
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from starlette.middleware import Middleware
-from starlette.types import Scope
 
-from flexinfer_common.auth import guard_paths, open_paths, resolve_admin_tokens
-from flexinfer_common.errors import FlexInferError
+from flexinfer_common.auth import AdminTokens, guard_paths, open_paths, resolve_admin_tokens
 from flexinfer_common.placement import (
     BenchmarkSource,
     InMemoryBenchmarks,
@@ -34,7 +30,7 @@ from flexinfer_scheduler.core.extender import Extender
 from flexinfer_scheduler.core.nodes import NodeCache, NodeLookup
 from flexinfer_scheduler.metrics import SchedulerMetrics
 from flexinfer_scheduler.settings import SchedulerSettings
-from flexinfer_scheduler.verbs import ExtenderVerbs, VerbsFastPath
+from flexinfer_scheduler.verbs import BodyLimits, ExtenderVerbs, VerbsPipeline
 
 log = logging.getLogger(__name__)
 EXTENDER_PATHS = frozenset({"/filter", "/prioritize", "/score"})
@@ -78,15 +74,16 @@ def _tenant_gauges(registry: CollectorRegistry) -> Callable[[str, TenantShare], 
     return observe
 
 
-def _install_auth(app: FastAPI, settings: SchedulerSettings) -> None:
-    # Admin auth as in every service; the extender verbs may be opened (settings.extender_open).
+def _install_auth(app: FastAPI, settings: SchedulerSettings) -> AdminTokens | None:
+    """Admin auth as in every service; the tokens the extender verbs need (None: open)."""
     tokens = resolve_admin_tokens(settings, host=settings.host, telemetry=settings.telemetry)
     if tokens is None:
-        return
+        return None
     unguarded = open_paths(settings.telemetry)
     if settings.extender_open:
         unguarded |= EXTENDER_PATHS
     guard_paths(app, tokens, lambda path: path not in unguarded)
+    return None if settings.extender_open else tokens
 
 
 NOT_SYNCED = (
@@ -121,30 +118,18 @@ class SyncGate:
 
 
 def _routes(app: FastAPI, verbs: ExtenderVerbs) -> None:
-    # The OpenAPI's operations, and the answer to a verb's request the fast path passes on.
+    # The OpenAPI's operations, and the verbs' answers where no pipeline serves them.
     @app.post("/filter", **openapi.FILTER)
     async def filter_nodes(request: Request) -> Response:
         """ExtenderArgs -> ExtenderFilterResult (passing nodes, failedNodes reasons)."""
-        return await verbs.filter(await request.body())
+        return (await verbs.filter(await request.body())).response()
 
     async def prioritize(request: Request) -> Response:
         """ExtenderArgs -> HostPriorityList (scores 0..10)."""
-        return await verbs.prioritize(await request.body())
+        return (await verbs.prioritize(await request.body())).response()
 
     app.post("/prioritize", **openapi.PRIORITIZE)(prioritize)
     app.post("/score", **openapi.SCORE)(prioritize)
-
-
-def _install_fast_path(app: FastAPI, verbs: ExtenderVerbs) -> None:
-    """Answer the verbs' POSTs before routing, inside every other middleware."""
-
-    async def on_error(scope: Scope, exc: FlexInferError) -> Response:
-        answer = app.exception_handlers[FlexInferError](Request(scope), exc)
-        return await answer if inspect.isawaitable(answer) else answer
-
-    # Appended, not add_middleware'd (which puts it outermost): auth, the request metrics
-    # and tracing wrap the verbs exactly as they wrap the routes.
-    app.user_middleware.append(Middleware(VerbsFastPath, verbs=verbs.by_path(), on_error=on_error))
 
 
 def create_app(
@@ -169,9 +154,10 @@ def create_app(
         docs_url=None,
         redoc_url=None,
         lifespan=_lifespan(settings, gate),
+        max_body_size=settings.max_body_bytes,
     )
     app.state.settings = settings
-    _install_auth(app, settings)
+    tokens = _install_auth(app, settings)
     install_error_handlers(app)
     app.include_router(health_router(ready))
     telemetry = setup_telemetry(app, "scheduler", settings.telemetry)
@@ -191,7 +177,13 @@ def create_app(
     )
     verbs = ExtenderVerbs(lambda: extender, sink, gate, metrics)
     _routes(app, verbs)
-    _install_fast_path(app, verbs)
+    if not telemetry.tracing:
+        # Served by flexinfer_common.http1's protocol (``app.pipeline`` is what it looks
+        # for); traced requests go through the instrumented app instead.
+        limits = BodyLimits(settings.max_body_bytes, settings.body_timeout_s)
+        app.pipeline = VerbsPipeline(  # type: ignore[attr-defined]
+            verbs.by_path(), tokens=tokens, limits=limits, requests=telemetry.requests
+        )
     app.state.extender = extender
     app.state.sink = sink
     app.state.sync_gate = gate

@@ -54,6 +54,16 @@ class SchedulerSettings(AdminAuthSettings):
     """The global benchmark results ConfigMap, in each pod's namespace (the seed's
     ``BENCHMARK_RESULTS_CONFIGMAP``)."""
 
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    """The largest request body accepted (413 beyond): 64 MiB holds ExtenderArgs with
+    5,000 full Node objects (without ``nodeCacheCapable``) with room to spare, while a
+    hostile client cannot make the process buffer an unbounded body."""
+
+    body_timeout_s: float = Field(default=10.0, gt=0)
+    """How long a request body may take to arrive (408 beyond): twice kube-scheduler's
+    5 s extender ``httpTimeout``, after which its caller has given up anyway, so a client
+    trickling bytes cannot hold a request open."""
+
     extender_open: bool = False
     """Serve /filter, /prioritize and /score without the admin token. kube-scheduler's
     extender client cannot send a bearer token (only TLS client certificates), so a guarded

@@ -1,32 +1,66 @@
-"""The extender verbs over plain ASGI: one implementation each, served without FastAPI's
-routing.
+"""The extender verbs: one implementation each, and the pipeline that serves them without
+ASGI.
 
-kube-scheduler calls /filter and /prioritize for every pod it places, and at a thousand
-nodes the request's own work is well under a millisecond: FastAPI's per-request layers
-(the router's matching, the endpoint's Request and dependency solving, the exception
-middleware) were a measurable share of it (bench/RESULTS.md, 2026-12-04). ``VerbsFastPath``
-sits innermost among the app's middlewares, so admin auth, the request metrics, tracing
-and the 500 handler still wrap it exactly as they wrap routes; it answers POSTs to the verb
-paths itself. The FastAPI routes stay (they document the verbs in the OpenAPI and answer
-whatever the fast path passes on, such as another method) and call the same ``ExtenderVerbs``.
+kube-scheduler calls /filter and /prioritize for every pod it places. At a thousand nodes
+the placement itself is well under a millisecond, and uvicorn's HTTP and ASGI layers plus
+FastAPI's middlewares cost about as much again (bench/RESULTS.md, 2026-12-04).
+``VerbsPipeline`` serves the verbs' POSTs on ``flexinfer_common.http1``'s protocol, as the
+proxy serves its OpenAI routes: admin auth, the body limit, the request metrics and the
+error answers are done here, the same as the app's middlewares and handlers do them. The
+FastAPI routes stay: they document the verbs in the OpenAPI, answer other methods and any
+server without a pipeline (tests over ASGI), and call the same ``ExtenderVerbs``. With
+tracing on, the pipeline steps aside so that the instrumented app traces every verb.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from flexinfer_common.errors import FlexInferError
-from flexinfer_common.web import openai_error
+from flexinfer_common.auth import AdminTokens, AuthenticationError, authorization
+from flexinfer_common.errors import BodyTooLargeError, FlexInferError
+from flexinfer_common.http1.body_stream import ClientGoneError, read_prefix
+from flexinfer_common.http1.downstream import Downstream
+from flexinfer_common.telemetry import RequestMetrics
+from flexinfer_common.web import flexinfer_error_response, openai_error
 from flexinfer_scheduler.core.extender import Extender
 from flexinfer_scheduler.core.protocol import BadExtenderArgsError, ExtenderRequest, parse_args
 from flexinfer_scheduler.metrics import SchedulerMetrics
 
-Verb = Callable[[bytes], Awaitable[Response]]
+_JSON = (b"content-type", b"application/json")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A verb's whole JSON answer: status, body and any headers beyond its content type."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+    @classmethod
+    def of(cls, response: Response) -> Answer:
+        """An error ``JSONResponse`` (``openai_error``) as an Answer."""
+        framing = (b"content-length", b"content-type")
+        extra = tuple((k, v) for k, v in response.raw_headers if k not in framing)
+        return cls(response.status_code, bytes(response.body), extra)
+
+    def response(self) -> Response:
+        """As a Starlette response (the FastAPI routes)."""
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in self.headers}
+        return Response(self.body, self.status, headers, media_type="application/json")
+
+    def head(self) -> list[tuple[bytes, bytes]]:
+        """The headers a Downstream writes (it adds the framing)."""
+        return [_JSON, *self.headers]
+
+
+Verb = Callable[[bytes], Awaitable[Answer]]
 
 
 class Gate(Protocol):
@@ -39,16 +73,12 @@ class Gate(Protocol):
         """What a request held too long is told."""
 
 
-def _bad_request(message: str) -> Response:
-    return openai_error(400, message, code="invalid_extender_args")
-
-
-def _json(body: Any) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
+def _bad_request(message: str) -> Answer:
+    return Answer.of(openai_error(400, message, code="invalid_extender_args"))
 
 
 class ExtenderVerbs:
-    """/filter and /prioritize (and its alias /score): request body -> response."""
+    """/filter and /prioritize (and its alias /score): request body -> answer."""
 
     def __init__(
         self,
@@ -63,7 +93,7 @@ class ExtenderVerbs:
         self._filter_latency = metrics.latency.labels("filter")
         self._prioritize_latency = metrics.latency.labels("prioritize")
 
-    def _parsed(self, body: bytes) -> ExtenderRequest | Response:
+    def _parsed(self, body: bytes) -> ExtenderRequest | Answer:
         try:
             return parse_args(json.loads(body), self._sink)
         except (ValueError, UnicodeDecodeError) as exc:  # BadExtenderArgsError, JSONDecodeError
@@ -71,75 +101,107 @@ class ExtenderVerbs:
                 str(exc) if isinstance(exc, BadExtenderArgsError) else f"not JSON: {exc}"
             )
 
-    async def filter(self, body: bytes) -> Response:
+    async def filter(self, body: bytes) -> Answer:
         """ExtenderArgs -> ExtenderFilterResult (passing nodes, failedNodes reasons)."""
         args = self._parsed(body)
-        if isinstance(args, Response):
+        if isinstance(args, Answer):
             return args
         if not await self._gate.passes():
             # The protocol's own error field: kube-scheduler reports it as the extender's.
             failed: dict[str, Any] = {"failedNodes": {}, "failedAndUnresolvableNodes": {}}
-            return _json({"nodenames": [], **failed, "error": self._gate.error()})
+            result = {"nodenames": [], **failed, "error": self._gate.error()}
+            return Answer(200, json.dumps(result, separators=(",", ":")).encode())
         with self._filter_latency.time():
-            answer = self._extender().filter(args)
-        return Response(answer, media_type="application/json")
+            return Answer(200, self._extender().filter(args))
 
-    async def prioritize(self, body: bytes) -> Response:
+    async def prioritize(self, body: bytes) -> Answer:
         """ExtenderArgs -> HostPriorityList (scores 0..10)."""
         args = self._parsed(body)
-        if isinstance(args, Response):
+        if isinstance(args, Answer):
             return args
         if not await self._gate.passes():
             # A HostPriorityList has no error field: a non-200 is kube-scheduler's error.
             message = self._gate.error()
-            return openai_error(503, message, code="not_synced", headers={"Retry-After": "1"})
+            headers = {"Retry-After": "1"}
+            return Answer.of(openai_error(503, message, code="not_synced", headers=headers))
         with self._prioritize_latency.time():
-            answer = await self._extender().prioritize(args)
-        return Response(answer, media_type="application/json")
+            return Answer(200, await self._extender().prioritize(args))
 
     def by_path(self) -> dict[str, Verb]:
         """Each verb's path."""
         return {"/filter": self.filter, "/prioritize": self.prioritize, "/score": self.prioritize}
 
 
-async def read_body(receive: Receive) -> bytes:
-    """The whole request body (ASGI ``http.request`` messages until no ``more_body``)."""
-    message = await receive()
-    body: bytes = message.get("body", b"")
-    if not message.get("more_body", False):
-        return body  # one message: the usual case for a body the size of ExtenderArgs
-    chunks = [body]
-    while message.get("more_body", False):
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunks.append(message.get("body", b""))
-    return b"".join(chunks)
+@dataclass(frozen=True, slots=True)
+class BodyLimits:
+    """How much of a request body the pipeline reads, and how slowly it may come."""
+
+    max_bytes: int
+    timeout_s: float
 
 
-class VerbsFastPath:
-    """ASGI middleware: POSTs to the verb paths are answered here, the rest pass on."""
+class VerbsPipeline:
+    """``flexinfer_common.http1.downstream.Pipeline``: POSTs to the verb paths, whole."""
 
     def __init__(
         self,
-        app: ASGIApp,
-        *,
         verbs: dict[str, Verb],
-        on_error: Callable[[Scope, FlexInferError], Awaitable[Response]],
+        *,
+        tokens: AdminTokens | None,
+        limits: BodyLimits,
+        requests: RequestMetrics | None,
     ) -> None:
-        self.app = app
-        self._verbs = verbs
-        self._on_error = on_error
+        """``tokens``: required on every verb (None: open); ``requests``: where each
+        answered request is recorded (None: request metrics are off)."""
+        self._verbs = {path.encode(): (path, verb) for path, verb in verbs.items()}
+        self._tokens = tokens
+        self._limits = limits
+        self._requests = requests
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer a verb's POST; pass anything else to the app."""
-        verb = self._verbs.get(scope["path"]) if scope["type"] == "http" else None
-        if verb is None or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
+    def handles(self, method: str, target: bytes) -> bool:
+        """POSTs to a verb's path; everything else is the app's (405s, 404s, the rest)."""
+        return method == "POST" and target.partition(b"?")[0] in self._verbs
+
+    async def serve(self, downstream: Downstream) -> None:
+        """Authorise, read the body, answer, and record the request."""
+        start = time.perf_counter()
+        path, verb = self._verbs[downstream.target.partition(b"?")[0]]
         try:
-            response = await verb(await read_body(receive))
-        except FlexInferError as exc:
-            # As the app's exception handler answers it for a route.
-            response = await self._on_error(scope, exc)
-        await response(scope, receive, send)
+            answer = await self._answer(downstream, verb)
+        except ClientGoneError:
+            return  # nobody to answer or to count: the server has cancelled the request
+        await downstream.respond(answer.status, answer.head(), answer.body)
+        if self._requests is not None:
+            length = downstream.header(b"content-length")
+            self._requests.record(
+                "POST",
+                path,
+                answer.status,
+                time.perf_counter() - start,
+                request_bytes=int(length) if length is not None and length.isdigit() else 0,
+                response_bytes=len(answer.body),
+            )
+
+    async def _answer(self, downstream: Downstream, verb: Verb) -> Answer:
+        if self._tokens is not None:
+            try:
+                self._tokens.check(authorization(downstream.headers))
+            except AuthenticationError as exc:
+                headers = {"WWW-Authenticate": exc.challenge}
+                return Answer.of(openai_error(401, str(exc), code="unauthorized", headers=headers))
+        try:
+            return await verb(await self._body(downstream))
+        except FlexInferError as exc:  # a body too large or too slow, a store unavailable
+            return Answer.of(flexinfer_error_response(exc))
+
+    async def _body(self, downstream: Downstream) -> bytes:
+        limit = self._limits.max_bytes
+        body = downstream.body_now()  # the usual case: it came with the head
+        if body is None:
+            # One past the limit, so that a body of exactly the limit is read whole.
+            body, _ = await read_prefix(
+                downstream.receive, limit + 1, limit, self._limits.timeout_s
+            )
+        elif len(body) > limit:
+            raise BodyTooLargeError(f"request body exceeds {limit} bytes")
+        return body

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from flexinfer_common.errors import FlexInferError
+from flexinfer_common.errors import BodyTimeoutError, BodyTooLargeError
 
 Receive = Callable[[], Awaitable[tuple[bytes, bool]]]
 """The next body bytes and whether more follow (``Downstream.receive``)."""
@@ -17,18 +17,6 @@ Receive = Callable[[], Awaitable[tuple[bytes, bool]]]
 
 class ClientGoneError(Exception):
     """The client disconnected before its request was served."""
-
-
-class BodyTooLargeError(FlexInferError):
-    """413: the request body exceeds max_body_bytes."""
-
-    code = "request_too_large"
-
-
-class BodyTimeoutError(FlexInferError):
-    """408: the client sent its body too slowly."""
-
-    code = "request_timeout"
 
 
 async def read_prefix(
