@@ -122,7 +122,7 @@ async def test_a_request_recorded_outside_asgi_lands_in_the_instrumentators_fami
     requests = telemetry[1].requests
     assert requests is not None
     requests.record(
-        "GET", "/hello", 200, 0.001, request_bytes=0, response_bytes=len(answer.content)
+        "GET", "/hello", "200", 0.001, request_bytes=0, response_bytes=len(answer.content)
     )
 
     def samples(

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
@@ -19,8 +17,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
-from prometheus_fastapi_instrumentator import Instrumentator, metrics
+from prometheus_fastapi_instrumentator import Instrumentator
 
+from flexinfer_common.http_metrics import HttpRequestMetrics
 from flexinfer_common.settings import TelemetrySettings
 
 log = logging.getLogger(__name__)
@@ -33,46 +32,6 @@ _UNTRACKED = [METRICS_PATH, "/healthz", "/readyz"]
 _EXPOSITION = {"schema": {"type": "string"}}
 
 
-class _Sized:
-    """What the instrumentator reads of a request or response: its Content-Length."""
-
-    __slots__ = ("headers",)
-
-    def __init__(self, length: int) -> None:
-        self.headers = {"Content-Length": str(length)}
-
-
-class RequestMetrics:
-    """Records a request served outside the ASGI stack (``flexinfer_common.http1``
-    pipelines) in the instrumentator's families, exactly as its middleware records a
-    routed one: ``http_requests_total{handler,method,status}``, the request and response
-    sizes and both duration histograms."""
-
-    def __init__(self, instrumentation: Callable[[metrics.Info], None]) -> None:
-        self._instrumentation = instrumentation
-
-    def record(
-        self,
-        method: str,
-        handler: str,
-        status: int,
-        seconds: float,
-        *,
-        request_bytes: int,
-        response_bytes: int,
-    ) -> None:
-        """One answered request (sizes as their Content-Length headers say)."""
-        info = metrics.Info(
-            request=cast(Request, _Sized(request_bytes)),
-            response=cast(Response, _Sized(response_bytes)),
-            method=method,
-            modified_handler=handler,
-            modified_status=str(status),
-            modified_duration=seconds,
-        )
-        self._instrumentation(info)
-
-
 @dataclass(frozen=True)
 class Telemetry:
     """What ``setup_telemetry`` installed on an app."""
@@ -80,7 +39,7 @@ class Telemetry:
     service: str
     registry: CollectorRegistry
     tracer_provider: TracerProvider | None
-    requests: RequestMetrics | None = field(default=None)
+    requests: HttpRequestMetrics | None = field(default=None)
     """The request metrics' recorder, where the app's requests are instrumented."""
 
     @property
@@ -113,18 +72,16 @@ def setup_telemetry(
     return Telemetry(service, registry, provider, requests)
 
 
-def _instrument(app: FastAPI, registry: CollectorRegistry) -> RequestMetrics:
-    """The instrumentator's middleware on ``app``, and a recorder sharing its families."""
+def _instrument(app: FastAPI, registry: CollectorRegistry) -> HttpRequestMetrics:
+    """The instrumentator's middleware on ``app``, recording into families that requests
+    served without ASGI are recorded in too."""
     instrumentator = Instrumentator(
         excluded_handlers=_UNTRACKED, registry=registry, should_group_status_codes=False
     )
-    # The instrumentator's own default families (what its middleware builds when given
-    # none), built here so that requests served without ASGI are recorded in them too.
-    instrumentation = metrics.default(registry=registry)
-    assert instrumentation is not None, "a fresh registry holds no request metrics yet"
-    instrumentator.add(instrumentation)
+    requests = HttpRequestMetrics(registry)
+    instrumentator.add(requests.instrumentation)
     instrumentator.instrument(app)
-    return RequestMetrics(instrumentation)
+    return requests
 
 
 def metrics_router(registry: CollectorRegistry) -> APIRouter:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -26,8 +27,13 @@ class SchedulerMetrics:
             ["reason"],
             registry=registry,
         )
+        self._by_reason: dict[str, Any] = {}
+        """Each reason's series, bound once: reasons are the profile's filter names."""
 
     def rejected(self, counts: Mapping[str, int]) -> None:
         """Count one filter call's rejected nodes by reason."""
         for reason, count in counts.items():
-            self.rejections.labels(reason).inc(count)
+            series = self._by_reason.get(reason)
+            if series is None:
+                series = self._by_reason[reason] = self.rejections.labels(reason)
+            series.inc(count)

@@ -20,13 +20,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
 from starlette.responses import Response
 
 from flexinfer_common.auth import AdminTokens, AuthenticationError, authorization
 from flexinfer_common.errors import BodyTooLargeError, FlexInferError
 from flexinfer_common.http1.body_stream import ClientGoneError, read_prefix
 from flexinfer_common.http1.downstream import Downstream
-from flexinfer_common.telemetry import RequestMetrics
+from flexinfer_common.http_metrics import HttpRequestMetrics
 from flexinfer_common.web import flexinfer_error_response, openai_error
 from flexinfer_scheduler.core.extender import Extender
 from flexinfer_scheduler.core.protocol import BadExtenderArgsError, ExtenderRequest, parse_args
@@ -95,7 +96,7 @@ class ExtenderVerbs:
 
     def _parsed(self, body: bytes) -> ExtenderRequest | Answer:
         try:
-            return parse_args(json.loads(body), self._sink)
+            return parse_args(orjson.loads(body), self._sink)
         except (ValueError, UnicodeDecodeError) as exc:  # BadExtenderArgsError, JSONDecodeError
             return _bad_request(
                 str(exc) if isinstance(exc, BadExtenderArgsError) else f"not JSON: {exc}"
@@ -149,7 +150,7 @@ class VerbsPipeline:
         *,
         tokens: AdminTokens | None,
         limits: BodyLimits,
-        requests: RequestMetrics | None,
+        requests: HttpRequestMetrics | None,
     ) -> None:
         """``tokens``: required on every verb (None: open); ``requests``: where each
         answered request is recorded (None: request metrics are off)."""
@@ -176,7 +177,7 @@ class VerbsPipeline:
             self._requests.record(
                 "POST",
                 path,
-                answer.status,
+                str(answer.status),
                 time.perf_counter() - start,
                 request_bytes=int(length) if length is not None and length.isdigit() else 0,
                 response_bytes=len(answer.body),
