@@ -40,7 +40,15 @@ def test_the_filter_result_is_json_dumps_byte_for_byte(passed: list[str]) -> Non
         {"nodenames": passed, "failedNodes": failed, "failedAndUnresolvableNodes": {}},
         separators=(",", ":"),
     ).encode()
-    assert filter_result([json.dumps(name) for name in passed], failed) == expected
+    names = [json.dumps(name) for name in failed]
+    assert (
+        filter_result([json.dumps(name) for name in passed], names, [*failed.values()]) == expected
+    )
+
+
+def test_failed_names_and_reasons_must_align() -> None:
+    with pytest.raises(ValueError, match="2 failed nodes but 1 reasons"):
+        filter_result([], ['"a"', '"b"'], ["r"])
 
 
 def test_repeated_reasons_are_written_for_every_node() -> None:
@@ -50,4 +58,5 @@ def test_repeated_reasons_are_written_for_every_node() -> None:
         {"nodenames": ["a"], "failedNodes": failed, "failedAndUnresolvableNodes": {}},
         separators=(",", ":"),
     ).encode()
-    assert filter_result(['"a"'], failed) == expected
+    names = [json.dumps(name) for name in failed]
+    assert filter_result(['"a"'], names, list(failed.values())) == expected

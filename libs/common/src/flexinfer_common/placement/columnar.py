@@ -20,12 +20,19 @@ from flexinfer_common.placement.plugins import ColumnFilter, ColumnScorer, Score
 
 @dataclass(slots=True)
 class ColumnOutcome:
-    """The rows that passed every filter (in order), and each rejected node's first reason."""
+    """The rows that passed every filter (in order), and the rejected rows with their reasons:
+    each filter's in row order, the filters in the profile's order (so a row asked twice is
+    rejected twice, by the same filter, for the same reason)."""
 
     passed: Rows
-    failed: dict[str, str] = field(default_factory=dict)
+    failed_rows: Rows = field(default_factory=lambda: np.empty(0, dtype=np.intp))
+    failed_reasons: list[str] = field(default_factory=list)
     rejections: dict[str, int] = field(default_factory=dict)
     """Nodes rejected per filter (its class name), as ``FilterOutcome.rejections``."""
+
+    def failed(self, table: NodeColumns) -> dict[str, str]:
+        """Each rejected node's name -> its reason, in order (``FilterOutcome.failed``)."""
+        return dict(zip(table.name[self.failed_rows].tolist(), self.failed_reasons, strict=True))
 
 
 class ColumnPlacement:
@@ -38,16 +45,19 @@ class ColumnPlacement:
     def filter(self, pod: PodFacts, table: NodeColumns, rows: Rows) -> ColumnOutcome:
         """Run each filter on the rows the previous ones passed (the seed's order)."""
         outcome = ColumnOutcome(passed=rows)
+        failed: list[Rows] = []
         for check in self._filters:
             if not len(outcome.passed):
                 break
             rejected, reasons = check.column_reasons(pod, table, outcome.passed)
             if reasons:
-                names = table.name[outcome.passed[rejected]].tolist()
-                outcome.failed.update(zip(names, reasons, strict=True))
+                failed.append(outcome.passed[rejected])
+                outcome.failed_reasons += reasons
                 outcome.passed = outcome.passed[~rejected]
                 name = type(check).__name__
-                outcome.rejections[name] = outcome.rejections.get(name, 0) + len(names)
+                outcome.rejections[name] = outcome.rejections.get(name, 0) + len(reasons)
+        if failed:
+            outcome.failed_rows = np.concatenate(failed)
         return outcome
 
     def score(self, pod: PodFacts, table: NodeColumns, rows: Rows, ctx: ScoreContext) -> Floats:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
+import numpy as np
+
 from flexinfer_common.placement import (
     BenchmarkSource,
     Malformed,
@@ -27,6 +29,7 @@ from flexinfer_common.placement import (
     normalise_columns,
     tenant_share,
 )
+from flexinfer_common.placement.columns import Rows
 from flexinfer_scheduler.core.nodes import NodeLookup
 from flexinfer_scheduler.core.parsed import ParsedNodes
 from flexinfer_scheduler.core.protocol import (
@@ -96,14 +99,7 @@ class Extender:
     def filter(self, request: ExtenderRequest) -> bytes:
         """An ExtenderFilterResult: the passing nodes and each failed node's reason."""
         if request.node_meta is None and self._columnar is not None:
-            table = self._nodes.columns
-            rows, unknown = table.rows(request.node_names or [])
-            columns = self._columnar.filter(request.pod, table, rows)
-            failed = columns.failed
-            for name in unknown:
-                failed[name] = UNKNOWN_NODE
-            self._rejected(columns.rejections, unknown)
-            return filter_result(table.name_json[columns.passed].tolist(), failed)
+            return self._filter_columns(request)
         facts, unknown = self._facts(request)
         outcome = self._placement.filter(request.pod, facts)
         for name in unknown:
@@ -124,6 +120,25 @@ class Extender:
                 ]
             }
         return json.dumps(result, separators=(",", ":")).encode()
+
+    def _filter_columns(self, request: ExtenderRequest) -> bytes:
+        """``filter`` by node names over the node cache's columns."""
+        table = self._nodes.columns
+        rows, unknown = table.rows(request.node_names or [])
+        columns = self._columnar.filter(request.pod, table, rows)  # type: ignore[union-attr]
+        self._rejected(columns.rejections, unknown)
+        failed = columns.failed_rows
+        if _distinct(failed, len(table.name)):
+            # The usual case: each rejected node once, named by its pre-encoded JSON name.
+            names, reasons = table.name_json[failed].tolist(), columns.failed_reasons
+        else:  # a name asked twice is answered once, where it first failed
+            by_name = columns.failed(table)
+            names, reasons = list(map(encode_basestring_ascii, by_name)), list(by_name.values())
+        if unknown:
+            unique = dict.fromkeys(unknown)
+            names += map(encode_basestring_ascii, unique)
+            reasons += [UNKNOWN_NODE] * len(unique)
+        return filter_result(table.name_json[columns.passed].tolist(), names, reasons)
 
     async def prioritize(self, request: ExtenderRequest) -> bytes:
         """A HostPriorityList: every node's score on 0..10 (unknown nodes 0)."""
@@ -150,3 +165,10 @@ class Extender:
             if ctx.tenant is not None:
                 self._on_tenant(pod.namespace, ctx.tenant)
         return ctx
+
+
+def _distinct(rows: Rows, size: int) -> bool:
+    """Whether no row repeats (a mask over the table: a few times cheaper than np.unique)."""
+    seen = np.zeros(size, dtype=np.bool_)
+    seen[rows] = True
+    return int(np.count_nonzero(seen)) == len(rows)

@@ -162,23 +162,28 @@ def parse_args(body: Any, sink: Malformed) -> ExtenderRequest:
     return ExtenderRequest(pod, nodes, names, meta)
 
 
-def filter_result(passed_json: Sequence[str], failed: Mapping[str, str]) -> bytes:
+def filter_result(
+    passed_json: Sequence[str], failed_json: Sequence[str], reasons: Sequence[str]
+) -> bytes:
     """An ExtenderFilterResult's JSON without Node objects, byte for byte what ``json.dumps``
-    with compact separators writes for ``{"nodenames": [...], "failedNodes": failed,
-    "failedAndUnresolvableNodes": {}}``, from the passing names already encoded as JSON
-    strings (``NodeColumns.name_json``: encoded once per node, not per answer)."""
+    with compact separators writes for ``{"nodenames": [...], "failedNodes": {name: reason,
+    ...}, "failedAndUnresolvableNodes": {}}``, from the passing and failed names already
+    encoded as JSON strings (``NodeColumns.name_json``: encoded once per node, not per
+    answer), each failed name once, and the failed nodes' reasons in the same order."""
     # Names, reasons and separators interleaved into one join: no string per entry. (Encoding
     # each distinct reason once was faster when a few reasons repeat, as in bench/scheduler.py,
     # and a third slower when every free-VRAM figure differs: not done.)
-    parts = ["", ":", "", ","] * len(failed)
-    parts[::4] = map(encode_basestring_ascii, failed)
-    parts[2::4] = map(encode_basestring_ascii, failed.values())
-    failed_json = "".join(parts)[:-1]
+    if len(failed_json) != len(reasons):
+        raise ValueError(f"{len(failed_json)} failed nodes but {len(reasons)} reasons")
+    parts = ["", ":", "", ","] * len(reasons)
+    parts[::4] = failed_json
+    parts[2::4] = map(encode_basestring_ascii, reasons)
+    failed = "".join(parts)[:-1]
     return (
         '{"nodenames":['
         + ",".join(passed_json)
         + '],"failedNodes":{'
-        + failed_json
+        + failed
         + '},"failedAndUnresolvableNodes":{}}'
     ).encode()
 
