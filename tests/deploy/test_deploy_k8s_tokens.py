@@ -1,9 +1,10 @@
 """k8s/: the registry and every admin API are guarded by tokens from Secrets, as rendered.
 
-Every overlay, rendered by the real ``kubectl kustomize``: the registry reads its admin and
-P2P tokens from Secrets, the controller names the Secrets engines and download Jobs read,
-no workload holds a token value, and the engine pods the controller builds from that
-configuration read the P2P token, never an admin one. The docs' Kubernetes steps run, in
+Every overlay, rendered by the real ``kubectl kustomize``: the registry reads its admin,
+P2P and fetch tokens from Secrets, the controller names the Secrets engines and download
+Jobs read, no workload holds a token value, and the pods the controller builds from that
+configuration read the P2P token (engines) or the fetch token (download Jobs), never an
+admin one. The docs' Kubernetes steps run, in
 order, against kubectl's client-side dry run (no cluster here): every Secret a workload
 references exists before ``kubectl apply -k``, in each namespace that needs it.
 """
@@ -34,6 +35,7 @@ OVERLAYS = ["base", "overlays/dev", "overlays/prod"]
 ADMIN = "flexinfer-admin-token"
 REGISTRY_ADMIN = "flexinfer-registry-admin-token"
 P2P = "flexinfer-registry-p2p-token"
+FETCH = "flexinfer-registry-fetch-token"
 TOKENISH = re.compile(r"TOKEN|SECRET|PASSWORD|CREDENTIAL|API_KEY")
 SAMPLE = {s.id: s for s in SAMPLES}
 
@@ -73,7 +75,7 @@ def mounted_secret(pod: Obj, item: Obj, path: str) -> tuple[str, bool] | None:
     return None
 
 
-def test_the_registry_reads_both_tokens_from_secrets(rendered: list[Obj]) -> None:
+def test_the_registry_reads_its_three_tokens_from_secrets(rendered: list[Obj]) -> None:
     registry = container(rendered, "flexinfer-registry")
     pod = by_kind(rendered, "Deployment")["flexinfer-registry"]["spec"]["template"]["spec"]
     env = env_of(registry)
@@ -81,6 +83,9 @@ def test_the_registry_reads_both_tokens_from_secrets(rendered: list[Obj]) -> Non
     p2p_file = env["FLEXINFER_REGISTRY_P2P_TOKEN_FILE"]["value"]
     assert mounted_secret(pod, registry, p2p_file) == (P2P, False)
     assert "FLEXINFER_REGISTRY_P2P_TOKEN" not in env
+    fetch_file = env["FLEXINFER_REGISTRY_FETCH_TOKEN_FILE"]["value"]
+    assert mounted_secret(pod, registry, fetch_file) == (FETCH, False)
+    assert "FLEXINFER_REGISTRY_FETCH_TOKEN" not in env
     # The mounted file is readable by the registry's user through fsGroup, by no one else.
     assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
 
@@ -90,9 +95,10 @@ def test_the_controller_names_the_secrets_and_holds_no_registry_token(
 ) -> None:
     env = env_of(container(rendered, "flexinfer-controller"))
     assert env["FLEXINFER_KUBERNETES_REGISTRY_P2P_TOKEN_SECRET"]["value"] == P2P
-    assert env["FLEXINFER_KUBERNETES_REGISTRY_FETCH_TOKEN_SECRET"]["value"] == REGISTRY_ADMIN
+    assert env["FLEXINFER_KUBERNETES_REGISTRY_FETCH_TOKEN_SECRET"]["value"] == FETCH
     # The kubelet reads the registry's tokens for the pods; the controller never does.
-    assert all(secret_ref(v) is None or secret_ref(v)[0] != REGISTRY_ADMIN for v in env.values())  # type: ignore[index]
+    read = {ref[0] for v in env.values() if (ref := secret_ref(v)) is not None}
+    assert not read & {REGISTRY_ADMIN, P2P, FETCH}
 
 
 def test_no_workload_holds_a_token_value(rendered: list[Obj]) -> None:
@@ -113,16 +119,16 @@ def test_no_workload_holds_a_token_value(rendered: list[Obj]) -> None:
                     assert mounted_secret(pod, item, value) is not None, where
                 else:
                     assert name.endswith(("_SECRET", "_SECRET_KEY")), where
-                    assert value in (ADMIN, REGISTRY_ADMIN, P2P, "token"), where
+                    assert value in (ADMIN, REGISTRY_ADMIN, P2P, FETCH, "token"), where
     text = yaml.safe_dump_all(rendered)
     assert not re.search(r"\b[0-9a-f]{32,}\b", text), "a hex token in the rendered objects"
 
 
-def test_the_engine_pods_the_controller_builds_read_the_p2p_token(
+def test_the_pods_the_controller_builds_read_the_p2p_and_fetch_tokens(
     rendered: list[Obj], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The controller configured as the overlay configures it renders engines reading
-    the P2P Secret, and download Jobs reading the registry's admin Secret."""
+    the P2P Secret, and download Jobs reading the fetch Secret: neither the admin one."""
     for name, var in env_of(container(rendered, "flexinfer-controller")).items():
         if name.startswith("FLEXINFER_KUBERNETES_") and "value" in var:
             monkeypatch.setenv(name, var["value"])
@@ -141,12 +147,9 @@ def test_the_engine_pods_the_controller_builds_read_the_p2p_token(
     )
     [job] = by_kind(objects, "Job").values()
     fetcher = job["spec"]["template"]["spec"]["containers"][0]
-    assert secret_ref(env_of(fetcher)["FLEXINFER_REGISTRY_AUTH_TOKEN"]) == (
-        REGISTRY_ADMIN,
-        "token",
-        False,
-    )
+    assert secret_ref(env_of(fetcher)["FLEXINFER_REGISTRY_AUTH_TOKEN"]) == (FETCH, "token", False)
     assert P2P not in str(job)
+    assert REGISTRY_ADMIN not in str(job)
 
 
 def admits(policy: Obj, namespace: str, labels: dict[str, str], port: str) -> bool:
@@ -264,7 +267,9 @@ def test_the_docs_steps_create_every_secret_before_it_is_needed(page: str, tmp_p
     # Each Model namespace gets the same registry tokens the registry has.
     model_namespaces = {ns for ns, _ in secrets} - {"flexinfer"}
     assert model_namespaces, f"{page} creates no Secret in a Model namespace"
+    assert FETCH in model_secrets
     for namespace in model_namespaces:
+        assert (namespace, REGISTRY_ADMIN) not in secrets, "the registry's admin token stays home"
         for name in model_secrets:
             assert secrets[(namespace, name)] == secrets[("flexinfer", name)], (namespace, name)
     tokens = {

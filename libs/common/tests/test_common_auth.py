@@ -75,6 +75,11 @@ def test_check_accepts_every_configured_token_in_any_case_of_scheme() -> None:
     assert TOKEN not in repr(tokens)
 
 
+def test_overlaps_says_whether_two_lists_share_a_token() -> None:
+    assert AdminTokens([OTHER, TOKEN]).overlaps(AdminTokens([TOKEN]))
+    assert not AdminTokens([OTHER]).overlaps(AdminTokens([TOKEN]))
+
+
 def test_tokens_come_from_the_setting_and_the_file(tmp_path: Path) -> None:
     path = tmp_path / "tokens"
     path.write_text(f"# rotated 2025-01\n{OTHER}\n\n  {TOKEN}  \n")

@@ -77,6 +77,11 @@ class AdminTokens:
     def __repr__(self) -> str:
         return f"AdminTokens({len(self._digests)} token(s))"
 
+    def overlaps(self, other: AdminTokens) -> bool:
+        """Whether a token is in both lists: a start-up check that two scopes' tokens
+        differ (a shared token would hold both scopes), so not constant time."""
+        return not set(self._digests).isdisjoint(other._digests)
+
     def check(self, authorization: bytes | None) -> None:
         """Pass a valid ``Bearer <token>`` header value; AuthenticationError otherwise."""
         if authorization is None:

@@ -72,11 +72,14 @@ class KubernetesSettings(BaseSettings):
     registry_fetch_token_secret: str | None = Field(
         default=None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
     )
-    """A Secret, in each Model's (and ModelCache's) namespace, holding the registry's admin
-    token: the prefetch, LoRA fetch and ModelCache download Jobs read it through
-    ``secretKeyRef`` into the registry client's token variable (FLEXINFER_REGISTRY_AUTH_TOKEN),
-    since downloading is a ModelService call, which the P2P token does not open. Engines
-    never get it. Unset: the Jobs send no token, right for a registry without tokens."""
+    """A Secret, in each Model's (and ModelCache's) namespace, holding the registry's fetch
+    token (its ``FLEXINFER_REGISTRY_FETCH_TOKEN``, which opens only EnsureModelDownloaded,
+    ListModelFiles and StreamModelFiles): the prefetch, LoRA fetch and ModelCache download
+    Jobs read it through ``secretKeyRef`` into the registry client's token variable
+    (FLEXINFER_REGISTRY_AUTH_TOKEN). Name a Secret holding the registry's admin token only
+    for a registry older than the fetch scope: a leaked Job token would then open it all.
+    Engines never get it. Unset: the Jobs send no token, right for a registry without
+    tokens."""
 
     registry_fetch_token_secret_key: str = Field(
         default="token", pattern=r"^[-._a-zA-Z0-9]{1,253}$"

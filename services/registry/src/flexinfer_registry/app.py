@@ -13,7 +13,7 @@ from functools import partial
 from fastapi import Depends, FastAPI
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from flexinfer_common.auth import AdminTokens, AuthenticationError, load_admin_tokens
+from flexinfer_common.auth import AdminTokens, load_admin_tokens
 from flexinfer_common.errors import ConfigError, UnavailableError
 from flexinfer_common.telemetry import setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
@@ -82,8 +82,7 @@ class _Wiring:
     stores: Stores | None
     providers: ProviderResolver | None
     clock: Callable[[], float]
-    tokens: AdminTokens | None
-    p2p_tokens: AdminTokens | None
+    tokens: GrpcTokens
 
 
 @asynccontextmanager
@@ -104,8 +103,9 @@ async def _running(app: FastAPI, wiring: _Wiring) -> AsyncIterator[None]:
         host=settings.grpc_host,
         port=settings.grpc_port,
         max_message_bytes=settings.grpc_max_message_bytes,
-        tokens=wiring.tokens,
-        p2p_tokens=wiring.p2p_tokens,
+        tokens=wiring.tokens.admin,
+        p2p_tokens=wiring.tokens.p2p,
+        fetch_tokens=wiring.tokens.fetch,
         tracer_provider=app.state.telemetry.tracer_provider,
     )
     grpc_server = await start_grpc_server(options, wiring.info, core)
@@ -125,28 +125,38 @@ async def _running(app: FastAPI, wiring: _Wiring) -> AsyncIterator[None]:
             await stores.close()
 
 
-def grpc_tokens(settings: RegistrySettings) -> tuple[AdminTokens | None, AdminTokens | None]:
-    """The admin and P2P tokens; ConfigError when a P2P token could not mean anything."""
+@dataclass(frozen=True)
+class GrpcTokens:
+    """The gRPC API's tokens by scope (grpc_auth); None: no token of that scope."""
+
+    admin: AdminTokens | None = None
+    p2p: AdminTokens | None = None
+    fetch: AdminTokens | None = None
+
+
+def grpc_tokens(settings: RegistrySettings) -> GrpcTokens:
+    """The admin, P2P and fetch tokens; ConfigError when a narrow token could not mean
+    anything (no admin token) or would hold another scope too (a shared value)."""
     secret = settings.auth_token.get_secret_value() if settings.auth_token else None
+    admin = AdminTokens([secret]) if secret else None
     p2p = load_admin_tokens(settings.p2p_token, settings.p2p_token_file, kind="P2P")
-    if p2p is None:
-        return (AdminTokens([secret]) if secret else None), None
-    if not secret:
-        raise ConfigError(
-            "FLEXINFER_REGISTRY_P2P_TOKEN is set but FLEXINFER_REGISTRY_AUTH_TOKEN is not: "
-            "without an admin token every call is open, so a P2P token would restrict nothing"
-        )
-    if _accepts(p2p, secret):
-        raise ConfigError("the P2P token must differ from the admin token (it would open all)")
-    return AdminTokens([secret]), p2p
-
-
-def _accepts(tokens: AdminTokens, secret: str) -> bool:
-    try:
-        tokens.check(b"Bearer " + secret.encode("latin-1", "replace"))
-    except AuthenticationError:
-        return False
-    return True
+    fetch = load_admin_tokens(settings.fetch_token, settings.fetch_token_file, kind="fetch")
+    for kind, narrow in (("P2P", p2p), ("fetch", fetch)):
+        if narrow is None:
+            continue
+        if admin is None:
+            raise ConfigError(
+                f"FLEXINFER_REGISTRY_{kind.upper()}_TOKEN is set but FLEXINFER_REGISTRY_AUTH_TOKEN "
+                f"is not: without an admin token every call is open, so a {kind} token would "
+                "restrict nothing"
+            )
+        if narrow.overlaps(admin):
+            raise ConfigError(
+                f"the {kind} token must differ from the admin token (it would open all)"
+            )
+    if p2p is not None and fetch is not None and p2p.overlaps(fetch):
+        raise ConfigError("the P2P and fetch tokens must differ (one token would hold both scopes)")
+    return GrpcTokens(admin, p2p, fetch)
 
 
 def create_app(
@@ -165,8 +175,8 @@ def create_app(
     replaces the OTLP exporter when tracing is on (an in-process collector, tests). Once started,
     ``app.state.grpc_address`` is the bound gRPC address and ``app.state.core`` the core.
     """
-    tokens, p2p_tokens = grpc_tokens(settings)
-    wiring = _Wiring(settings, info or ServerInfo(), stores, providers, clock, tokens, p2p_tokens)
+    tokens = grpc_tokens(settings)
+    wiring = _Wiring(settings, info or ServerInfo(), stores, providers, clock, tokens)
     app = FastAPI(title="FlexInfer registry", lifespan=partial(_running, wiring=wiring))
     app.state.settings = settings
     app.state.info = wiring.info
@@ -186,7 +196,8 @@ def create_app(
     install_admin_errors(app)
     app.include_router(health_router(ready))
     eviction = core_config(settings).eviction
-    guard = [Depends(bearer_guard(tokens))]
+    # The REST admin API is the admin token's alone: no narrow token opens any route.
+    guard = [Depends(bearer_guard(tokens.admin))]
     app.include_router(admin_router(running_core, eviction), dependencies=guard)
     document_errors_as_answered(app)
     app.state.telemetry = setup_telemetry(

@@ -196,6 +196,18 @@ class RegistrySettings(BaseSettings):
     """File of P2P tokens, one per line (a mounted Secret); several lines let the token be
     rotated without downtime, ``#`` starts a comment. Read once at start."""
 
+    fetch_token: SecretStr | None = None
+    """A third, narrow bearer token: it opens only the gRPC ModelService calls a download
+    Job makes (EnsureModelDownloaded, ListModelFiles, StreamModelFiles); any other method
+    (DeleteModel, ApiService, the P2pService) answers PERMISSION_DENIED, and the admin REST
+    API 401. The controller's download Jobs get this one, never ``auth_token``. 16-4096
+    printable ASCII characters; only meaningful beside ``auth_token``, and unlike it and
+    ``p2p_token``."""
+
+    fetch_token_file: Path | None = None
+    """File of fetch tokens, one per line (a mounted Secret); several lines let the token be
+    rotated without downtime, ``#`` starts a comment. Read once at start."""
+
     default_chunk_size: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     """StreamModelFiles chunk size when the request says 0: 1 MiB (ModelExpress's default)."""
 

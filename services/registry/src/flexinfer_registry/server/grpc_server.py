@@ -94,8 +94,8 @@ class GrpcServer:
 
 @dataclass(frozen=True)
 class GrpcOptions:
-    """Listen address, message limit, the optional bearer tokens (admin, P2P) and tracer
-    provider."""
+    """Listen address, message limit, the optional bearer tokens (admin, P2P, fetch) and
+    tracer provider."""
 
     host: str = "127.0.0.1"
     port: int = 8001
@@ -103,6 +103,9 @@ class GrpcOptions:
     tokens: AdminTokens | None = None
     p2p_tokens: AdminTokens | None = None
     """Tokens that open the P2pService only (engines'); used only beside ``tokens``."""
+    fetch_tokens: AdminTokens | None = None
+    """Tokens that open the download Jobs' ModelService calls only; used only beside
+    ``tokens``."""
     tracer_provider: TracerProvider | None = None
     """Set when tracing is on: each call is a span under the caller's ``traceparent``."""
 
@@ -116,7 +119,9 @@ async def start_grpc_server(
         # First, so a call refused for its token is traced too.
         interceptors.append(AioTracingInterceptor(options.tracer_provider))
     if options.tokens:
-        interceptors.append(TokenAuthInterceptor(options.tokens, options.p2p_tokens))
+        interceptors.append(
+            TokenAuthInterceptor(options.tokens, options.p2p_tokens, options.fetch_tokens)
+        )
     limits = [
         ("grpc.max_send_message_length", options.max_message_bytes),
         ("grpc.max_receive_message_length", options.max_message_bytes),

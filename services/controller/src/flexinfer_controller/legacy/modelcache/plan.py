@@ -82,7 +82,7 @@ class JobOptions:
     registry_address: str
     mount: str = MODEL_MOUNT
     token: SecretKeyRef | None = None
-    """The Secret key the download Job reads the registry's admin token from."""
+    """The Secret key the download Job reads the registry's fetch token from."""
 
 
 @dataclass(frozen=True)

@@ -122,8 +122,9 @@ def prefetch_container(
     token: SecretKeyRef | None = None,
 ) -> Obj:
     """The registry client downloading ``fetch`` into ``cache_dir`` (default: the mount's
-    root) of the volume mounted as ``mount``; with ``token``, it sends the registry's admin
-    token read from that Secret key (the pod spec holds only the Secret's name)."""
+    root) of the volume mounted as ``mount``; with ``token``, it sends the registry's fetch
+    token read from that Secret key (the pod spec holds only the Secret's name). It calls
+    EnsureModelDownloaded, ListModelFiles and StreamModelFiles, all the fetch scope opens."""
     args = ["--server", registry_address, "model", "download", fetch.name]
     args += ["--provider", fetch.provider] if fetch.provider else []
     args += ["--strategy", strategy, "--cache-dir", cache_dir or mount["mountPath"]]

@@ -42,7 +42,7 @@ class RenderOptions:
     registry_token_secret: SecretKeyRef | None = None
     """The Secret key engine pods read the registry's P2P token from; None: no token."""
     registry_fetch_token_secret: SecretKeyRef | None = None
-    """The Secret key prefetch and LoRA fetch Jobs read the registry's admin token from."""
+    """The Secret key prefetch and LoRA fetch Jobs read the registry's fetch token from."""
     flash: FlashLoadSettings = field(default_factory=FlashLoadSettings)
     """Controller-wide flash loader defaults; spec.cache.flashLoader wins over them."""
     shm_size_limit: str = "8Gi"
