@@ -70,5 +70,5 @@ class ColumnPlacement:
                 if terms.shape != totals.shape:
                     name = type(scorer).__name__
                     raise ValueError(f"{name} scored {len(terms)} of {len(totals)}")
-                totals = totals + terms
+                np.add(totals, terms, out=totals)  # in place: the same sums, no new array
         return totals
