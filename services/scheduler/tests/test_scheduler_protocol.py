@@ -28,6 +28,17 @@ def test_the_encoding_is_json_dumps_byte_for_byte(hosts: list[str]) -> None:
     assert host_priority_list(hosts, scores) == expected
 
 
+@pytest.mark.parametrize("scores", [[7], [-3, 12], [10**12, 0, 10, 11], [5] * 40])
+def test_any_integer_score_is_written_as_json_dumps_does(scores: list[int]) -> None:
+    # The extender's own scores are 0..10; the encoder writes whatever it is given.
+    hosts = [f"n{i}" for i in range(len(scores))]
+    expected = json.dumps(
+        [{"host": h, "score": s} for h, s in zip(hosts, scores, strict=True)],
+        separators=(",", ":"),
+    ).encode()
+    assert host_priority_list(hosts, scores) == expected
+
+
 def test_hosts_and_scores_must_align() -> None:
     with pytest.raises(ValueError, match="2 hosts but 1 scores"):
         host_priority_list(["a", "b"], [1])
