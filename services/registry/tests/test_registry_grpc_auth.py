@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ import pytest
 from pydantic import SecretStr
 
 from flexinfer_common.errors import ConfigError
-from flexinfer_common.serving import serve_in_background
 from flexinfer_registry._generated.model_express import api_pb2 as mx_api
 from flexinfer_registry._generated.model_express import api_pb2_grpc as mx_api_grpc
 from flexinfer_registry._generated.model_express import health_pb2 as mx_health
@@ -27,40 +25,27 @@ from flexinfer_registry._generated.model_express import health_pb2_grpc as mx_he
 from flexinfer_registry.app import create_app
 from flexinfer_registry.server.grpc_auth import P2P_SERVICE
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.testing.fakes import OneProvider, ScriptedProvider
+from flexinfer_registry.testing.served import ServedRegistry, bearer, served_registry, token_file
 
 ADMIN = "admin-token-0123456789abcdef"
 P2P = "p2p-token-0123456789abcdef"
 ROTATED = "p2p-token-rotated-0123456789"
 
 
-@dataclass
-class Registry:
-    grpc_address: str
-    url: str
-
-
-def _bearer(token: str) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {token}"),)
-
-
 @pytest.fixture
-async def registry(tmp_path: Path) -> AsyncIterator[Registry]:
+async def registry(tmp_path: Path) -> AsyncIterator[ServedRegistry]:
     """A registry with an admin token, a P2P token and a P2P token file (two lines)."""
-    token_file = tmp_path / "p2p-tokens"
-    token_file.write_text(f"# rotation\n{ROTATED}\n")
-    token_file.chmod(0o600)
+    rotation = token_file(tmp_path / "p2p-tokens", ROTATED)
     settings = RegistrySettings(
         port=0,
         grpc_port=0,
         cache_dir=tmp_path / "cache",
         auth_token=SecretStr(ADMIN),
         p2p_token=SecretStr(P2P),
-        p2p_token_file=token_file,
+        p2p_token_file=rotation,
     )
-    app: Any = create_app(settings, providers=OneProvider(ScriptedProvider({"a.json": b"{}"})))
-    async with serve_in_background(app) as url:
-        yield Registry(str(app.state.grpc_address), url)
+    async with served_registry(settings, {"a.json": b"{}"}) as served:
+        yield served
 
 
 def _api(channel: grpc.aio.Channel) -> Any:
@@ -111,32 +96,32 @@ async def _refused(call: Any) -> grpc.aio.AioRpcError:
     return info.value
 
 
-async def test_admin_token_opens_every_service(registry: Registry) -> None:
+async def test_admin_token_opens_every_service(registry: ServedRegistry) -> None:
     async with grpc.aio.insecure_channel(registry.grpc_address) as channel:
-        await _p2p_round(channel, _bearer(ADMIN))
-        updates = await _ensure(channel, _bearer(ADMIN))
+        await _p2p_round(channel, bearer(ADMIN))
+        updates = await _ensure(channel, bearer(ADMIN))
         assert updates[-1].status == mx_model.DOWNLOADED
         api = _api(channel)
-        answer = await api.SendRequest(mx_api.ApiRequest(action="ping"), metadata=_bearer(ADMIN))
+        answer = await api.SendRequest(mx_api.ApiRequest(action="ping"), metadata=bearer(ADMIN))
         assert answer is not None
 
 
 async def test_p2p_tokens_open_the_p2p_service_only(
-    registry: Registry, caplog: pytest.LogCaptureFixture
+    registry: ServedRegistry, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     async with grpc.aio.insecure_channel(registry.grpc_address) as channel:
         for token in (P2P, ROTATED):
-            await _p2p_round(channel, _bearer(token))
-            streamed = await _refused(_ensure(channel, _bearer(token)))
+            await _p2p_round(channel, bearer(token))
+            streamed = await _refused(_ensure(channel, bearer(token)))
             assert streamed.code() == grpc.StatusCode.PERMISSION_DENIED
             assert P2P_SERVICE in (streamed.details() or "")
             files = mx_model_grpc.ModelServiceStub(channel).ListModelFiles(
-                mx_model.ModelFilesRequest(model_name="org/model"), metadata=_bearer(token)
+                mx_model.ModelFilesRequest(model_name="org/model"), metadata=bearer(token)
             )
             assert (await _refused(files)).code() == grpc.StatusCode.PERMISSION_DENIED
             api = _api(channel).SendRequest(
-                mx_api.ApiRequest(action="ping"), metadata=_bearer(token)
+                mx_api.ApiRequest(action="ping"), metadata=bearer(token)
             )
             refused = await _refused(api)
             assert refused.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -152,10 +137,10 @@ async def test_p2p_tokens_open_the_p2p_service_only(
 
 
 async def test_no_or_wrong_token_is_unauthenticated_but_probes_stay_open(
-    registry: Registry,
+    registry: ServedRegistry,
 ) -> None:
     async with grpc.aio.insecure_channel(registry.grpc_address) as channel:
-        for metadata in ((), _bearer("not-a-token-0123456789"), (("authorization", P2P),)):
+        for metadata in ((), bearer("not-a-token-0123456789"), (("authorization", P2P),)):
             listed = mx_p2p_grpc.P2pServiceStub(channel).ListSources(
                 mx_p2p.ListSourcesRequest(), metadata=metadata
             )

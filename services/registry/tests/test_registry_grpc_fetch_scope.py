@@ -24,7 +24,6 @@ from grpc_health.v1 import health_pb2 as std_health
 from pydantic import SecretStr
 
 from flexinfer_common.errors import ConfigError
-from flexinfer_common.serving import serve_in_background
 from flexinfer_registry._generated.model_express import api_pb2 as mx_api
 from flexinfer_registry._generated.model_express import health_pb2 as mx_health
 from flexinfer_registry.app import create_app
@@ -32,7 +31,7 @@ from flexinfer_registry.client.mx_cli import TOKEN_ENV, run
 from flexinfer_registry.client.mx_output import Output
 from flexinfer_registry.server.grpc_auth import DENIED_DETAILS, OPEN_PREFIXES, Scope
 from flexinfer_registry.settings import RegistrySettings
-from flexinfer_registry.testing.fakes import OneProvider, ScriptedProvider
+from flexinfer_registry.testing.served import ServedRegistry, bearer, served_registry, token_file
 
 ADMIN = "admin-token-0123456789abcdef"
 P2P = "p2p-token-0123456789abcdef"
@@ -73,22 +72,10 @@ def served_methods() -> list[Method]:
     return methods
 
 
-@dataclass
-class Registry:
-    grpc_address: str
-    url: str
-
-
-def _bearer(token: str) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {token}"),)
-
-
 @pytest.fixture
-async def registry(tmp_path: Path) -> AsyncIterator[Registry]:
+async def registry(tmp_path: Path) -> AsyncIterator[ServedRegistry]:
     """A registry with admin, P2P and fetch tokens, and a fetch token file (rotation)."""
-    token_file = tmp_path / "fetch-tokens"
-    token_file.write_text(f"# rotation\n{ROTATED}\n")
-    token_file.chmod(0o600)
+    rotation = token_file(tmp_path / "fetch-tokens", ROTATED)
     settings = RegistrySettings(
         port=0,
         grpc_port=0,
@@ -96,11 +83,10 @@ async def registry(tmp_path: Path) -> AsyncIterator[Registry]:
         auth_token=SecretStr(ADMIN),
         p2p_token=SecretStr(P2P),
         fetch_token=SecretStr(FETCH),
-        fetch_token_file=token_file,
+        fetch_token_file=rotation,
     )
-    app: Any = create_app(settings, providers=OneProvider(ScriptedProvider(FILES)))
-    async with serve_in_background(app) as url:
-        yield Registry(str(app.state.grpc_address), url)
+    async with served_registry(settings, FILES) as served:
+        yield served
 
 
 async def _call(
@@ -109,7 +95,7 @@ async def _call(
     """``method`` with an empty request (valid for every message), read to the end: its
     status code and details (checked to carry no token)."""
     kind = channel.unary_stream if method.streaming else channel.unary_unary
-    call = kind(method.path)(b"", metadata=_bearer(token), timeout=10)
+    call = kind(method.path)(b"", metadata=bearer(token), timeout=10)
     try:
         if method.streaming:
             async for _ in call:
@@ -149,7 +135,7 @@ def test_the_service_descriptors_are_all_known() -> None:
 
 
 async def test_the_fetch_token_opens_exactly_the_download_jobs_methods(
-    registry: Registry, caplog: pytest.LogCaptureFixture
+    registry: ServedRegistry, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     async with grpc.aio.insecure_channel(registry.grpc_address) as channel:
@@ -178,7 +164,7 @@ async def test_the_fetch_token_opens_exactly_the_download_jobs_methods(
 
 
 async def test_a_download_job_with_the_fetch_token_fills_its_cache(
-    registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    registry: ServedRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(TOKEN_ENV, FETCH)
     log = tmp_path / "termination-log"
@@ -193,7 +179,7 @@ async def test_a_download_job_with_the_fetch_token_fills_its_cache(
 
 
 async def test_the_p2p_token_cannot_download(
-    registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    registry: ServedRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(TOKEN_ENV, P2P)
     code, _, err = await asyncio.to_thread(
@@ -211,7 +197,7 @@ async def test_the_p2p_token_cannot_download(
             assert details == DENIED_DETAILS[Scope.P2P], path
 
 
-async def test_the_admin_token_still_opens_every_method(registry: Registry) -> None:
+async def test_the_admin_token_still_opens_every_method(registry: ServedRegistry) -> None:
     async with grpc.aio.insecure_channel(registry.grpc_address) as channel:
         for method in served_methods():
             if method.path == "/grpc.health.v1.Health/Watch":
@@ -224,7 +210,7 @@ async def test_the_admin_token_still_opens_every_method(registry: Registry) -> N
             ), method.path
         stub = mx_model_grpc.ModelServiceStub(channel)
         request = mx_model.ModelDownloadRequest(model_name="org/model")
-        updates = [u async for u in stub.EnsureModelDownloaded(request, metadata=_bearer(ADMIN))]
+        updates = [u async for u in stub.EnsureModelDownloaded(request, metadata=bearer(ADMIN))]
         assert updates[-1].status == mx_model.DOWNLOADED
 
 
