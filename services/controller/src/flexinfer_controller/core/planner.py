@@ -291,6 +291,20 @@ class Planner:
             return placed
         return _assignment(model, placed)
 
+    async def fits_again(self, model: Model, gpus: GPUAssignment | None) -> bool:
+        """Whether a sleeping replica's pinned GPUs have room for it again: the placement
+        a fresh start would face (the GPUs other replicas hold included), on those GPUs."""
+        holds = self.holds()
+        backend = self.backends.get(model.spec.backend)
+        if gpus is None or holds is None or backend is None:
+            return True  # not pinned: nothing of the GPUs' to check
+        own = [n for n in self.inventory.nodes() or () if n.node == gpus.node]
+        fleet = [replace(n, count=len(gpus.devices), indices=gpus.devices) for n in own]
+        model = self.estimates.apply(model)
+        request = gpu_request(model, backend)
+        placed = await place(model.spec.gpu_or_default, fleet, backend, self.placer, request, holds)
+        return isinstance(placed, Placement) and set(placed.devices or ()) == set(gpus.devices)
+
     def forget(self, key: str) -> None:
         """The Model is gone: it waits for no GPU, and leaves its shared group."""
         self.waiting.discard(key)

@@ -19,15 +19,13 @@ from then.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 from flexinfer_common.api import Model
 from flexinfer_common.api.operations import unloaded_at
 from flexinfer_controller.backends import SleepEndpoints
 from flexinfer_controller.core.events import LogEvents, ModelEvents
-from flexinfer_controller.core.gpu import GPUAssignment, Placement, place
-from flexinfer_controller.core.planner import Planner, gpu_request
+from flexinfer_controller.core.planner import Planner
 from flexinfer_controller.core.queue import WorkQueue
 from flexinfer_controller.core.sharing.clock import Clock, MonotonicClock
 from flexinfer_controller.core.sleepbook import SleepBook, SleepPolicy, host_cost_mb
@@ -148,7 +146,7 @@ class SleepKeeper:
         woken: list[Replica] = []
         for sleeper in sleepers:
             self.book.remove(sleeper.id)
-            if routes is not None and await self._fits(model, sleeper.gpus):
+            if routes is not None and await self._planner.fits_again(model, sleeper.gpus):
                 replica = await self._runtime.wake(sleeper.id, routes, self._policy.timeout_s)
                 if replica is not None:
                     woken.append(replica)
@@ -170,21 +168,6 @@ class SleepKeeper:
             return None
         backend = self._planner.backends.get(model.spec.backend)
         return backend.sleep if backend is not None else None
-
-    async def _fits(self, model: Model, gpus: GPUAssignment | None) -> bool:
-        """Whether the GPUs the sleeper is pinned to have room for it again, by the same
-        placement (and the GPUs other replicas hold) that a fresh start would face."""
-        holds = self._planner.holds()
-        backend = self._planner.backends.get(model.spec.backend)
-        if gpus is None or holds is None or backend is None:
-            return True  # not pinned: nothing of the GPUs' to check
-        own = [n for n in self._planner.inventory.nodes() or () if n.node == gpus.node]
-        fleet = [replace(n, count=len(gpus.devices), indices=gpus.devices) for n in own]
-        model = self._planner.estimates.apply(model)
-        spec = model.spec.gpu_or_default
-        request = gpu_request(model, backend)
-        placed = await place(spec, fleet, backend, self._planner.placer, request, holds)
-        return isinstance(placed, Placement) and set(placed.devices or ()) == set(gpus.devices)
 
     async def _stop(self, replica: str, why: str) -> None:
         self.book.remove(replica)
