@@ -20,9 +20,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.topics import DemandEvent
 from flexinfer_common.logcontext import JsonFormatter
+from flexinfer_common.trace_context import parent_context
 from flexinfer_proxy.testing import make_model
 from flexinfer_proxy.testing_stack import proxy_stack, upstreams, wait_until
-from flexinfer_proxy.tracing import parent_context
 
 CHAT = "/v1/chat/completions"
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

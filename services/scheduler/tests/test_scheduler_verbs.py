@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 from pydantic import SecretStr
 
 from flexinfer_common.errors import TemporaryError
@@ -112,10 +114,30 @@ def test_the_pipeline_takes_only_the_verbs_posts() -> None:
         assert not pipeline.handles(method, path)
 
 
-def test_with_tracing_on_the_instrumented_app_serves_the_verbs() -> None:
+async def test_with_tracing_on_each_verb_gets_a_server_span_under_a_valid_parent() -> None:
+    exporter = InMemorySpanExporter()
+    token = "sched-token-0123456789abcdef"
     telemetry = TelemetrySettings(otel_enabled=True)
-    app = create_app(SchedulerSettings(port=0, telemetry=telemetry))
-    assert not hasattr(app, "pipeline")
+    settings = SchedulerSettings(port=0, telemetry=telemetry, auth_token=SecretStr(token))
+    app = create_app(settings, nodes=cache(), span_exporter=exporter)
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    args = {"pod": POD, "nodenames": NAMES}
+    async with served(app) as url, client(url, token) as http:
+        await http.post("/filter", json=args, headers={"traceparent": parent})
+        await http.post("/prioritize", json=args, headers={"traceparent": "00-zz-bad"})
+        await http.post("/score", json=args, headers={"Authorization": "Bearer wrong-token"})
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert set(spans) == {"POST /filter", "POST /prioritize", "POST /score"}
+    child = spans["POST /filter"]
+    assert child.kind is SpanKind.SERVER
+    assert child.parent is not None
+    assert f"{child.context.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
+    assert spans["POST /prioritize"].parent is None  # a malformed parent starts a trace
+    statuses = {
+        name: (span.attributes or {}).get("http.response.status_code")
+        for name, span in spans.items()
+    }
+    assert statuses == {"POST /filter": 200, "POST /prioritize": 200, "POST /score": 401}
 
 
 @pytest.mark.parametrize("token", [None, "sched-token-0123456789abcdef"])

@@ -28,6 +28,7 @@ from flexinfer_common.errors import FlexInferError
 from flexinfer_common.http1.body_stream import BodyStream, ClientGoneError
 from flexinfer_common.http1.downstream import AsgiDownstream, Downstream
 from flexinfer_common.logcontext import bind as bind_log_fields
+from flexinfer_common.trace_context import TRACEPARENT
 from flexinfer_proxy.core.catalog import Target, adapter_queue
 from flexinfer_proxy.core.errors import (
     MethodNotAllowedError,
@@ -54,7 +55,7 @@ from flexinfer_proxy.relay import (
     sse_comment,
     sse_error,
 )
-from flexinfer_proxy.tracing import REQUEST_ID, TRACEPARENT, RequestTrace, request_id
+from flexinfer_proxy.tracing import REQUEST_ID, RequestTrace, request_id
 from flexinfer_proxy.transport.base import (
     ConnectFailedError,
     RequestFailedError,

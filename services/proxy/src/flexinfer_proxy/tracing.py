@@ -15,31 +15,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from opentelemetry import trace
-from opentelemetry.context import Context
 from opentelemetry.trace import (
-    NonRecordingSpan,
     Span,
-    SpanContext,
     SpanKind,
     Status,
     StatusCode,
-    TraceFlags,
     Tracer,
 )
 
 from flexinfer_common.http1.downstream import Headers
+from flexinfer_common.trace_context import TRACEPARENT, parent_context, traceparent
 
-TRACEPARENT = b"traceparent"
 REQUEST_ID = b"x-request-id"
 """The client's request ID: shown on the request's log lines (it is forwarded as sent)."""
 _REQUEST_ID = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")
-_TRACEPARENT = re.compile(
-    rb"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[\x21-\x7e]*)?"
-)
-"""version-trace_id-parent_id-flags; a later version may append fields after a dash."""
-_INVALID_VERSION = b"ff"
-_ZERO_TRACE = b"0" * 32
-_ZERO_SPAN = b"0" * 16
 
 
 def request_id(value: bytes | None) -> str:
@@ -48,34 +37,6 @@ def request_id(value: bytes | None) -> str:
     if value is None or _REQUEST_ID.fullmatch(value) is None:
         return ""
     return value.decode("ascii")
-
-
-def parent_context(value: bytes | None) -> Context | None:
-    """The remote parent a client's ``traceparent`` names; None when absent or invalid
-    (the request then starts a trace of its own)."""
-    if value is None:
-        return None
-    match = _TRACEPARENT.fullmatch(value.strip())
-    if match is None:
-        return None
-    version, trace_id, span_id, flags, rest = match.groups()
-    if version == _INVALID_VERSION or (version == b"00" and rest is not None):
-        return None
-    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
-        return None
-    context = SpanContext(
-        trace_id=int(trace_id, 16),
-        span_id=int(span_id, 16),
-        is_remote=True,
-        trace_flags=TraceFlags(int(flags, 16) & TraceFlags.SAMPLED),
-    )
-    return trace.set_span_in_context(NonRecordingSpan(context))
-
-
-def traceparent(span: Span) -> bytes:
-    """The version-00 ``traceparent`` naming ``span`` as the parent, built from its ids."""
-    ctx = span.get_span_context()
-    return b"00-%032x-%016x-%02x" % (ctx.trace_id, ctx.span_id, int(ctx.trace_flags))
 
 
 class RequestTrace:

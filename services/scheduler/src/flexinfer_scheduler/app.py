@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request, Response
+from opentelemetry.sdk.trace.export import SpanExporter
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from flexinfer_common.auth import AdminTokens, guard_paths, open_paths, resolve_admin_tokens
@@ -138,8 +139,11 @@ def create_app(
     nodes: NodeLookup | None = None,
     benchmarks: BenchmarkSource | None = None,
     tenants: TenantPods | None = None,
+    span_exporter: SpanExporter | None = None,
 ) -> FastAPI:
     """The scheduler app: /filter, /prioritize, /score, /healthz, /readyz and /metrics.
+
+    ``span_exporter`` replaces the OTLP exporter when tracing is on (tests).
 
     With ``settings.kubernetes`` nodes, benchmarks and pods come from the apiserver's
     informers (started in the lifespan); otherwise from the given sources (empty by default).
@@ -160,7 +164,7 @@ def create_app(
     tokens = _install_auth(app, settings)
     install_error_handlers(app)
     app.include_router(health_router(ready))
-    telemetry = setup_telemetry(app, "scheduler", settings.telemetry)
+    telemetry = setup_telemetry(app, "scheduler", settings.telemetry, span_exporter=span_exporter)
     app.state.telemetry = telemetry
     sink = MalformedCounter(telemetry.registry)
     metrics = SchedulerMetrics(telemetry.registry)
@@ -177,13 +181,16 @@ def create_app(
     )
     verbs = ExtenderVerbs(lambda: extender, sink, gate, metrics)
     _routes(app, verbs)
-    if not telemetry.tracing:
-        # Served by flexinfer_common.http1's protocol (``app.pipeline`` is what it looks
-        # for); traced requests go through the instrumented app instead.
-        limits = BodyLimits(settings.max_body_bytes, settings.body_timeout_s)
-        app.pipeline = VerbsPipeline(  # type: ignore[attr-defined]
-            verbs.by_path(), tokens=tokens, limits=limits, requests=telemetry.requests
-        )
+    # Served by flexinfer_common.http1's protocol (``app.pipeline`` is what it looks for).
+    limits = BodyLimits(settings.max_body_bytes, settings.body_timeout_s)
+    provider = telemetry.tracer_provider
+    app.pipeline = VerbsPipeline(  # type: ignore[attr-defined]
+        verbs.by_path(),
+        tokens=tokens,
+        limits=limits,
+        requests=telemetry.requests,
+        tracer=None if provider is None else provider.get_tracer("flexinfer.scheduler"),
+    )
     app.state.extender = extender
     app.state.sink = sink
     app.state.sync_gate = gate

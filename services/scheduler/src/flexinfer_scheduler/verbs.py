@@ -9,7 +9,8 @@ proxy serves its OpenAI routes: admin auth, the body limit, the request metrics 
 error answers are done here, the same as the app's middlewares and handlers do them. The
 FastAPI routes stay: they document the verbs in the OpenAPI, answer other methods and any
 server without a pipeline (tests over ASGI), and call the same ``ExtenderVerbs``. With
-tracing on, the pipeline steps aside so that the instrumented app traces every verb.
+tracing on, each verb gets a server span here, its parent the caller's ``traceparent``
+once validated, as the instrumented app gives every other route.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from starlette.responses import Response
 
 from flexinfer_common.auth import AdminTokens, AuthenticationError, authorization
@@ -28,6 +30,7 @@ from flexinfer_common.errors import BodyTooLargeError, FlexInferError
 from flexinfer_common.http1.body_stream import ClientGoneError, read_prefix
 from flexinfer_common.http1.downstream import Downstream
 from flexinfer_common.http_metrics import HttpRequestMetrics
+from flexinfer_common.trace_context import TRACEPARENT, parent_context
 from flexinfer_common.web import flexinfer_error_response, openai_error
 from flexinfer_scheduler.core.extender import Extender
 from flexinfer_scheduler.core.protocol import BadExtenderArgsError, ExtenderRequest, parse_args
@@ -151,13 +154,16 @@ class VerbsPipeline:
         tokens: AdminTokens | None,
         limits: BodyLimits,
         requests: HttpRequestMetrics | None,
+        tracer: Tracer | None = None,
     ) -> None:
         """``tokens``: required on every verb (None: open); ``requests``: where each
-        answered request is recorded (None: request metrics are off)."""
+        answered request is recorded (None: request metrics are off); ``tracer``: each
+        request's server span (None: tracing is off)."""
         self._verbs = {path.encode(): (path, verb) for path, verb in verbs.items()}
         self._tokens = tokens
         self._limits = limits
         self._requests = requests
+        self._tracer = tracer
 
     def handles(self, method: str, target: bytes) -> bool:
         """POSTs to a verb's path; everything else is the app's (405s, 404s, the rest)."""
@@ -167,21 +173,53 @@ class VerbsPipeline:
         """Authorise, read the body, answer, and record the request."""
         start = time.perf_counter()
         path, verb = self._verbs[downstream.target.partition(b"?")[0]]
+        span = None if self._tracer is None else self._span(downstream, path)
         try:
             answer = await self._answer(downstream, verb)
+            await downstream.respond(answer.status, answer.head(), answer.body)
         except ClientGoneError:
+            if span is not None:
+                span.end()
             return  # nobody to answer or to count: the server has cancelled the request
-        await downstream.respond(answer.status, answer.head(), answer.body)
+        except BaseException as exc:
+            if span is not None:
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                span.end()
+            raise
+        if span is not None:
+            span.set_attribute("http.response.status_code", answer.status)
+            if answer.status >= 500:
+                span.set_status(Status(StatusCode.ERROR))
+            span.end()
         if self._requests is not None:
-            length = downstream.header(b"content-length")
-            self._requests.record(
-                "POST",
-                path,
-                str(answer.status),
-                time.perf_counter() - start,
-                request_bytes=int(length) if length is not None and length.isdigit() else 0,
-                response_bytes=len(answer.body),
-            )
+            self._record(self._requests, downstream, path, answer, start)
+
+    @staticmethod
+    def _record(
+        requests: HttpRequestMetrics,
+        downstream: Downstream,
+        path: str,
+        answer: Answer,
+        start: float,
+    ) -> None:
+        length = downstream.header(b"content-length")
+        requests.record(
+            "POST",
+            path,
+            str(answer.status),
+            time.perf_counter() - start,
+            request_bytes=int(length) if length is not None and length.isdigit() else 0,
+            response_bytes=len(answer.body),
+        )
+
+    def _span(self, downstream: Downstream, path: str) -> Span:
+        assert self._tracer is not None
+        return self._tracer.start_span(
+            f"POST {path}",
+            context=parent_context(downstream.header(TRACEPARENT)),
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": "POST", "http.route": path},
+        )
 
     async def _answer(self, downstream: Downstream, verb: Verb) -> Answer:
         if self._tokens is not None:
