@@ -23,7 +23,7 @@ from flexinfer_common.placement import (
     default_placement,
 )
 from flexinfer_common.serving import freeze_startup_heap
-from flexinfer_common.telemetry import setup_telemetry
+from flexinfer_common.telemetry import Telemetry, setup_telemetry
 from flexinfer_common.web import health_router, install_error_handlers
 from flexinfer_scheduler import openapi
 from flexinfer_scheduler.adapters import kube
@@ -133,6 +133,24 @@ def _routes(app: FastAPI, verbs: ExtenderVerbs) -> None:
     app.post("/score", **openapi.SCORE)(prioritize)
 
 
+def _pipeline(
+    settings: SchedulerSettings,
+    verbs: ExtenderVerbs,
+    tokens: AdminTokens | None,
+    telemetry: Telemetry,
+) -> VerbsPipeline:
+    """The verbs served by flexinfer_common.http1's protocol (which looks for
+    ``app.pipeline``), with the app's auth, limits, request metrics and tracing."""
+    provider = telemetry.tracer_provider
+    return VerbsPipeline(
+        verbs.by_path(),
+        tokens=tokens,
+        limits=BodyLimits(settings.max_body_bytes, settings.body_timeout_s),
+        requests=telemetry.requests,
+        tracer=None if provider is None else provider.get_tracer("flexinfer.scheduler"),
+    )
+
+
 def create_app(
     settings: SchedulerSettings,
     *,
@@ -181,16 +199,7 @@ def create_app(
     )
     verbs = ExtenderVerbs(lambda: extender, sink, gate, metrics)
     _routes(app, verbs)
-    # Served by flexinfer_common.http1's protocol (``app.pipeline`` is what it looks for).
-    limits = BodyLimits(settings.max_body_bytes, settings.body_timeout_s)
-    provider = telemetry.tracer_provider
-    app.pipeline = VerbsPipeline(  # type: ignore[attr-defined]
-        verbs.by_path(),
-        tokens=tokens,
-        limits=limits,
-        requests=telemetry.requests,
-        tracer=None if provider is None else provider.get_tracer("flexinfer.scheduler"),
-    )
+    app.pipeline = _pipeline(settings, verbs, tokens, telemetry)  # type: ignore[attr-defined]
     app.state.extender = extender
     app.state.sink = sink
     app.state.sync_gate = gate
