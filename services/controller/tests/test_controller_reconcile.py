@@ -199,6 +199,63 @@ async def test_spec_change_replaces_replica(tmp_path: Path) -> None:
         await eventually(lambda: len(engine_pids(tmp_path)) == 1)
 
 
+async def test_scaling_keeps_the_replicas_that_serve(tmp_path: Path) -> None:
+    """A change of spec.serverless alone (replicas, timeouts) renders the same engine: the
+    serving replica is carried over to the new generation, never restarted."""
+    source = fake_model_dir(tmp_path / "m").as_uri()
+    async with run_controller(tmp_path) as h:
+        await h.put_model(model_doc("tiny", source, minReplicas=1, maxReplicas=3))
+        (first,) = (await h.endpoints_event("default/tiny", count=1)).endpoints
+        (pid,) = engine_pids(tmp_path)
+
+        await h.put_model(model_doc("tiny", source, minReplicas=2, maxReplicas=3))
+        both = await h.endpoints_event("default/tiny", count=2)
+        assert first.replica in {e.replica for e in both.endpoints}
+        assert pid in engine_pids(tmp_path)
+        await eventually(lambda: len(engine_pids(tmp_path)) == 2)
+        model = await h.wait_phase("tiny", "Ready")
+        assert model.status.observed_generation == 2
+
+        await h.put_model(model_doc("tiny", source, minReplicas=1, maxReplicas=3))
+        (left,) = (await h.endpoints_event("default/tiny", count=1)).endpoints
+        await eventually(lambda: len(engine_pids(tmp_path)) == 1)
+        assert (await h.wait_phase("tiny", "Ready")).status.observed_generation == 3
+        starts = h.app.state.metrics.engine_starts.labels("reference")._value.get()
+        assert starts == 2  # the first replica and the second: no replacement
+        assert left.replica in {first.replica, *(e.replica for e in both.endpoints)}
+
+
+async def test_a_restarted_controller_keeps_a_carried_over_replica(tmp_path: Path) -> None:
+    """The carried-over generation is in the engine's state file: adopted as current."""
+    source = fake_model_dir(tmp_path / "m").as_uri()
+    store = create_store(StoreSettings(url=f"sqlite:///{tmp_path / 'store.db'}"))
+    bus = MemoryBus()
+    try:
+        async with run_controller(
+            tmp_path, store=store, bus=bus, stop_engines_on_shutdown=False
+        ) as h:
+            await h.put_model(model_doc("tiny", source, minReplicas=1))
+            await h.wait_phase("tiny", "Ready")
+            pids = engine_pids(tmp_path)
+            await h.put_model(model_doc("tiny", source, idle_timeout="600s", minReplicas=1))
+            assert (await h.wait_phase("tiny", "Ready")).status.observed_generation == 2
+            (replica,) = h.app.state.controller.runtime.list("default/tiny")
+            assert (replica.generation, engine_pids(tmp_path)) == (2, pids)
+        async with run_controller(tmp_path, store=store, bus=bus) as h:
+            again = await h.wait_phase("tiny", "Ready", timeout_s=2)
+            assert again.status.observed_generation == 2
+            assert [r.generation for r in h.app.state.controller.runtime.list("default/tiny")] == [
+                2
+            ]
+            assert engine_pids(tmp_path) == pids
+            starts = h.app.state.metrics.engine_starts.labels("reference")._value.get()
+            assert starts == 0
+        await _wait_no_engines(tmp_path)
+    finally:
+        await store.close()
+        await bus.close()
+
+
 @pytest.mark.parametrize(
     ("backend", "condition", "mentions"),
     [

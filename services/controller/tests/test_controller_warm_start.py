@@ -87,15 +87,13 @@ async def test_a_second_replica_pulls_its_weights_from_the_first(
             assert ADMIN not in environ
             assert (f"FLEXINFER_ENGINE_REGISTRY_TOKEN={P2P}" in environ) == tokens
 
-            # The new spec (a new generation) starts new replicas while replica 1 serves; it
-            # stops once they do, so the event may list replica 1 and a new one, or two new.
+            # Scaling changes spec.serverless alone: replica 1 serves on, one more starts.
             await h.put_model(model_doc("tiny", model_dir.as_uri(), minReplicas=2, maxReplicas=2))
             both = await h.endpoints_event("default/tiny", timeout_s=120, count=2)
-            new = [e.url for e in both.endpoints if e.url != one]
-            assert new
-            for url in new:
-                weights = await _weights(url)
-                assert weights["strategy"] == "rdma", weights
-                assert weights["source"].endswith(f"-{pid}")  # replica 1's worker: <host>-<pid>
+            (new,) = [e.url for e in both.endpoints if e.url != one]
+            weights = await _weights(new)
+            assert weights["strategy"] == "rdma", weights
+            assert weights["source"].endswith(f"-{pid}")  # replica 1's worker: <host>-<pid>
+            assert (await h.client.get(f"{one}/engine/info")).json()["pid"] == pid
             await _wait_sources(registry, 2, token)  # and they serve the next replica in turn
             assert (await h.client.delete("/v1/admin/models/tiny")).status_code == 204

@@ -133,6 +133,10 @@ class LaunchSpec:
     the request that asked for it. Kubernetes writes it to the Model's ``<model>-trace``
     ConfigMap, which the pod template reads it from (``runtime/kubernetes/trace.py``): the
     template is shared by every pod and must not change per start."""
+    template_hash: str = ""
+    """The digest of the rendering this replica is made from (``core.rollout``), set by the
+    starter: the local runtime carries replicas of an unchanged one over to a new
+    generation (``Runtime.renew``). Empty: never carried over."""
     health_path: str = "/readyz"
     """HTTP path answering 200 while the engine serves (used to verify adopted engines)."""
     http_ready: HttpReadiness | None = None

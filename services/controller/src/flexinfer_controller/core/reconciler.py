@@ -52,6 +52,7 @@ from flexinfer_controller.core.planner import Plan, Planner
 from flexinfer_controller.core.prestart import NoPreStart, PreStart
 from flexinfer_controller.core.progress import ProgressReporter, report_progress
 from flexinfer_controller.core.queue import WorkQueue
+from flexinfer_controller.core.rollout import template_hash
 from flexinfer_controller.core.scaleout import ScaleOut
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
 from flexinfer_controller.core.sharing.drain import Drainer
@@ -232,9 +233,9 @@ class Reconciler:
             await self._reconcile_external(model, replicas, last_active)
             return
         active_at = busy_until(last_active, replicas, unloaded_at(model.metadata))
-        await self.sleep.tend(model)
         await self.autoscaler.look(model, replicas, self._metrics_path(model))
-        plan = await self._planner.plan(model, active_at)
+        plan, replicas = await self._plan(model, active_at, replicas)
+        await self.sleep.tend(model)  # after the renewal: it stops sleepers of older specs
         verdict, desired = plan.verdict, plan.desired
         if self._metrics is not None:
             self._metrics.desired(key, desired, len(replicas))
@@ -293,6 +294,20 @@ class Reconciler:
         await self._runtime.ensure(model, verdict.gpu)
         await self._write_status(model, status)
         await self._prune(key)
+
+    async def _plan(
+        self, model: Model, active_at: datetime | None, replicas: list[Replica]
+    ) -> tuple[Plan, list[Replica]]:
+        """The plan, after replicas of an unchanged rendering were carried over to the new
+        generation (``core.rollout``); the replicas as they are then."""
+        plan = await self._planner.plan(model, active_at)
+        generation = model.metadata.generation or 1
+        if plan.launch is None or not self._runtime.renew(
+            model.key, generation, template_hash(model, plan.launch)
+        ):
+            return plan, replicas
+        # The planner counts its GPU holds by generation: plan again with the renewed ones.
+        return await self._planner.plan(model, active_at), self._runtime.list(model.key)
 
     async def _hold_back(
         self, model: Model, plan: Plan, to_stop: list[Replica]

@@ -21,6 +21,7 @@ from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.planner import Plan, Planner
 from flexinfer_controller.core.prestart import PreStart, PreStartRefusedError
 from flexinfer_controller.core.queue import WorkQueue
+from flexinfer_controller.core.rollout import template_hash
 from flexinfer_controller.core.status import Verdict
 from flexinfer_controller.runtime import Replica, Runtime
 
@@ -60,6 +61,8 @@ class ReplicaStarter:
             self._queue.add_after(model.key, delay)
             return [], replace(verdict, waiting=f"restarting after a crash in {delay:.1f}s")
         started: list[Replica] = []
+        assert plan.launch is not None  # the reconciler starts only what has a launch
+        rendering = template_hash(model, plan.launch)
         spec: LaunchSpec | None = None
         for _ in range(count):
             gpus = await self._planner.assign(model)
@@ -67,7 +70,9 @@ class ReplicaStarter:
                 return started, replace(verdict, waiting=gpus.message)
             try:
                 spec = spec or replace(
-                    await self._prepared(model, plan), trace_parent=self._traced(model.key)
+                    await self._prepared(model, plan),
+                    trace_parent=self._traced(model.key),
+                    template_hash=rendering,
                 )
                 replica = await self._runtime.start(model.key, generation, _pinned(spec, gpus))
             except PreStartRefusedError:

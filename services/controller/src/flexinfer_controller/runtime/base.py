@@ -106,6 +106,16 @@ class Runtime(ABC):
     async def start(self, model: str, generation: int, spec: LaunchSpec) -> Replica:
         """Launch one replica; returns at once in STARTING, a ``ready`` event follows."""
 
+    def renew(self, model: str, generation: int, template_hash: str) -> bool:
+        """Replicas of ``model`` made from ``template_hash`` (``LaunchSpec.template_hash``)
+        serve ``generation`` from now; whether any was carried over.
+
+        A new generation that renders the same replicas (only ``spec.serverless`` changed:
+        replicas, timeouts) then replaces none of them. The kubernetes runtime does this
+        through its Deployment's template hash and generation annotation instead.
+        """
+        return False
+
     @abstractmethod
     async def stop(self, replica_id: str) -> None:
         """Begin stopping a replica (it leaves ``list`` at once); an ``exited`` event follows."""

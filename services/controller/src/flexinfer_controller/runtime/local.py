@@ -176,6 +176,7 @@ class LocalRuntime(Runtime):
             health_path=spec.health_path,
             started_at=started,
             gpus=gpus,
+            template_hash=spec.template_hash,
         )
         try:
             self._states.write(state)
@@ -261,6 +262,28 @@ class LocalRuntime(Runtime):
                 return fh.read().decode(errors="replace").strip().replace("\n", " | ")
         except OSError:
             return "(no log)"
+
+    def renew(self, model: str, generation: int, template_hash: str) -> bool:
+        """Engines of ``model`` started from ``template_hash`` serve ``generation`` now, in
+        their state files too (sleeping ones included: they wake into it)."""
+        renewed = False
+        for engine in self._engines.values():
+            state = engine.state
+            if (
+                not template_hash
+                or engine.stopping
+                or state.model != model
+                or state.template_hash != template_hash
+                or state.generation == generation
+            ):
+                continue
+            engine.state = state.model_copy(update={"generation": generation})
+            self._states.write(engine.state)
+            engine.replica = dataclasses.replace(engine.replica, generation=generation)
+            log.info("engine %s of %s serves generation %d unchanged", state.replica, model,
+                     generation)  # fmt: skip
+            renewed = True
+        return renewed
 
     async def stop(self, replica_id: str) -> None:
         """SIGTERM the engine's group now; SIGKILL it after the grace period in the background."""

@@ -34,6 +34,9 @@ class EngineState(BaseModel):
     started_at: float = 0.0
     gpus: GPUAssignment | None = None
     """The GPUs it is pinned to: a restarted controller counts them as held."""
+    template_hash: str = ""
+    """What it was made from (``LaunchSpec.template_hash``), so that a restarted controller
+    still carries it over to a new generation of an unchanged rendering."""
 
 
 class StateDir:
