@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 
 from flexinfer_common.api.status import blocked_reason
@@ -223,6 +224,43 @@ async def test_scaling_keeps_the_replicas_that_serve(tmp_path: Path) -> None:
         starts = h.app.state.metrics.engine_starts.labels("reference")._value.get()
         assert starts == 2  # the first replica and the second: no replacement
         assert left.replica in {first.replica, *(e.replica for e in both.endpoints)}
+
+
+async def _stream(url: str, tokens: int) -> list[str]:
+    """A streamed completion straight from an engine: its data lines."""
+    async with (
+        httpx.AsyncClient(timeout=30) as client,
+        client.stream("POST", f"{url}/v1/completions", json={"max_tokens": tokens}) as answer,
+    ):
+        return [line async for line in answer.aiter_lines() if line.startswith("data: ")]
+
+
+async def _all_streaming(urls: list[str]) -> bool:
+    """Whether every engine's metrics page counts a request in flight."""
+    async with httpx.AsyncClient(timeout=5) as client:
+        pages = [(await client.get(f"{url}/metrics")).text for url in urls]
+    return all("flexinfer_engine_num_requests_running 1" in page for page in pages)
+
+
+async def test_a_scale_in_lets_the_leaving_replica_finish_its_streams(tmp_path: Path) -> None:
+    """The replica a scale-in stops is withdrawn at once and drained, not cut off: the
+    stand-in engine dies at SIGTERM, so a stream it still wrote would end early."""
+    source = fake_model_dir(tmp_path / "m", token_delay_s=0.05).as_uri()
+    async with run_controller(tmp_path) as h:
+        await h.put_model(model_doc("tiny", source, minReplicas=2, maxReplicas=2))
+        both = await h.endpoints_event("default/tiny", count=2)
+        # 40 tokens, 0.05 s apart: each stream outlives the runtime's 2 s stop grace.
+        streams = [asyncio.create_task(_stream(e.url, 40)) for e in both.endpoints]
+        await eventually(lambda: _all_streaming([e.url for e in both.endpoints]))
+        await h.put_model(model_doc("tiny", source, minReplicas=1, maxReplicas=1))
+        (kept,) = (await h.endpoints_event("default/tiny", count=1)).endpoints
+        for lines in await asyncio.gather(*streams):
+            assert lines[-1] == "data: [DONE]"
+            assert len(lines) == 41
+        await eventually(lambda: len(engine_pids(tmp_path)) == 1)
+        (drain,) = h.app.state.drainer.results
+        assert drain.replica != kept.replica
+        assert (drain.timed_out, drain.in_flight) == (False, 0)
 
 
 async def test_a_restarted_controller_keeps_a_carried_over_replica(tmp_path: Path) -> None:

@@ -117,6 +117,40 @@ async def test_an_engine_that_keeps_the_gpu_after_all_ends_its_drain(setup: Setu
     assert drainer.draining(KEY) == []
 
 
+async def test_a_stop_that_is_no_swap_drains_for_the_drainers_own_grace() -> None:
+    """A scale-in or a rollout: the drainer's grace, no swap metrics."""
+    clock, engines, requeued, registry = ManualClock(), Engines(), [], CollectorRegistry()
+    drainer = Drainer(
+        in_flight=engines,
+        clock=clock,
+        requeue=lambda key, delay: requeued.append((key, delay)),
+        metrics=SwapMetrics(registry, clock.now),
+        poll_s=0.5,
+        grace_s=10.0,
+    )
+    r = replica("r1")
+    engines.counts["http://r1/metrics"] = 1
+    assert await drainer.hold_back(KEY, None, [r], "/metrics") == ([], {"r1"})
+    clock.advance(9.9)
+    assert await drainer.hold_back(KEY, None, [r], "/metrics") == ([], {"r1"})
+    assert requeued[-1][1] == pytest.approx(0.11)  # cut off at the grace's end
+    clock.advance(0.1)
+    assert await drainer.hold_back(KEY, None, [r], "/metrics") == ([r], set())
+    result = drainer.results[-1]
+    assert (result.seconds, result.timed_out, result.in_flight) == (10.0, True, 1)
+    swap_steps = "flexinfer_controller_gpu_swap_step_seconds_count"
+    assert registry.get_sample_value(swap_steps, {"group": "", "step": "drain"}) is None
+    # An engine whose page cannot tell stops at once, unless a swap drains it.
+    engines.counts.pop("http://r1/metrics")
+    assert await drainer.hold_back(KEY, None, [r], "/metrics") == ([r], set())
+    assert drainer.results[-1].in_flight is None
+    # A swap's own grace still wins over the drainer's.
+    engines.counts["http://r1/metrics"] = 1
+    await drainer.hold_back(KEY, HELD, [r], "/metrics")
+    clock.advance(10.0)
+    assert await drainer.hold_back(KEY, HELD, [r], "/metrics") == ([], {"r1"})
+
+
 def test_in_flight_is_the_sum_of_running_and_waiting_gauges() -> None:
     vllm = (
         'vllm:num_requests_running{model_name="m"} 2.0\n'

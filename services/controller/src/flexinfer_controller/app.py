@@ -250,6 +250,7 @@ def create_app(
         requeue=queue.add_after,
         metrics=swap_metrics,
         poll_s=settings.gpu_sharing.drain_poll_s,
+        grace_s=settings.drain_grace_s,
     )
     controller = Controller(
         controller_config(settings),

@@ -113,6 +113,13 @@ class ControllerSettings(AdminAuthSettings):
     """Seconds between SIGTERM and SIGKILL when stopping an engine: enough to finish
     in-flight requests, short enough that scale-down frees memory promptly."""
 
+    drain_grace_s: float = Field(default=120.0, ge=0)
+    """Seconds a ready engine the controller stops (a scale-in, a rollout, scale to zero,
+    an unload) keeps serving the requests it holds once withdrawn from the proxies: it
+    stops as soon as its metrics show none. Long enough for a long completion stream; 0
+    stops at once (``stop_grace_s`` then bounds what the engine finishes). A swap on a
+    shared GPU drains for its GPUGroup's own timeout instead."""
+
     stop_engines_on_shutdown: bool = False
     """Stop engines when the controller exits. False lets a restarted controller adopt
     them without a cold start; the embedded stack sets True so it leaves no orphans."""

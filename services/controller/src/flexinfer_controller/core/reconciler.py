@@ -249,7 +249,7 @@ class Reconciler:
         else:
             current += await self.sleep.wake(model, desired - len(current))
             if len(current) > desired:
-                keep = sorted(current, key=lambda r: r.state is not ReplicaState.READY)[:desired]
+                keep = sorted(current, key=self._keep_first(key))[:desired]
                 to_stop += [r for r in current if r not in keep]
                 current = keep
             elif len(current) < desired and plan.launch is not None:
@@ -308,6 +308,12 @@ class Reconciler:
             return plan, replicas
         # The planner counts its GPU holds by generation: plan again with the renewed ones.
         return await self._planner.plan(model, active_at), self._runtime.list(model.key)
+
+    def _keep_first(self, key: str) -> Callable[[Replica], tuple[bool, bool]]:
+        """The order in which a scale-in keeps replicas: ready ones, then those not draining
+        already (a drain goes on with the replicas it chose, never flapping to others)."""
+        draining = set(self._drainer.draining(key)) if self._drainer is not None else set()
+        return lambda r: (r.state is not ReplicaState.READY, r.id in draining)
 
     async def _hold_back(
         self, model: Model, plan: Plan, to_stop: list[Replica]
