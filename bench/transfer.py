@@ -17,6 +17,8 @@ lazily mmapped:
 - ceiling: one ``readinto`` per file into a buffer allocated before the clock starts but
   not yet touched (so it pays the same page faults every loader pays);
 - copy-bound: the same into buffers already faulted in (what the copy alone costs);
+- touch-bound: fresh buffers written once with torch's threads, reading nothing (what
+  faulting in and writing that much fresh private memory costs: no loader beats it);
 - runai, runai-tuned, fastsafetensors: the peers, each in a worker process of their own
   venv (bench/transfer_peers.py; ``--setup`` creates it), where it exists. runai-tuned is
   runai-model-streamer with the setting that was fastest here (sync_buffered, 2 threads).
@@ -46,6 +48,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -86,6 +89,8 @@ class Loaded(NamedTuple):
     strategy: str
     kept: object
     seconds: float | None = None
+    faults: int | None = None
+    """Minor page faults a worker process counted around its load (None: count them here)."""
 
 
 TENSOR_SHAPE = (4096, 4096)  # 32 MiB in bf16: a 7B-class projection
@@ -170,6 +175,21 @@ def readinto(paths: list[Path], prefault: bool) -> Callable[[], Loaded]:
     return run
 
 
+def touch_bound(paths: list[Path]) -> Callable[[], Loaded]:
+    """Fresh buffers of the files' sizes, allocated and written once inside the clock with
+    torch's threads (``fill_``), reading nothing: the least any loader pays to put that
+    many bytes in fresh private memory (one fault and one write per page), so a ceiling."""
+    sizes = [p.stat().st_size for p in paths]
+
+    def run() -> Loaded:
+        bufs = [torch.empty(s, dtype=torch.uint8) for s in sizes]
+        for buf in bufs:
+            buf.fill_(1)
+        return Loaded(sum(sizes), "fill", bufs)
+
+    return run
+
+
 class PeerWorker:
     """bench/transfer_peers.py in the peers' venv: loads on request, each timed there."""
 
@@ -193,7 +213,7 @@ class PeerWorker:
             answer = json.loads(self.proc.stdout.readline() or '{"error": "worker exited"}')
             if "error" in answer:
                 raise RuntimeError(f"{peer}: {answer['error']}")
-            return Loaded(answer["bytes"], peer, None, answer["seconds"])
+            return Loaded(answer["bytes"], peer, None, answer["seconds"], answer["faults"])
 
         return run
 
@@ -236,22 +256,32 @@ def resident_bytes(paths: list[Path]) -> int | None:
     return sum(int(v) for v in out.split())
 
 
-def timed(contender: Callable[[], Loaded], cold: list[Path] | None = None) -> tuple[float, str]:
-    """GB/s of one run, and the strategy that ran. What was loaded is freed after the
-    clock stops: unmapping a gigabyte costs about as much as faulting it in. With ``cold``,
-    those files leave the page cache first."""
+def minor_faults() -> int:
+    """This process's minor page faults so far, every thread's."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def timed(
+    contender: Callable[[], Loaded], cold: list[Path] | None = None
+) -> tuple[float, str, int]:
+    """GB/s of one run, the strategy that ran and the minor page faults it took (memory
+    an allocator reuses from an earlier round takes none). What was loaded is freed after
+    the clock stops: unmapping a gigabyte costs about as much as faulting it in. With
+    ``cold``, those files leave the page cache first."""
     if cold is not None:
         evict(cold)
     prepare = getattr(contender, "prepare", None)
     if prepare is not None:
         prepare()
     gc.collect()
+    faults = minor_faults()
     started = time.perf_counter()
-    nbytes, strategy, kept, measured = contender()
+    nbytes, strategy, kept, measured, counted = contender()
     seconds = measured or time.perf_counter() - started
+    faults = counted if counted is not None else minor_faults() - faults
     del kept
     gc.collect()
-    return nbytes / seconds / 1e9, strategy
+    return nbytes / seconds / 1e9, strategy, faults
 
 
 def main() -> None:
@@ -298,6 +328,7 @@ def loader_section(size_mb: int, shards: int, rounds: int, *, cold: bool = False
             "safetensors": safetensors_loader(paths),
             "ceiling": readinto(paths, prefault=False),
             "copy-bound": readinto(paths, prefault=True),
+            "touch-bound": touch_bound(paths),
         }
         if worker is None:
             print(f"no peers: run `python bench/transfer.py --setup` to create {PEER_VENV}")
@@ -319,18 +350,21 @@ def report(
 ) -> None:
     """Run the rounds and print GB/s and ratios (``cold``: those files evicted each time)."""
     rates: dict[str, list[float]] = {name: [] for name in contenders}
+    faults: dict[str, list[int]] = {name: [] for name in contenders}
     strategy = ""
     for round_ in range(rounds):
         names = list(contenders) if round_ % 2 == 0 else list(reversed(contenders))
         for name in names:
-            rate, used = timed(contenders[name], cold)
+            rate, used, took = timed(contenders[name], cold)
             rates[name].append(rate)
+            faults[name].append(took)
             strategy = used if name == "chain" else strategy
     print(f"chain picked: {strategy}")
     for name, values in rates.items():
         print(
             f"{name:15s} median {statistics.median(values):5.2f} GB/s "
-            f"(min {min(values):.2f}, max {max(values):.2f})"
+            f"(min {min(values):.2f}, max {max(values):.2f}); "
+            f"minor faults per load: {', '.join(f'{f // 1000}k' for f in faults[name])}"
         )
     for peer in (name for name in rates if not name.startswith("chain")):
         ratios = [c / p for c, p in zip(rates["chain"], rates[peer], strict=True)]

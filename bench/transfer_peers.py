@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -70,12 +71,14 @@ def serve() -> None:
         request = json.loads(line)
         try:
             gc.collect()
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             started = time.perf_counter()
             nbytes, kept = PEERS[request["peer"]](request["files"])
             seconds = time.perf_counter() - started
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
             del kept
             gc.collect()
-            answer: dict[str, object] = {"bytes": nbytes, "seconds": seconds}
+            answer: dict[str, object] = {"bytes": nbytes, "seconds": seconds, "faults": faults}
         except Exception as exc:  # reported to the bench, which prints it and goes on
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(answer), flush=True)
