@@ -34,7 +34,7 @@ from flexinfer_controller.runtime.devices import visibility_env
 from flexinfer_controller.runtime.engine_env import engine_environment, trace_env
 from flexinfer_controller.runtime.engine_http import post_once
 from flexinfer_controller.runtime.local_ready import NotReady, ready_from_pipe, ready_over_http
-from flexinfer_controller.runtime.logfile import open_log, seek_tail, stream_log
+from flexinfer_controller.runtime.logfile import open_log, seek_tail, stream_log, tail_text
 from flexinfer_controller.runtime.statefile import EngineState, StateDir
 from flexinfer_controller.settings import ControllerSettings
 
@@ -250,18 +250,9 @@ class LocalRuntime(Runtime):
         expected = engine.stopping and engine.failure is None
         message = engine.failure or f"exited with code {code}"
         if not expected:
-            message += f"; log tail: {self._log_tail(engine.replica.id)}"
+            message += f"; log tail: {tail_text(self.log_path(engine.replica.id))}"
             log.warning("engine %s of %s: %s", engine.replica.id, engine.replica.model, message)
         self._listener(ReplicaEvent("exited", engine.replica, expected=expected, message=message))
-
-    def _log_tail(self, replica: str, limit: int = 400) -> str:
-        try:
-            with self.log_path(replica).open("rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - limit))
-                return fh.read().decode(errors="replace").strip().replace("\n", " | ")
-        except OSError:
-            return "(no log)"
 
     def renew(self, model: str, generation: int, template_hash: str) -> bool:
         """Engines of ``model`` started from ``template_hash`` serve ``generation`` now, in

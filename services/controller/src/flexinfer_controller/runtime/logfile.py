@@ -23,6 +23,17 @@ RECHECK_MS = 1000
 _TAIL_BLOCK = 8192
 
 
+def tail_text(path: Path, limit: int = 400) -> str:
+    """The last ``limit`` bytes of the log at ``path`` on one line, for an exit message."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - limit))
+            return fh.read().decode(errors="replace").strip().replace("\n", " | ")
+    except OSError:
+        return "(no log)"
+
+
 def open_log(path: Path, what: str) -> BinaryIO:
     """The log file opened for reading; NotFoundError naming ``what`` if there is none."""
     try:
