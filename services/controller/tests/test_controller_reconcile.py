@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from flexinfer_common.api.status import blocked_reason
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.settings import StoreSettings
-from flexinfer_common.store import create_store
+from flexinfer_common.store import ModelStore, create_store
 from flexinfer_controller.core.controller import Controller
 from flexinfer_controller.core.gpu import RECHECK_S
 from flexinfer_controller.testing import (
@@ -115,29 +115,34 @@ async def test_activity_moves_last_active_forward_only(tmp_path: Path) -> None:
         assert model.status.last_active_time == at
 
 
-async def test_restarted_controller_adopts_engine(tmp_path: Path) -> None:
-    source = fake_model_dir(tmp_path / "m").as_uri()
+@pytest.fixture
+async def kept(tmp_path: Path) -> AsyncIterator[tuple[ModelStore, MemoryBus]]:
+    """A store and a bus that outlive one controller, for the next one to pick up."""
     store = create_store(StoreSettings(url=f"sqlite:///{tmp_path / 'store.db'}"))
     bus = MemoryBus()
-    try:
-        async with run_controller(
-            tmp_path, store=store, bus=bus, stop_engines_on_shutdown=False
-        ) as h:
-            await h.put_model(model_doc("tiny", source, minReplicas=1))
-            first = await h.wait_phase("tiny", "Ready")
-        pids = engine_pids(tmp_path)
-        assert len(pids) == 1, "the engine must survive a controller that does not stop it"
-        async with run_controller(tmp_path, store=store, bus=bus) as h:
-            # Adoption happens before the app reports ready: the same engine serves at once.
-            again = await h.wait_phase("tiny", "Ready", timeout_s=2)
-            assert again.status.endpoint == first.status.endpoint
-            assert (await h.client.get("/readyz")).status_code == 200
-            await asyncio.sleep(0.3)  # give a wrongly started second engine time to appear
-            assert engine_pids(tmp_path) == pids
-        await _wait_no_engines(tmp_path)
-    finally:
-        await store.close()
-        await bus.close()
+    yield store, bus
+    await store.close()
+    await bus.close()
+
+
+async def test_restarted_controller_adopts_engine(
+    tmp_path: Path, kept: tuple[ModelStore, MemoryBus]
+) -> None:
+    source = fake_model_dir(tmp_path / "m").as_uri()
+    store, bus = kept
+    async with run_controller(tmp_path, store=store, bus=bus, stop_engines_on_shutdown=False) as h:
+        await h.put_model(model_doc("tiny", source, minReplicas=1))
+        first = await h.wait_phase("tiny", "Ready")
+    pids = engine_pids(tmp_path)
+    assert len(pids) == 1, "the engine must survive a controller that does not stop it"
+    async with run_controller(tmp_path, store=store, bus=bus) as h:
+        # Adoption happens before the app reports ready: the same engine serves at once.
+        again = await h.wait_phase("tiny", "Ready", timeout_s=2)
+        assert again.status.endpoint == first.status.endpoint
+        assert (await h.client.get("/readyz")).status_code == 200
+        await asyncio.sleep(0.3)  # give a wrongly started second engine time to appear
+        assert engine_pids(tmp_path) == pids
+    await _wait_no_engines(tmp_path)
 
 
 async def test_crash_loop_goes_failed(tmp_path: Path) -> None:
@@ -263,35 +268,27 @@ async def test_a_scale_in_lets_the_leaving_replica_finish_its_streams(tmp_path: 
         assert (drain.timed_out, drain.in_flight) == (False, 0)
 
 
-async def test_a_restarted_controller_keeps_a_carried_over_replica(tmp_path: Path) -> None:
+async def test_a_restarted_controller_keeps_a_carried_over_replica(
+    tmp_path: Path, kept: tuple[ModelStore, MemoryBus]
+) -> None:
     """The carried-over generation is in the engine's state file: adopted as current."""
     source = fake_model_dir(tmp_path / "m").as_uri()
-    store = create_store(StoreSettings(url=f"sqlite:///{tmp_path / 'store.db'}"))
-    bus = MemoryBus()
-    try:
-        async with run_controller(
-            tmp_path, store=store, bus=bus, stop_engines_on_shutdown=False
-        ) as h:
-            await h.put_model(model_doc("tiny", source, minReplicas=1))
-            await h.wait_phase("tiny", "Ready")
-            pids = engine_pids(tmp_path)
-            await h.put_model(model_doc("tiny", source, idle_timeout="600s", minReplicas=1))
-            assert (await h.wait_phase("tiny", "Ready")).status.observed_generation == 2
-            (replica,) = h.app.state.controller.runtime.list("default/tiny")
-            assert (replica.generation, engine_pids(tmp_path)) == (2, pids)
-        async with run_controller(tmp_path, store=store, bus=bus) as h:
-            again = await h.wait_phase("tiny", "Ready", timeout_s=2)
-            assert again.status.observed_generation == 2
-            assert [r.generation for r in h.app.state.controller.runtime.list("default/tiny")] == [
-                2
-            ]
-            assert engine_pids(tmp_path) == pids
-            starts = h.app.state.metrics.engine_starts.labels("reference")._value.get()
-            assert starts == 0
-        await _wait_no_engines(tmp_path)
-    finally:
-        await store.close()
-        await bus.close()
+    store, bus = kept
+    async with run_controller(tmp_path, store=store, bus=bus, stop_engines_on_shutdown=False) as h:
+        await h.put_model(model_doc("tiny", source, minReplicas=1))
+        await h.wait_phase("tiny", "Ready")
+        pids = engine_pids(tmp_path)
+        await h.put_model(model_doc("tiny", source, idle_timeout="600s", minReplicas=1))
+        assert (await h.wait_phase("tiny", "Ready")).status.observed_generation == 2
+        (replica,) = h.app.state.controller.runtime.list("default/tiny")
+        assert (replica.generation, engine_pids(tmp_path)) == (2, pids)
+    async with run_controller(tmp_path, store=store, bus=bus) as h:
+        again = await h.wait_phase("tiny", "Ready", timeout_s=2)
+        assert again.status.observed_generation == 2
+        (adopted,) = h.app.state.controller.runtime.list("default/tiny")
+        assert (adopted.generation, engine_pids(tmp_path)) == (2, pids)
+        assert h.app.state.metrics.engine_starts.labels("reference")._value.get() == 0
+    await _wait_no_engines(tmp_path)
 
 
 @pytest.mark.parametrize(

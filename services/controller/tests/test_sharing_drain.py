@@ -35,8 +35,11 @@ def replica(rid: str, state: ReplicaState = ReplicaState.READY) -> Replica:
     return Replica(rid, KEY, 1, state, url=url)
 
 
-@pytest.fixture
-def setup() -> tuple[ManualClock, Engines, list[tuple[str, float]], CollectorRegistry, Drainer]:
+Setup = tuple[ManualClock, Engines, list[tuple[str, float]], CollectorRegistry, Drainer]
+
+
+def drainer_on_a_manual_clock(grace_s: float = 0.0) -> Setup:
+    """A Drainer polling every 0.5 s, the clock, engines, requeues and metrics it uses."""
     clock, engines, requeued, registry = ManualClock(), Engines(), [], CollectorRegistry()
     drainer = Drainer(
         in_flight=engines,
@@ -44,11 +47,14 @@ def setup() -> tuple[ManualClock, Engines, list[tuple[str, float]], CollectorReg
         requeue=lambda key, delay: requeued.append((key, delay)),
         metrics=SwapMetrics(registry, clock.now),
         poll_s=0.5,
+        grace_s=grace_s,
     )
     return clock, engines, requeued, registry, drainer
 
 
-Setup = tuple[ManualClock, Engines, list[tuple[str, float]], CollectorRegistry, Drainer]
+@pytest.fixture
+def setup() -> Setup:
+    return drainer_on_a_manual_clock()
 
 
 async def test_an_engine_with_requests_drains_until_they_end(setup: Setup) -> None:
@@ -119,15 +125,7 @@ async def test_an_engine_that_keeps_the_gpu_after_all_ends_its_drain(setup: Setu
 
 async def test_a_stop_that_is_no_swap_drains_for_the_drainers_own_grace() -> None:
     """A scale-in or a rollout: the drainer's grace, no swap metrics."""
-    clock, engines, requeued, registry = ManualClock(), Engines(), [], CollectorRegistry()
-    drainer = Drainer(
-        in_flight=engines,
-        clock=clock,
-        requeue=lambda key, delay: requeued.append((key, delay)),
-        metrics=SwapMetrics(registry, clock.now),
-        poll_s=0.5,
-        grace_s=10.0,
-    )
+    clock, engines, requeued, registry, drainer = drainer_on_a_manual_clock(grace_s=10.0)
     r = replica("r1")
     engines.counts["http://r1/metrics"] = 1
     assert await drainer.hold_back(KEY, None, [r], "/metrics") == ([], {"r1"})
