@@ -42,7 +42,7 @@ RULES: tuple[tuple[str, str, frozenset[str]], ...] = (
     # list: also a ModelCache's finished Job's pods, for their termination message.
     ("", "pods", frozenset({"list", "watch", "patch", "delete"})),
     ("", "nodes", frozenset({"list", "watch"})),
-    ("", "events", frozenset({"create"})),  # a swap, a sleep, a wake: Events on the Model
+    ("", "events", frozenset({"create", "patch"})),  # Events on the Model; patch: a repeat
     ("apps", "deployments", frozenset({"get", "create", "update", "patch", "delete"})),
     # list: a ModelCache's Jobs, by label (old specs' and gone nodes' Jobs are deleted).
     ("batch", "jobs", frozenset({"get", "list", "create", "delete"})),
