@@ -39,7 +39,7 @@ StreamModelFiles.
     python bench/transfer.py --setup       # once: the peers' venv in bench/.venvs/
     python bench/transfer.py [--section all|loader|p2p|warmstart] [--size-mb 1200]
         [--shards 2] [--rounds 5] [--cache warm|cold] [--p2p-mb 512] [--p2p-tensors 256]
-        [--warm-preset medium] [--warm-rounds 3]
+        [--warm-preset medium] [--warm-rounds 3] [--reuse-peer-worker]
 """
 
 from __future__ import annotations
@@ -193,8 +193,14 @@ def touch_bound(paths: list[Path]) -> Callable[[], Loaded]:
 class PeerWorker:
     """bench/transfer_peers.py in the peers' venv: loads on request, each timed there."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
+    def __init__(self, *, fresh: bool = True) -> None:
+        self.fresh = fresh
+        """A new worker process for every load (else one for all: see transfer_peers)."""
+        self.proc = self._start()
+
+    @staticmethod
+    def _start() -> subprocess.Popen[str]:
+        return subprocess.Popen(
             [str(PEER_VENV / "bin" / "python"), str(HERE / "transfer_peers.py")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -203,6 +209,11 @@ class PeerWorker:
 
     def loader(self, peer: str, paths: list[Path]) -> Callable[[], Loaded]:
         """A contender that asks the worker for one load by ``peer``."""
+
+        def prepare() -> None:
+            if self.fresh:
+                self.close()
+                self.proc = self._start()
 
         def run() -> Loaded:
             assert self.proc.stdin is not None
@@ -215,6 +226,7 @@ class PeerWorker:
                 raise RuntimeError(f"{peer}: {answer['error']}")
             return Loaded(answer["bytes"], peer, None, answer["seconds"], answer["faults"])
 
+        run.prepare = prepare  # type: ignore[attr-defined]
         return run
 
     def close(self) -> None:
@@ -297,11 +309,22 @@ def main() -> None:
     parser.add_argument("--p2p-tensors", type=int, default=256)
     parser.add_argument("--warm-preset", default="medium")
     parser.add_argument("--warm-rounds", type=int, default=3)
+    parser.add_argument(
+        "--reuse-peer-worker",
+        action="store_true",
+        help="one peers' worker for every load (it reuses the memory of its earlier loads)",
+    )
     args = parser.parse_args()
     if args.setup:
         sys.exit(setup())
     if args.section in ("all", "loader"):
-        loader_section(args.size_mb, args.shards, args.rounds, cold=args.cache == "cold")
+        loader_section(
+            args.size_mb,
+            args.shards,
+            args.rounds,
+            cold=args.cache == "cold",
+            reuse_peers=args.reuse_peer_worker,
+        )
     if args.section in ("all", "p2p"):
         print(f"P2P: {args.p2p_mb} MiB in {args.p2p_tensors} tensors, 2 pools")
         run_p2p(args.p2p_mb, args.p2p_tensors, args.rounds)
@@ -309,10 +332,13 @@ def main() -> None:
         run_warmstart(args.warm_preset, args.warm_rounds)
 
 
-def loader_section(size_mb: int, shards: int, rounds: int, *, cold: bool = False) -> None:
+def loader_section(
+    size_mb: int, shards: int, rounds: int, *, cold: bool = False, reuse_peers: bool = False
+) -> None:
     """The loader section: a generated checkpoint through every loader."""
     root = Path(tempfile.mkdtemp(prefix="flexinfer-bench-transfer-", dir="/tmp"))
-    worker = PeerWorker() if (PEER_VENV / "bin" / "python").exists() else None
+    exists = (PEER_VENV / "bin" / "python").exists()
+    worker = PeerWorker(fresh=not reuse_peers) if exists else None
     try:
         paths = generate(root, size_mb, shards)
         total = sum(p.stat().st_size for p in paths)
