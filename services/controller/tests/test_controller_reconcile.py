@@ -19,6 +19,7 @@ from flexinfer_common.store import ModelStore, create_store
 from flexinfer_controller.core.controller import Controller
 from flexinfer_controller.core.gpu import RECHECK_S
 from flexinfer_controller.testing import (
+    Harness,
     demand,
     engine_pids,
     eventually,
@@ -115,6 +116,12 @@ async def test_activity_moves_last_active_forward_only(tmp_path: Path) -> None:
         assert model.status.last_active_time == at
 
 
+async def _reconciled(h: Harness) -> None:
+    """Until this controller finished a reconcile: its engine starts are counted by then."""
+    done = h.app.state.metrics.reconciles.labels("ok")
+    await eventually(lambda: done._value.get() >= 1)
+
+
 @pytest.fixture
 async def kept(tmp_path: Path) -> AsyncIterator[tuple[ModelStore, MemoryBus]]:
     """A store and a bus that outlive one controller, for the next one to pick up."""
@@ -140,7 +147,8 @@ async def test_restarted_controller_adopts_engine(
         again = await h.wait_phase("tiny", "Ready", timeout_s=2)
         assert again.status.endpoint == first.status.endpoint
         assert (await h.client.get("/readyz")).status_code == 200
-        await asyncio.sleep(0.3)  # give a wrongly started second engine time to appear
+        await _reconciled(h)  # a wrongly started second engine would be counted by now
+        assert h.app.state.metrics.engine_starts.labels("reference")._value.get() == 0
         assert engine_pids(tmp_path) == pids
     await _wait_no_engines(tmp_path)
 
@@ -157,8 +165,8 @@ async def test_crash_loop_goes_failed(tmp_path: Path) -> None:
         assert starts == 3  # restarted after each crash, until the crash-loop limit
         # One scale-up (0 -> 1 wanted): the restarts are engine starts, not scale events.
         assert h.app.state.metrics.scale_events.labels("up")._value.get() == 1
-        await asyncio.sleep(0.3)
-        assert engine_pids(tmp_path) == []
+        await _wait_no_engines(tmp_path)
+        assert h.app.state.metrics.engine_starts.labels("reference")._value.get() == 3
 
 
 async def test_crash_after_ready_restarts(tmp_path: Path) -> None:
@@ -285,6 +293,7 @@ async def test_a_restarted_controller_keeps_a_carried_over_replica(
     async with run_controller(tmp_path, store=store, bus=bus) as h:
         again = await h.wait_phase("tiny", "Ready", timeout_s=2)
         assert again.status.observed_generation == 2
+        await _reconciled(h)
         (adopted,) = h.app.state.controller.runtime.list("default/tiny")
         assert (adopted.generation, engine_pids(tmp_path)) == (2, pids)
         assert h.app.state.metrics.engine_starts.labels("reference")._value.get() == 0
