@@ -135,8 +135,8 @@ class LaunchSpec:
     template is shared by every pod and must not change per start."""
     template_hash: str = ""
     """The digest of the rendering this replica is made from (``core.rollout``), set by the
-    starter: the local runtime carries replicas of an unchanged one over to a new
-    generation (``Runtime.renew``). Empty: never carried over."""
+    planner when it renders the launch: the local runtime carries replicas of an unchanged
+    one over to a new generation (``Runtime.renew``). Empty: never carried over."""
     health_path: str = "/readyz"
     """HTTP path answering 200 while the engine serves (used to verify adopted engines)."""
     http_ready: HttpReadiness | None = None

@@ -50,6 +50,7 @@ from flexinfer_controller.core.gpu import (
     place,
 )
 from flexinfer_controller.core.queue import WorkQueue
+from flexinfer_controller.core.rollout import template_hash
 from flexinfer_controller.core.sharing import SharedGPUHook
 from flexinfer_controller.core.sharing.handover import hand_over
 from flexinfer_controller.core.sources import SourceResolution, SourceState, source_hold
@@ -241,13 +242,14 @@ class Planner:
         if isinstance(gpu, GPUStatus):
             ctx = replace(ctx, vendor=gpu.vendor, arch=gpu.architecture)
         try:
-            return launch(backend, model, model_dir, ctx), ctx
+            rendered = launch(backend, model, model_dir, ctx)
         except InvalidSpecError as exc:
             if isinstance(gpu, Verdict) and exc.field == "spec.gpu.vendor":
                 return gpu  # incomplete only for want of a detected vendor
             return Verdict(config_valid=(False, "ConfigInvalid", str(exc)))
         except UnsupportedBackendError as exc:  # not installed: the message says what to do
             return Verdict(schedulable=(False, "BackendUnsupported", str(exc)))
+        return replace(rendered, template_hash=template_hash(model, rendered)), ctx
 
     async def _place(self, model: Model, backend: Backend) -> GPUStatus | Verdict:
         """detectGPU and the compatibility check: the GPU status, or the verdict why not.

@@ -52,7 +52,6 @@ from flexinfer_controller.core.planner import Plan, Planner
 from flexinfer_controller.core.prestart import NoPreStart, PreStart
 from flexinfer_controller.core.progress import ProgressReporter, report_progress
 from flexinfer_controller.core.queue import WorkQueue
-from flexinfer_controller.core.rollout import template_hash
 from flexinfer_controller.core.scaleout import ScaleOut
 from flexinfer_controller.core.sharing import NoSharing, SharedGPUHook
 from flexinfer_controller.core.sharing.drain import Drainer
@@ -303,7 +302,7 @@ class Reconciler:
         plan = await self._planner.plan(model, active_at)
         generation = model.metadata.generation or 1
         if plan.launch is None or not self._runtime.renew(
-            model.key, generation, template_hash(model, plan.launch)
+            model.key, generation, plan.launch.template_hash
         ):
             return plan, replicas
         # The planner counts its GPU holds by generation: plan again with the renewed ones.

@@ -21,7 +21,6 @@ from flexinfer_controller.core.metrics import ControllerMetrics
 from flexinfer_controller.core.planner import Plan, Planner
 from flexinfer_controller.core.prestart import PreStart, PreStartRefusedError
 from flexinfer_controller.core.queue import WorkQueue
-from flexinfer_controller.core.rollout import template_hash
 from flexinfer_controller.core.status import Verdict
 from flexinfer_controller.runtime import Replica, Runtime
 
@@ -62,7 +61,7 @@ class ReplicaStarter:
             return [], replace(verdict, waiting=f"restarting after a crash in {delay:.1f}s")
         started: list[Replica] = []
         assert plan.launch is not None  # the reconciler starts only what has a launch
-        rendering = template_hash(model, plan.launch)
+        rendering = plan.launch.template_hash  # the pre-start step's relaunch lacks it
         spec: LaunchSpec | None = None
         for _ in range(count):
             gpus = await self._planner.assign(model)
