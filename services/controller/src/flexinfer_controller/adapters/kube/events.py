@@ -104,8 +104,7 @@ class KubeEvents:
         now = self._clock()
         if series is None or now - series.last >= SERIES_WINDOW_S:
             return False
-        stamp = utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
-        patch = {"count": series.count + 1, "lastTimestamp": stamp}
+        patch = {"count": series.count + 1, "lastTimestamp": _timestamp()}
         try:
             await self._patch(key[0], series.name, patch)
         except NotFoundError:
@@ -151,11 +150,16 @@ class KubeEvents:
         await self._client.call("patch events", send)
 
 
+def _timestamp() -> str:
+    """Now, as an Event's timestamps are written (whole seconds, UTC)."""
+    return utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def event_body(
     namespace: str, name: str, uid: str, kind: str, reason: str, message: str
 ) -> dict[str, Any]:
     """A core/v1 Event on Model ``namespace/name``."""
-    now = utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = _timestamp()
     return {
         "apiVersion": "v1",
         "kind": "Event",
