@@ -55,7 +55,10 @@ async def test_load_adds_a_replica_on_a_free_gpu_and_goes_back_after(tmp_path: P
         model = await h.store.get_model("default", "m")
         scaling = model.status.autoscaling
         assert scaling is not None
-        assert (scaling.target_concurrency, scaling.recommended_replicas) == (1, 5)
+        # Each stand-in page says 5 waiting, so the window's sum is 5 with one replica
+        # scraped and 10 once the second one's page joins it: the average lies between.
+        assert scaling.target_concurrency == 1
+        assert scaling.recommended_replicas in range(5, 11), scaling
         assert scaling.reason == "AtMaxReplicas"
         assert scaling.last_scale_time is not None
         load(model_dir, 0)
