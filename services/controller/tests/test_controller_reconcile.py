@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -95,25 +96,34 @@ async def _wait_no_engines(tmp_path: Path) -> None:
 
 async def test_activity_moves_last_active_forward_only(tmp_path: Path) -> None:
     async with run_controller(tmp_path) as h:
-        await h.put_model(model_doc("tiny", "HF://org/tiny"))
-        await h.wait_phase("tiny", "Pending")
+        for name in ("tiny", "other"):
+            await h.put_model(model_doc(name, f"HF://org/{name}"))
+            await h.wait_phase(name, "Pending")
         at = datetime.now(UTC) - timedelta(seconds=30)
+        await activity(h, "tiny", at)
+        await eventually(lambda: last_active(h, "tiny", at))
         await h.publish(
-            topics.ACTIVITY, topics.ActivityEvent(model="default/tiny", at=at, active=1)
+            topics.ACTIVITY,
+            topics.ActivityEvent(model="default/tiny", at=at - timedelta(seconds=60), active=0),
         )
-
-        async def stored() -> bool:
-            model = await h.store.get_model("default", "tiny")
-            return model.status.last_active_time == at
-
-        await eventually(stored)
-        older = at - timedelta(seconds=60)
-        await h.publish(
-            topics.ACTIVITY, topics.ActivityEvent(model="default/tiny", at=older, active=0)
-        )
-        await asyncio.sleep(0.3)
+        # Events are handled a batch at a time, each acked after its reconciles ran: once
+        # the second of two later events is stored, the older one has been handled.
+        for later in (at + timedelta(seconds=1), at + timedelta(seconds=2)):
+            await activity(h, "other", later)
+            await eventually(partial(last_active, h, "other", later))
         model = await h.store.get_model("default", "tiny")
         assert model.status.last_active_time == at
+
+
+async def activity(h: Harness, name: str, at: datetime) -> None:
+    """Publish one activity event for ``name``, as a proxy does."""
+    await h.publish(topics.ACTIVITY, topics.ActivityEvent(model=f"default/{name}", at=at, active=1))
+
+
+async def last_active(h: Harness, name: str, at: datetime) -> bool:
+    """Whether ``name``'s stored lastActiveTime is ``at``."""
+    model = await h.store.get_model("default", name)
+    return model.status.last_active_time == at
 
 
 async def _reconciled(h: Harness) -> None:
