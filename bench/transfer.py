@@ -23,8 +23,15 @@ lazily mmapped:
   venv (bench/transfer_peers.py; ``--setup`` creates it), where it exists. runai-tuned is
   runai-model-streamer with the setting that was fastest here (sync_buffered, 2 threads).
 
-Reports GB/s (decimal) per contender (median, min-max) and the medians of the per-round
-ratios of the chain to each other contender.
+Reports GB/s (decimal) per contender (median, min-max, every round) and the medians of the
+per-round ratios of the chain to each other contender.
+
+``--memory-history`` sets what every load starts from. On these VMs a load on huge pages is
+fast only on memory that another huge-page process has just freed, so a contender's figure
+would depend on which one ran before it. Before each load a throwaway process faults in as
+many bytes as the checkpoint holds, on small pages (``small-pages``, the default: what most
+processes leave) or huge pages (``huge-pages``), and exits; ``as-run`` skips it (the bench
+before 2026-12-04, 16:30 UTC).
 
 ``--cache cold`` evicts the checkpoint from the page cache before every load
 (``posix_fadvise(DONTNEED)`` on its files, which needs no root, unlike drop_caches) and
@@ -40,6 +47,7 @@ StreamModelFiles.
     python bench/transfer.py [--section all|loader|p2p|warmstart] [--size-mb 1200]
         [--shards 2] [--rounds 5] [--cache warm|cold] [--p2p-mb 512] [--p2p-tensors 256]
         [--warm-preset medium] [--warm-rounds 3] [--reuse-peer-worker]
+        [--memory-history small-pages|huge-pages|as-run]
 """
 
 from __future__ import annotations
@@ -200,12 +208,18 @@ class PeerWorker:
 
     @staticmethod
     def _start() -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        """A worker that has imported the peers (it says so in its first line), so that
+        nothing it does at start overlaps what runs next."""
+        proc = subprocess.Popen(
             [str(PEER_VENV / "bin" / "python"), str(HERE / "transfer_peers.py")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
+        assert proc.stdout is not None
+        if json.loads(proc.stdout.readline() or "{}").get("ready") is not True:
+            raise RuntimeError("the peers' worker exited before it was ready")
+        return proc
 
     def loader(self, peer: str, paths: list[Path]) -> Callable[[], Loaded]:
         """A contender that asks the worker for one load by ``peer``."""
@@ -273,18 +287,40 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+HISTORIES = ("small-pages", "huge-pages", "as-run")
+_OCCUPY = """
+import mmap, sys
+size, huge = int(sys.argv[1]), sys.argv[2] == "huge-pages"
+region = mmap.mmap(-1, size)
+if huge:
+    region.madvise(mmap.MADV_HUGEPAGE)
+for offset in range(0, size, mmap.PAGESIZE):
+    region[offset] = 1
+"""
+
+
+def condition(history: str, nbytes: int) -> None:
+    """Leave free memory as a process that used ``nbytes`` on that kind of page leaves it
+    when it exits (see ``--memory-history``); "as-run" leaves it as the last load did."""
+    if history != "as-run":
+        subprocess.run([sys.executable, "-c", _OCCUPY, str(nbytes), history], check=True)
+
+
 def timed(
-    contender: Callable[[], Loaded], cold: list[Path] | None = None
+    contender: Callable[[], Loaded],
+    cold: list[Path] | None = None,
+    history: tuple[str, int] = ("as-run", 0),
 ) -> tuple[float, str, int]:
     """GB/s of one run, the strategy that ran and the minor page faults it took (memory
     an allocator reuses from an earlier round takes none). What was loaded is freed after
     the clock stops: unmapping a gigabyte costs about as much as faulting it in. With
-    ``cold``, those files leave the page cache first."""
+    ``cold``, those files leave the page cache first; ``history``: see ``condition``."""
     if cold is not None:
         evict(cold)
     prepare = getattr(contender, "prepare", None)
     if prepare is not None:
         prepare()
+    condition(*history)
     gc.collect()
     faults = minor_faults()
     started = time.perf_counter()
@@ -314,6 +350,12 @@ def main() -> None:
         action="store_true",
         help="one peers' worker for every load (it reuses the memory of its earlier loads)",
     )
+    parser.add_argument(
+        "--memory-history",
+        choices=HISTORIES,
+        default="small-pages",
+        help="what free memory every load starts from (see the module's docstring)",
+    )
     args = parser.parse_args()
     if args.setup:
         sys.exit(setup())
@@ -324,6 +366,7 @@ def main() -> None:
             args.rounds,
             cold=args.cache == "cold",
             reuse_peers=args.reuse_peer_worker,
+            history=args.memory_history,
         )
     if args.section in ("all", "p2p"):
         print(f"P2P: {args.p2p_mb} MiB in {args.p2p_tensors} tensors, 2 pools")
@@ -333,7 +376,13 @@ def main() -> None:
 
 
 def loader_section(
-    size_mb: int, shards: int, rounds: int, *, cold: bool = False, reuse_peers: bool = False
+    size_mb: int,
+    shards: int,
+    rounds: int,
+    *,
+    cold: bool = False,
+    reuse_peers: bool = False,
+    history: str = "small-pages",
 ) -> None:
     """The loader section: a generated checkpoint through every loader."""
     root = Path(tempfile.mkdtemp(prefix="flexinfer-bench-transfer-", dir="/tmp"))
@@ -364,7 +413,8 @@ def loader_section(
         if cold:
             evict(paths)
             print(f"cold: after eviction the page cache holds {resident_bytes(paths)} bytes")
-        report(contenders, rounds, paths if cold else None)
+        print(f"memory history before each load: {history}")
+        report(contenders, rounds, paths if cold else None, (history, total))
     finally:
         if worker is not None:
             worker.close()
@@ -372,7 +422,10 @@ def loader_section(
 
 
 def report(
-    contenders: dict[str, Callable[[], Loaded]], rounds: int, cold: list[Path] | None
+    contenders: dict[str, Callable[[], Loaded]],
+    rounds: int,
+    cold: list[Path] | None,
+    history: tuple[str, int] = ("as-run", 0),
 ) -> None:
     """Run the rounds and print GB/s and ratios (``cold``: those files evicted each time)."""
     rates: dict[str, list[float]] = {name: [] for name in contenders}
@@ -381,7 +434,7 @@ def report(
     for round_ in range(rounds):
         names = list(contenders) if round_ % 2 == 0 else list(reversed(contenders))
         for name in names:
-            rate, used, took = timed(contenders[name], cold)
+            rate, used, took = timed(contenders[name], cold, history)
             rates[name].append(rate)
             faults[name].append(took)
             strategy = used if name == "chain" else strategy
@@ -390,7 +443,10 @@ def report(
         print(
             f"{name:15s} median {statistics.median(values):5.2f} GB/s "
             f"(min {min(values):.2f}, max {max(values):.2f}); "
-            f"minor faults per load: {', '.join(f'{f // 1000}k' for f in faults[name])}"
+            f"minor faults per load: {', '.join(f'{f // 1000}k' for f in faults[name])}; "
+            # Round by round: every second round runs the contenders in reverse, so a figure that
+            # depends on what ran just before shows here.
+            f"rounds: {' '.join(f'{v:.2f}' for v in values)}"
         )
     for peer in (name for name in rates if not name.startswith("chain")):
         ratios = [c / p for c, p in zip(rates["chain"], rates[peer], strict=True)]

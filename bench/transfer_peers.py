@@ -4,8 +4,9 @@ fastsafetensors.
 Their dependency sets are not the project's (and fastsafetensors or runai-model-streamer
 installed next to libs/transfer would be picked by the strategy chain itself), so they live
 in ``bench/.venvs/transfer-peers`` (``python bench/transfer.py --setup``) and this file runs
-there as a worker: one JSON request per line on stdin (``{"peer": NAME, "files": [...]}``),
-one JSON answer per line on stdout (``{"bytes": N, "seconds": S}`` or ``{"error": TEXT}``).
+there as a worker. It prints ``{"ready": true}`` once the peers are imported, then takes
+one JSON request per line on stdin (``{"peer": NAME, "files": [...]}``) and answers each
+with one JSON line on stdout (``{"bytes": N, "seconds": S}`` or ``{"error": TEXT}``).
 Each load is timed here, around the peer's own calls only, and freed before the answer, so
 neither the pipe nor the unmapping lands inside a measurement. The bench starts a fresh
 worker for every load: a worker that lived on reused the memory of its earlier loads (5k
@@ -81,6 +82,7 @@ def preload() -> None:
 def serve() -> None:
     """Answer load requests until stdin closes."""
     preload()
+    print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
         try:
