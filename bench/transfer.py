@@ -308,8 +308,8 @@ def condition(history: str, nbytes: int) -> None:
 
 def timed(
     contender: Callable[[], Loaded],
-    cold: list[Path] | None = None,
-    history: tuple[str, int] = ("as-run", 0),
+    cold: list[Path] | None,
+    history: tuple[str, int],
 ) -> tuple[float, str, int]:
     """GB/s of one run, the strategy that ran and the minor page faults it took (memory
     an allocator reuses from an earlier round takes none). What was loaded is freed after
@@ -425,7 +425,7 @@ def report(
     contenders: dict[str, Callable[[], Loaded]],
     rounds: int,
     cold: list[Path] | None,
-    history: tuple[str, int] = ("as-run", 0),
+    history: tuple[str, int],
 ) -> None:
     """Run the rounds and print GB/s and ratios (``cold``: those files evicted each time)."""
     rates: dict[str, list[float]] = {name: [] for name in contenders}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from flexinfer_common.api import Model
 from flexinfer_common.api.status import blocked_reason
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
@@ -142,14 +144,25 @@ async def kept(tmp_path: Path) -> AsyncIterator[tuple[ModelStore, MemoryBus]]:
     await bus.close()
 
 
-async def test_restarted_controller_adopts_engine(
+@asynccontextmanager
+async def _serving_tiny(
     tmp_path: Path, kept: tuple[ModelStore, MemoryBus]
-) -> None:
+) -> AsyncIterator[tuple[Harness, str, Model]]:
+    """A controller serving Model "tiny" on one engine, which outlives it; yields the
+    harness, the model's source and its Ready Model."""
     source = fake_model_dir(tmp_path / "m").as_uri()
     store, bus = kept
     async with run_controller(tmp_path, store=store, bus=bus, stop_engines_on_shutdown=False) as h:
         await h.put_model(model_doc("tiny", source, minReplicas=1))
-        first = await h.wait_phase("tiny", "Ready")
+        yield h, source, await h.wait_phase("tiny", "Ready")
+
+
+async def test_restarted_controller_adopts_engine(
+    tmp_path: Path, kept: tuple[ModelStore, MemoryBus]
+) -> None:
+    store, bus = kept
+    async with _serving_tiny(tmp_path, kept) as (_, _, first):
+        pass  # the controller stops and leaves its engine running
     pids = engine_pids(tmp_path)
     assert len(pids) == 1, "the engine must survive a controller that does not stop it"
     async with run_controller(tmp_path, store=store, bus=bus) as h:
@@ -290,11 +303,8 @@ async def test_a_restarted_controller_keeps_a_carried_over_replica(
     tmp_path: Path, kept: tuple[ModelStore, MemoryBus]
 ) -> None:
     """The carried-over generation is in the engine's state file: adopted as current."""
-    source = fake_model_dir(tmp_path / "m").as_uri()
     store, bus = kept
-    async with run_controller(tmp_path, store=store, bus=bus, stop_engines_on_shutdown=False) as h:
-        await h.put_model(model_doc("tiny", source, minReplicas=1))
-        await h.wait_phase("tiny", "Ready")
+    async with _serving_tiny(tmp_path, kept) as (h, source, _):
         pids = engine_pids(tmp_path)
         await h.put_model(model_doc("tiny", source, idle_timeout="600s", minReplicas=1))
         assert (await h.wait_phase("tiny", "Ready")).status.observed_generation == 2
