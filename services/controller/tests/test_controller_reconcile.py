@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -41,21 +40,19 @@ def no_leftovers(tmp_path: Path) -> Iterator[None]:
 
 async def test_demand_starts_then_idle_timeout_stops(tmp_path: Path) -> None:
     source = fake_model_dir(tmp_path / "m").as_uri()
-    async with run_controller(tmp_path) as h:
+    # No periodic resync within the test: only the demand event can start the engine.
+    async with run_controller(tmp_path, resync_interval_s=3600) as h:
         await h.put_model(model_doc("tiny", source, idle_timeout="1s"))
         idle = await h.wait_phase("tiny", "Idle")
         assert idle.status.desired_replicas == 0
         assert engine_pids(tmp_path) == []
 
-        began = time.monotonic()
         await h.publish(topics.DEMAND, demand())
-        event = await h.endpoints_event("default/tiny", count=1)
-        activation_s = time.monotonic() - began
+        event = await h.endpoints_event("default/tiny", timeout_s=60, count=1)
         assert len(event.endpoints) == 1
         url = event.endpoints[0].url
         assert url.startswith("http://127.0.0.1:")
         assert event.phase == "Ready"
-        assert activation_s < 5, activation_s
         ready = await h.wait_phase("tiny", "Ready")
         assert ready.status.endpoint == url
         assert ready.status.ready_replicas == 1
@@ -65,7 +62,7 @@ async def test_demand_starts_then_idle_timeout_stops(tmp_path: Path) -> None:
         assert len(engine_pids(tmp_path)) == 1
 
         # No more demand: the idle timeout (1 s) expires and the engine is stopped.
-        empty = await h.endpoints_event("default/tiny", timeout_s=5)
+        empty = await h.endpoints_event("default/tiny", timeout_s=20)
         assert empty.endpoints == []
         assert empty.revision > event.revision
         idle = await h.wait_phase("tiny", "Idle")

@@ -193,15 +193,18 @@ async def test_a_drain_longer_than_the_grace_is_cut_off_at_it(
 ) -> None:
     async with run_controller(tmp_path, gpus=GPU, gpu_sharing=sharing(1.0)) as h:
         controller = await start_a(h, engines_dir, {})
-        task, received = await in_flight_then_swap(h, controller, chunks=400)  # 20 s
+        task, received = await in_flight_then_swap(h, controller, chunks=2000)  # 100 s
         await h.wait_phase("b", "Ready", timeout_s=30)
         with contextlib.suppress(httpx.HTTPError):
             await task  # its engine stopped under it: the stream ends short, or breaks
+        # Cut off: after the 1 s grace and the engine's 2 s stop grace, far from its end.
+        # The bound leaves a busy machine 17 s of slack; the grace's exact end is
+        # test_sharing_drain's, on a clock.
         assert "[DONE]" not in received
-        assert len(received) < 100
+        assert len(received) < 400
         result = drains(h).results[-1]
         assert (result.model, result.timed_out, result.in_flight) == (A, True, 1)
-        assert 1.0 <= result.seconds < 1.5
+        assert 1.0 <= result.seconds < 2.5
         found = samples((await h.client.get("/metrics")).text)
         timeouts = found[("flexinfer_controller_gpu_swap_drain_timeouts_total", (("group", "g"),))]
         assert timeouts == 1.0
