@@ -10,7 +10,8 @@ compare cost per core. Reported: requests/s, p50/p99 latency added over the dire
     python bench/proxy.py [--duration 5] [--rounds 3]
                           [--targets direct,flexinfer,litellm,vllm-router]
                           [--paired]   (targets run at once, each scenario back to back)
-                          (flexinfer-uvicorn: our proxy on uvicorn's protocol, to compare)
+                          (flexinfer-uvicorn: our proxy on uvicorn's protocol, to compare;
+                           relay-floor: a byte relay on uvloop, the floor of any Python proxy)
     python bench/proxy.py --streams 10000      # RSS with that many slow streams open
 
 The peers live in their own virtual environments: their dependency sets conflict with ours,
@@ -161,6 +162,17 @@ def start_flexinfer(upstream: str, work: Path, env_extra: dict[str, str] | None 
     url = json.loads(_wait_file(ready, proc, "flexinfer proxy"))["proxy"]
     _wait_serving(url, proc, "flexinfer proxy", 30)
     return Target("flexinfer", url, proc)
+
+
+def start_relay_floor(upstream: str, work: Path) -> Target:
+    """The floor of a Python proxy: a byte relay on uvloop (bench/relay_floor.py)."""
+    ready = work / "relay.url"
+    ready.unlink(missing_ok=True)
+    cmd = [sys.executable, str(HERE / "relay_floor.py"), "--upstream", upstream]
+    proc = _start(_pinned(SUT_CPU, [*cmd, "--ready-file", str(ready)]), work / "relay.log")
+    url = _wait_file(ready, proc, "the relay floor").strip()
+    _wait_serving(url, proc, "the relay floor", 30)
+    return Target("relay-floor", url, proc)
 
 
 def _free_port() -> int:
@@ -353,6 +365,17 @@ def ratios(rounds: list[dict[str, dict[tuple[int, bool], Run]]], ours: str, peer
     return "\n".join(lines)
 
 
+def _starters() -> dict[str, Starter]:
+    """Every target but ``direct`` (the upstream itself), by name."""
+    return {
+        "flexinfer": start_flexinfer,
+        "flexinfer-uvicorn": start_flexinfer_uvicorn,
+        "litellm": start_litellm,
+        "relay-floor": start_relay_floor,
+        "vllm-router": start_vllm_router,
+    }
+
+
 def bench(targets: list[str], duration: float, rounds: int, paired: bool = False) -> int:
     """Start the upstream, then each target in turn, ``rounds`` times; print the table.
 
@@ -364,12 +387,7 @@ def bench(targets: list[str], duration: float, rounds: int, paired: bool = False
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
         work = Path(tmp)
         upstream = start_upstream(work)
-        starters: dict[str, Starter] = {
-            "flexinfer": start_flexinfer,
-            "flexinfer-uvicorn": start_flexinfer_uvicorn,
-            "litellm": start_litellm,
-            "vllm-router": start_vllm_router,
-        }
+        starters = _starters()
         rounds_of = _paired_rounds if paired else _interleaved_rounds
         try:
             each_round = rounds_of(targets, upstream, starters, work, duration, rounds)
@@ -569,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.streams:
         return streams_mode(args.streams)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(targets) - {"direct", "flexinfer", "flexinfer-uvicorn", "litellm", "vllm-router"}
+    unknown = set(targets) - {"direct", *_starters()}
     if unknown:
         parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
     if args.rounds < 1:
