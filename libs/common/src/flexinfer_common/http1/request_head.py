@@ -7,6 +7,7 @@ and message, then closes the connection.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import httptools
 
@@ -99,9 +100,14 @@ class HeadFields:
 def split_target(target: bytes) -> tuple[str, bytes, bytes]:
     """The decoded path, raw path and query of an origin-form target (for ASGI's scope)."""
     try:
-        url = httptools.parse_url(target)
-        raw_path: bytes = url.path
-        path = raw_path.decode("ascii")
+        # httptools' stubs say bytes for every part, but an absent part is None: read
+        # them untyped, or the compiled build (libs/common/hatch_build.py) rejects None.
+        url: Any = httptools.parse_url(target)
+        raw_path: bytes | None = url.path
+        query: bytes | None = url.query
+        path = raw_path.decode("ascii") if raw_path is not None else None
     except (httptools.HttpParserInvalidURLError, UnicodeDecodeError) as exc:
         raise RejectedError(400, "invalid request target") from exc
-    return path, raw_path, url.query or b""
+    if raw_path is None or path is None:
+        raise RejectedError(400, "invalid request target")
+    return path, raw_path, query or b""

@@ -74,7 +74,10 @@ class HttpProtocol(asyncio.Protocol):
         self.write_paused = False
         self.reading_paused = False
         self._drain: asyncio.Future[None] | None = None
-        self._idle = LazyTimer(self.loop, float(config.timeout_keep_alive), self._idle_expired)
+        # Typed int by uvicorn, but a float where a test wants under a second: read it
+        # untyped, or the compiled build (libs/common/hatch_build.py) rejects the float.
+        untyped: Any = config
+        self._idle = LazyTimer(self.loop, float(untyped.timeout_keep_alive), self._idle_expired)
         """Closes a connection idle (between requests) beyond the keep-alive timeout."""
         self._head = HeadFields()
         self._defaults: tuple[object, bytes] = (None, b"")

@@ -186,9 +186,11 @@ class H1Transport(UpstreamTransport):
         if conn is not None and isinstance(request.body, bytes):
             try:
                 return await _exchange(conn, head, request.body, base_url)
-            except RequestFailedError as exc:
-                if conn.received or isinstance(exc.__cause__, TimeoutError):
-                    raise  # the engine may have run it: never resend
+            except _TimedOutError:
+                raise  # the engine may be running it: never resend
+            except RequestFailedError:
+                if conn.received:
+                    raise  # the engine has run it: never resend
         elif conn is not None:
             pool.put(conn)  # a streamed body is sent once: only on a fresh connection
         return await _exchange(await pool.connect(), head, request.body, base_url)
@@ -217,7 +219,10 @@ async def _exchange(
             await waiter
         finally:
             conn.deadline.clear()
-    except (OSError, TimeoutError) as exc:
+    except TimeoutError as exc:
+        conn.close()
+        raise _TimedOutError(f"upstream {url} failed: {exc!r}") from exc
+    except OSError as exc:
         conn.close()
         raise RequestFailedError(f"upstream {url} failed: {exc!r}") from exc
     except BaseException:
@@ -226,6 +231,12 @@ async def _exchange(
     finally:
         conn.head = None
     return answer
+
+
+class _TimedOutError(RequestFailedError):
+    """No answer within the read timeout. A class of its own, not a ``__cause__`` to
+    inspect: the compiled build (libs/common/hatch_build.py) does not keep an async
+    function's ``raise ... from``."""
 
 
 async def _send_stream(
