@@ -10,7 +10,9 @@ compare cost per core. Reported: requests/s, p50/p99 latency added over the dire
     python bench/proxy.py [--duration 5] [--rounds 3]
                           [--targets direct,flexinfer,litellm,vllm-router]
                           [--paired]   (targets run at once, each scenario back to back)
-                          (flexinfer-uvicorn: our proxy on uvicorn's protocol, to compare;
+                          (flexinfer-compiled: our proxy with its hot path compiled by
+                           mypyc, after './dev compile';
+                           flexinfer-uvicorn: our proxy on uvicorn's protocol, to compare;
                            relay-floor: a byte relay on uvloop, the floor of any Python proxy)
     python bench/proxy.py --streams 10000      # RSS with that many slow streams open
 
@@ -149,6 +151,17 @@ def start_flexinfer_uvicorn(upstream: str, work: Path) -> Target:
     """Our proxy on uvicorn's httptools protocol instead of its own (the previous server)."""
     target = start_flexinfer(upstream, work, {"FLEXINFER_PROXY_SERVER": "uvicorn"})
     target.name = "flexinfer-uvicorn"
+    return target
+
+
+def start_flexinfer_compiled(upstream: str, work: Path) -> Target | None:
+    """Our proxy with its hot path compiled by mypyc (``./dev compile`` → build/compiled)."""
+    compiled = ROOT / "build" / "compiled"
+    if not (compiled / "flexinfer_proxy").is_dir():
+        print("skipping flexinfer-compiled: run './dev compile' first", flush=True)
+        return None
+    target = start_flexinfer(upstream, work, {"PYTHONPATH": str(compiled)})
+    target.name = "flexinfer-compiled"
     return target
 
 
@@ -369,6 +382,7 @@ def _starters() -> dict[str, Starter]:
     """Every target but ``direct`` (the upstream itself), by name."""
     return {
         "flexinfer": start_flexinfer,
+        "flexinfer-compiled": start_flexinfer_compiled,
         "flexinfer-uvicorn": start_flexinfer_uvicorn,
         "litellm": start_litellm,
         "relay-floor": start_relay_floor,
@@ -399,9 +413,10 @@ def bench(targets: list[str], duration: float, rounds: int, paired: bool = False
     }
     print()
     print(table(medians))
-    if "flexinfer" in medians and "vllm-router" in medians:
-        print()
-        print(ratios(each_round, "flexinfer", "vllm-router"))
+    for ours in ("flexinfer", "flexinfer-compiled"):
+        if ours in medians and "vllm-router" in medians:
+            print()
+            print(ratios(each_round, ours, "vllm-router"))
     return 0
 
 
