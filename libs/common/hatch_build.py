@@ -114,7 +114,7 @@ def compile_modules(root: Path, modules: list[str], out: Path) -> list[Path]:
     config = out / "mypy.ini"
     config.write_text(MYPY_CONFIG)
     # mypy names each module from the packages above its file (src/ has no __init__.py).
-    with _cwd(out), _quiet_argv():
+    with contextlib.chdir(out), _quiet_argv():
         extensions = mypycify(
             ["--config-file", str(config), *map(str, sources)],
             opt_level="3",
@@ -127,16 +127,6 @@ def compile_modules(root: Path, modules: list[str], out: Path) -> list[Path]:
         build.ensure_finalized()
         build.run()
     return sorted(p for p in (out / "lib").rglob("*") if p.is_file())
-
-
-@contextlib.contextmanager
-def _cwd(path: Path) -> Iterator[None]:
-    before = Path.cwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)
 
 
 @contextlib.contextmanager
