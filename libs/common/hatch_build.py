@@ -138,3 +138,11 @@ def _quiet_argv() -> Iterator[None]:
         yield
     finally:
         sys.argv = before
+
+
+if __name__ == "__main__":
+    # ./dev asks the same question before it schedules a compile: one answer for both.
+    reason = why_not_compilable()
+    if reason is not None:
+        print(reason, file=sys.stderr)
+    sys.exit(0 if reason is None else 1)
