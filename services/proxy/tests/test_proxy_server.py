@@ -7,6 +7,7 @@ import contextlib
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from starlette.types import Receive, Scope, Send
@@ -65,6 +66,31 @@ async def test_pipelined_requests_are_answered_in_order() -> None:
         assert (await conn.response())[2] == b"POST /1 x"
         assert (await conn.response())[2] == b"one,two"
         assert (await conn.response())[2] == b"POST /3 zz"
+
+
+async def test_one_task_serves_a_connection_and_ends_with_it() -> None:
+    """Keep-alive and pipelined requests run in turn in the connection's one task, which
+    ends once the client closes."""
+    seen: list[asyncio.Task[Any] | None] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            seen.append(asyncio.current_task())
+        await echo_app(scope, receive, send)
+
+    async with serve_proxy_in_background(app) as url:
+        async with connect(url) as conn:
+            await conn.send(post("/1", b"a"))
+            assert (await conn.response())[2] == b"POST /1 a"
+            await conn.send(post("/2", b"b") + post("/stream", b"") + post("/4", b"d"))
+            bodies = [(await conn.response())[2] for _ in range(3)]
+            assert bodies == [b"POST /2 b", b"one,two", b"POST /4 d"]
+        worker = seen[0]
+        assert worker is not None
+        assert seen == [worker] * 4
+        await wait_until(worker.done)
+        assert not worker.cancelled()
+        assert worker.exception() is None
 
 
 async def test_chunked_request_body_and_streamed_answer() -> None:

@@ -67,9 +67,6 @@ class ClientConnection(Protocol):
     def response_complete(self, exchange: Exchange) -> None:
         """The answer is written."""
 
-    def task_done(self, exchange: Exchange, task: asyncio.Task[None]) -> None:
-        """The task serving ``exchange`` ended."""
-
 
 class Exchange(Downstream):
     """The request body in, the answer out, for one request on a connection."""
@@ -159,11 +156,6 @@ class Exchange(Downstream):
         if task is not None and not self.response_complete and not self.gone:
             self.gone = True
             task.cancel()
-
-    def settled(self, task: asyncio.Task[None]) -> None:
-        """The task serving this exchange ended (a done callback)."""
-        self.task = None
-        self.conn.task_done(self, task)
 
     def buffered(self) -> int:
         """Body bytes received and not yet taken."""

@@ -3,8 +3,9 @@
 uvicorn's per-request objects (its cycle, scope handling, events, header regexes) were
 about a quarter of the proxy's CPU. This protocol plugs into uvicorn as its ``http``
 class, so uvicorn still owns the socket, lifespan, signals and graceful shutdown, while
-each request costs one ``Exchange`` and one task. Proxied requests go to the pipeline as a
-``Downstream``; every other route (health, metrics, /v1/models) to the ASGI app.
+each request costs one ``Exchange``, served by its connection's one task. Proxied
+requests go to the pipeline as a ``Downstream``; every other route (health, metrics,
+/v1/models) to the ASGI app.
 
 Keep-alive and pipelining (a request parsed while another runs waits in order, with
 reading paused), chunked and Content-Length bodies, ``Expect: 100-continue``, flow control
@@ -19,7 +20,7 @@ import asyncio
 import logging
 import select
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, cast
 
 import httptools
@@ -36,14 +37,12 @@ from flexinfer_common.http1.request_head import (
     RejectedError,
     RequestLineCheck,
 )
+from flexinfer_common.http1.worker import ConnectionWorker, Serve
 
 log = logging.getLogger(__name__)
 
 _HIGH_WATER = 64 * 1024
 """Request body bytes buffered beyond which reading from the client pauses."""
-
-
-Serve = Callable[[Exchange], Coroutine[Any, Any, None]]
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -90,6 +89,7 @@ class HttpProtocol(asyncio.Protocol):
         self._refusal: bytes | None = None
         """The answer to malformed bytes after a request still being answered: it is
         written once that answer is, then the connection closes."""
+        self._worker = ConnectionWorker(self.loop, server_state.tasks)
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -104,6 +104,7 @@ class HttpProtocol(asyncio.Protocol):
         """Tell the running request (and queued ones) that the client is gone."""
         self.server_state.connections.discard(self)
         self._idle.cancel()
+        self._worker.connection_lost()
         for exchange in (self.running, self.parsing, *self.pipeline_queue):
             if exchange is not None:
                 exchange.lost()
@@ -263,29 +264,7 @@ class HttpProtocol(asyncio.Protocol):
         return self.app(exchange.scope, exchange.asgi_receive, exchange.asgi_send)  # type: ignore[no-any-return]
 
     def _run(self, exchange: Exchange, serve: Serve) -> None:
-        task = exchange.task = self.loop.create_task(serve(exchange))
-        tasks = self.server_state.tasks
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-        task.add_done_callback(exchange.settled)
-
-    def task_done(self, exchange: Exchange, task: asyncio.Task[None]) -> None:
-        """The request's task ended: a bug (an exception, or no complete answer) gets a
-        500 or a cut connection, so a client never waits on an answer nobody writes."""
-        if task.cancelled():
-            if not exchange.response_complete and not exchange.disconnected:
-                self.close()  # cancelled by shutdown or a refused body: nothing follows
-            return
-        exc = task.exception()
-        if exc is None and (exchange.disconnected or exchange.response_complete):
-            return
-        if exc is not None:
-            log.error("exception in the ASGI app", exc_info=exc)
-        else:
-            log.error("the app returned without completing its response")
-        if not exchange.started and not exchange.disconnected:
-            self.write(error_bytes(500, "internal server error", close=True))
-        self.close()
+        self._worker.hand(exchange, serve)
 
     def response_complete(self, exchange: Exchange) -> None:
         """The answer is written: go on with the next request, or close."""
