@@ -4,9 +4,10 @@ on the fake apiserver, which streams what is appended until the pod goes; Ctrl-C
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,11 +34,12 @@ async def following(apiserver: KubeApiServer, tmp_path: Path) -> AsyncIterator[P
     })  # fmt: skip
     apiserver.set_pod_log("default", "a-1", "loading\n")
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "flexinfer_cli", "logs", "model", "a", "-f",
-        "--kubeconfig", str(kubeconfig),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=cli_env(),
-    )  # fmt: skip
+    with sigint_as_a_terminal_has_it():
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "flexinfer_cli", "logs", "model", "a", "-f",
+            "--kubeconfig", str(kubeconfig),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=cli_env(),
+        )  # fmt: skip
     try:
         assert await next_line(proc) == "loading\n"
         yield proc
@@ -45,6 +47,21 @@ async def following(apiserver: KubeApiServer, tmp_path: Path) -> AsyncIterator[P
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+@contextlib.contextmanager
+def sigint_as_a_terminal_has_it() -> Iterator[None]:
+    """Start children with SIGINT at its default, as a shell in a terminal does.
+
+    A suite started in the background (``./dev test &``, nohup, some CI runners) inherits
+    SIGINT ignored, and so would the CLI (as POSIX wants of background jobs): Ctrl-C
+    could then never reach it. A handled signal is reset to its default across exec.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 async def next_line(proc: Process) -> str:
