@@ -13,11 +13,12 @@ from pathlib import Path
 import openai
 import pytest
 
+from flexinfer_common.api.meta import utcnow
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
 from flexinfer_common.bus.topics import DemandEvent, EndpointInfo, EndpointsEvent
 from flexinfer_common.settings import StoreSettings
-from flexinfer_common.store import create_store
+from flexinfer_common.store import EndpointRecord, create_store
 from flexinfer_proxy.app import create_app
 from flexinfer_proxy.serve import serve_proxy_in_background
 from flexinfer_proxy.settings import ProxySettings
@@ -68,6 +69,8 @@ async def test_cold_request_is_served_by_the_engine_once_it_starts(tmp_path: Pat
     demands = bus.consumer(topics.DEMAND, "test", "t")
     settings = ProxySettings(port=0, instance_id="e2e")
     app = create_app(settings, bus=bus, store=store)
+    proxy = app.pipeline
+    assert proxy is not None
     try:
         async with serve_proxy_in_background(app, server=settings.server) as url:
             client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
@@ -80,10 +83,21 @@ async def test_cold_request_is_served_by_the_engine_once_it_starts(tmp_path: Pat
                         stream=True,
                     )
                 )
-                # Play the controller: on the demand, start an engine and announce it.
+                # Play the controller: on the demand, start an engine and announce it,
+                # in the store first (the proxy's periodic resync reads it) and on the bus.
                 message = (await demands.fetch(timeout_s=10))[0]
                 assert DemandEvent.model_validate(message.payload).model == "default/tiny"
                 async with engine_process(model_dir, "tiny") as engine_url:
+                    await store.put_endpoint(
+                        EndpointRecord(
+                            model="default/tiny",
+                            replica="p1",
+                            url=engine_url,
+                            ready=True,
+                            node=None,
+                            updated_at=utcnow(),
+                        )
+                    )
                     event = EndpointsEvent(
                         model="default/tiny",
                         endpoints=[EndpointInfo(url=engine_url, replica="p1")],
@@ -93,6 +107,9 @@ async def test_cold_request_is_served_by_the_engine_once_it_starts(tmp_path: Pat
                     await bus.publish(topics.ENDPOINTS, event.model_dump(mode="json"))
                     stream = await asyncio.wait_for(request, 60)
                     chunks = [chunk async for chunk in stream]
+                    # The periodic store resync may come before the next request (a busy
+                    # machine once put it there): the endpoint must survive it.
+                    await proxy.core.resync()
                     reply = await client.chat.completions.create(
                         model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4
                     )
