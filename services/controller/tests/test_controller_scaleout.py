@@ -58,12 +58,13 @@ class Sim:
         self.ready = 1
         self.history: list[int] = []
 
-    def run(self, concurrency: float, seconds: float) -> int:
-        """Feed ``concurrency`` every tick for ``seconds``; replicas follow the decision
-        (as if each started at once); the last count."""
+    def run(self, concurrency: float | None, seconds: float) -> int:
+        """Feed ``concurrency`` every tick for ``seconds`` (None: no page could be read);
+        replicas follow the decision (as if each started at once); the last count."""
         for _ in range(round(seconds / POLICY.tick_s)):
             self.clock.advance(POLICY.tick_s)
-            self.scaleout.add(KEY, concurrency)
+            if concurrency is not None:
+                self.scaleout.add(KEY, concurrency)
             decision = self.scaleout.decide(KEY, self.spec, self.floor, self.ready, self.stored)
             self.ready = self.stored = decision.replicas
             self.history.append(decision.replicas)
@@ -177,6 +178,18 @@ def test_min_replicas_is_the_floor_and_a_restart_holds_the_stored_count() -> Non
     assert sim.run(0.0, 20) == 4  # no reading says fewer for a whole delay yet
     assert sim.run(0.0, 60) == 2  # then the floor, never below it
     assert min(sim.history) == 2
+
+
+def test_a_window_without_a_reading_holds_the_count() -> None:
+    sim = Sim(spec(maxReplicas=4, targetConcurrency=2))
+    assert sim.run(8.0, 60) == 4
+    start = len(sim.history)
+    sim.run(None, 200)  # unreadable pages for longer than the window and the delay
+    assert set(sim.history[start:]) == {4}, sim.history[start:]
+    decision = sim.scaleout.last(KEY)
+    assert decision is not None
+    assert (decision.reason, decision.concurrency) == ("NoMetrics", None)
+    assert sim.run(0.0, 120) == 1  # readings again: an idle load scales it down
 
 
 async def test_no_reading_adds_nothing_and_a_look_is_once_a_tick() -> None:

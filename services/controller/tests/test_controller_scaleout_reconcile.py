@@ -1,13 +1,15 @@
 """Scale-out through the controller (core/autoscaler.py in the reconcile): the stand-in
 engine's metrics page says how many requests it holds; the local runtime starts a second
 replica when a GPU is free, waits with a reason (and starts nothing more) when none is,
-and goes back to minReplicas once the load is gone."""
+holds the count while no page can be read, and goes back to minReplicas once the load is
+gone."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from flexinfer_common.api.status import AutoscalingStatus
 from flexinfer_controller.core.controller import Controller
 from flexinfer_controller.runtime import ReplicaState
 from flexinfer_controller.testing import (
@@ -46,20 +48,36 @@ async def counter(h: Harness, sample: str, **labels: str) -> float:
     return sample_value(await scrape(h.client), sample, **labels) or 0.0
 
 
+async def autoscaling(h: Harness) -> AutoscalingStatus | None:
+    """The Model's status.autoscaling as the store has it now."""
+    return (await h.store.get_model("default", "m")).status.autoscaling
+
+
+async def at_max_replicas(h: Harness) -> AutoscalingStatus:
+    """Wait until both replicas serve and the status says the load wants more; that status.
+    A condition, not a snapshot: on a busy machine a reconcile may see a window with no
+    reading yet, and says so (NoMetrics) before the next look."""
+
+    async def both() -> bool:
+        scaling = await autoscaling(h)
+        return ready(h) == 2 and scaling is not None and scaling.reason == "AtMaxReplicas"
+
+    await eventually(both, timeout_s=20)
+    scaling = await autoscaling(h)
+    assert scaling is not None
+    return scaling
+
+
 async def test_load_adds_a_replica_on_a_free_gpu_and_goes_back_after(tmp_path: Path) -> None:
     model_dir = fake_model_dir(tmp_path / "m")
     load(model_dir, 5)
     async with run_controller(tmp_path, gpus=[{**GPU, "count": 2}], scaleout=SCALEOUT) as h:
         await h.put_model(scaled_doc(model_dir.as_uri()))
-        await eventually(lambda: ready(h) == 2, timeout_s=20)
-        model = await h.store.get_model("default", "m")
-        scaling = model.status.autoscaling
-        assert scaling is not None
+        scaling = await at_max_replicas(h)
         # Each stand-in page says 5 waiting, so the window's sum is 5 with one replica
         # scraped and 10 once the second one's page joins it: the average lies between.
         assert scaling.target_concurrency == 1
         assert scaling.recommended_replicas in range(5, 11), scaling
-        assert scaling.reason == "AtMaxReplicas"
         assert scaling.last_scale_time is not None
         load(model_dir, 0)
         await eventually(lambda: ready(h) == 1, timeout_s=20)
@@ -75,6 +93,35 @@ async def test_load_adds_a_replica_on_a_free_gpu_and_goes_back_after(tmp_path: P
 
         await eventually(settled, timeout_s=10)
         assert await counter(h, "flexinfer_controller_scale_events_total", direction="down") == 1
+
+
+async def test_pages_that_cannot_be_read_hold_the_count(tmp_path: Path) -> None:
+    model_dir = fake_model_dir(tmp_path / "m")
+    load(model_dir, 5)
+    async with run_controller(tmp_path, gpus=[{**GPU, "count": 2}], scaleout=SCALEOUT) as h:
+        await h.put_model(scaled_doc(model_dir.as_uri()))
+        await at_max_replicas(h)
+        (model_dir / "metrics.down").touch()  # every page now answers 503
+
+        async def no_metrics() -> bool:
+            scaling = await autoscaling(h)
+            return scaling is not None and scaling.reason == "NoMetrics"
+
+        await eventually(no_metrics, timeout_s=20)
+        # 30 more looks, one a tick (0.1 s): longer than the stable window (1 s) and the
+        # scale-down delay (0.5 s) together, so an empty window read as no load would
+        # have stopped a replica by now.
+        reconciles = "flexinfer_controller_reconciles_total"
+        looked = await counter(h, reconciles, result="ok")
+
+        async def looked_again() -> bool:
+            return await counter(h, reconciles, result="ok") >= looked + 30
+
+        await eventually(looked_again, timeout_s=20)
+        model = await h.store.get_model("default", "m")
+        assert model.status.desired_replicas == 2
+        assert ready(h) == 2
+        assert await counter(h, "flexinfer_controller_scale_events_total", direction="down") == 0
 
 
 async def test_no_free_gpu_waits_with_the_reason_and_starts_nothing(tmp_path: Path) -> None:

@@ -87,6 +87,8 @@ class H(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/readyz" and mode == "unready":
             self.send_response(503); self.end_headers(); return
+        if self.path == "/metrics" and os.path.exists(os.path.join(args.model_dir, "metrics.down")):
+            self.send_response(503); self.end_headers(); return  # an overloaded engine's page
         if self.path == "/metrics":
             try:  # re-read per scrape: a test changes the engine's readings as it runs
                 with open(os.path.join(args.model_dir, "metrics.txt"), "rb") as fh:

@@ -15,7 +15,10 @@ count the proxies send on the bus because:
   before, and this rule takes over once it serves.
 
 A backend without a metrics page (or whose page has none of these gauges) gives no
-reading and so never scales out: its replicas stay at the idle rule's count.
+reading and so never scales out: its replicas stay at the idle rule's count. A stable
+window without a reading holds the count the Model has (its stored desiredReplicas)
+rather than reading as no load: pages that cannot be read for a while, say on an
+overloaded node, must not scale a busy Model down.
 
 The decision follows Knative's KPA. Each look (at most every ``tick_s``) sums the engines'
 in-flight requests into a window. The recommendation is ceil(average / target) over the
@@ -151,7 +154,9 @@ class ScaleOut:
         if not state.wanted and stored > floor:
             state.wanted.append((now, stored))  # a restarted controller: hold what runs
         stable = self._average(state, now - self.policy.stable_window_s)
-        wanted = _replicas(stable, target)
+        # No reading in the whole window (pages unreadable, a busy node): hold what runs,
+        # as Knative's autoscaler does; an empty window is not an idle Model.
+        wanted = _replicas(stable, target) if stable is not None else stored
         panic = self._panic(state, now, target, ready)
         if panic is not None:
             wanted = max(wanted, panic, ready)
@@ -202,7 +207,9 @@ def _why(
     changes with the decision, not with every reading."""
     wanted, held, replicas, floor, ceiling = counts
     if stable is None and panic is None:
-        return "NoMetrics", "no engine reported its in-flight requests in the stable window"
+        return "NoMetrics", (
+            "no engine reported its in-flight requests in the stable window; the count holds"
+        )
     if wanted > ceiling:
         return "AtMaxReplicas", (
             f"the load asks for {wanted} replicas at {target} in-flight requests each; "
