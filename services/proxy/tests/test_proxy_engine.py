@@ -13,16 +13,16 @@ from pathlib import Path
 import openai
 import pytest
 
-from flexinfer_common.api.meta import utcnow
 from flexinfer_common.bus import topics
 from flexinfer_common.bus.memory import MemoryBus
-from flexinfer_common.bus.topics import DemandEvent, EndpointInfo, EndpointsEvent
+from flexinfer_common.bus.topics import DemandEvent, EndpointInfo
 from flexinfer_common.settings import StoreSettings
-from flexinfer_common.store import EndpointRecord, create_store
+from flexinfer_common.store import create_store
 from flexinfer_proxy.app import create_app
 from flexinfer_proxy.serve import serve_proxy_in_background
 from flexinfer_proxy.settings import ProxySettings
 from flexinfer_proxy.testing import make_model
+from flexinfer_proxy.testing_stack import announce_endpoints
 
 pytestmark = pytest.mark.slow
 
@@ -88,23 +88,8 @@ async def test_cold_request_is_served_by_the_engine_once_it_starts(tmp_path: Pat
                 message = (await demands.fetch(timeout_s=10))[0]
                 assert DemandEvent.model_validate(message.payload).model == "default/tiny"
                 async with engine_process(model_dir, "tiny") as engine_url:
-                    await store.put_endpoint(
-                        EndpointRecord(
-                            model="default/tiny",
-                            replica="p1",
-                            url=engine_url,
-                            ready=True,
-                            node=None,
-                            updated_at=utcnow(),
-                        )
-                    )
-                    event = EndpointsEvent(
-                        model="default/tiny",
-                        endpoints=[EndpointInfo(url=engine_url, replica="p1")],
-                        phase="Ready",
-                        revision=1,
-                    )
-                    await bus.publish(topics.ENDPOINTS, event.model_dump(mode="json"))
+                    endpoint = EndpointInfo(url=engine_url, replica="p1")
+                    await announce_endpoints(store, bus, "default/tiny", [endpoint], 1)
                     stream = await asyncio.wait_for(request, 60)
                     chunks = [chunk async for chunk in stream]
                     # The periodic store resync may come before the next request (a busy

@@ -37,6 +37,27 @@ async def wait_until(condition: Callable[[], object], timeout_s: float = 5.0) ->
         await asyncio.sleep(0.01)
 
 
+async def announce_endpoints(
+    store: ModelStore, bus: MemoryBus, model: str, infos: list[EndpointInfo], revision: int
+) -> None:
+    """Announce ``model``'s whole endpoint set as the controller does: its records in the
+    store first (what the proxy's periodic resync reads), then the event on the bus."""
+    for record in await store.list_endpoints(model):
+        await store.delete_endpoint(model, record.replica)
+    for info in infos:
+        record = EndpointRecord(
+            model=model,
+            replica=info.replica,
+            url=info.url,
+            ready=True,
+            node=None,
+            updated_at=utcnow(),
+        )
+        await store.put_endpoint(record)
+    event = EndpointsEvent(model=model, endpoints=infos, phase="Ready", revision=revision)
+    await bus.publish(topics.ENDPOINTS, event.model_dump(mode="json", exclude_none=True))
+
+
 @dataclass
 class ProxyStack:
     """A running proxy with its bus and store."""
@@ -64,21 +85,7 @@ class ProxyStack:
             EndpointInfo(url=u, replica=f"r{i}", terminating=u in terminating, adapters=held.get(u))
             for i, u in enumerate(urls)
         ]
-        for record in await self.store.list_endpoints(model):
-            await self.store.delete_endpoint(model, record.replica)
-        for info in infos:
-            record = EndpointRecord(
-                model=model,
-                replica=info.replica,
-                url=info.url,
-                ready=True,
-                node=None,
-                updated_at=utcnow(),
-            )
-            await self.store.put_endpoint(record)
-        event = EndpointsEvent(model=model, endpoints=infos, phase="Ready", revision=self.revision)
-        payload = event.model_dump(mode="json", exclude_none=True)
-        await self.bus.publish(topics.ENDPOINTS, payload)
+        await announce_endpoints(self.store, self.bus, model, infos, self.revision)
         await wait_until(lambda: self.core.table.revision(model) == self.revision)
 
     def openai(self, api_key: str = "test", **kwargs: Any) -> openai.AsyncOpenAI:

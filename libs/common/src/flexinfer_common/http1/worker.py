@@ -47,14 +47,18 @@ class ConnectionWorker:
         task = self._task
         if task is None or task.done():
             self._task = self._loop.create_task(self._work())
-        elif self._wakeup is not None and not self._wakeup.done():
-            self._wakeup.set_result(None)
+        else:
+            self._wake()
 
     def connection_lost(self) -> None:
         """The connection closed: an idle worker ends (a busy one once its request does)."""
         self._closed = True
-        if self._wakeup is not None and not self._wakeup.done():
-            self._wakeup.set_result(None)
+        self._wake()
+
+    def _wake(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
 
     async def _work(self) -> None:
         task = asyncio.current_task()
