@@ -12,22 +12,29 @@ shows in the ``floor`` column.
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 
 
 class KeepAliveClient:
     """POSTs to one server over one connection, one at a time."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, port: int, host: str = "127.0.0.1", headers: Mapping[str, str] | None = None
+    ) -> None:
         self._sock = socket.create_connection((host, port))
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._host = host.encode()
+        self._extra = b"".join(
+            f"{name}: {value}\r\n".encode() for name, value in (headers or {}).items()
+        )
+        """Header lines every request carries beyond Host, Content-Type and -Length."""
         self._buffer = b""
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         """Send ``body`` to ``path`` as JSON; the answer's status and body."""
         head = (
             b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % (path.encode(), self._host, len(body))
+            b"Content-Length: %d\r\n%s\r\n" % (path.encode(), self._host, len(body), self._extra)
         )
         self._sock.sendall(head + body)
         return self._answer()

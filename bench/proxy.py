@@ -18,6 +18,9 @@ compare cost per core. Reported: requests/s, p50/p99 latency added over the dire
 
 The peers live in their own virtual environments: their dependency sets conflict with ours,
 so they never go into the project's .venv. wrk is Debian's (``apt-get install wrk``).
+
+bench/proxy_instructions.py counts the same targets' instructions per request instead,
+which a busy machine does not move.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 import psutil
@@ -64,8 +68,28 @@ class Target:
     proc: subprocess.Popen[bytes] | None
 
 
-Starter = Callable[[str, Path], Target | None]
-"""Starts one peer in front of the upstream at the URL (None: the peer is not set up)."""
+@dataclass(frozen=True)
+class Launch:
+    """How a system under test starts: a prefix to its command (CPU pinning, a profiler),
+    and a factor on the time it may take to start (valgrind runs a process 20-50x slower)."""
+
+    prefix: tuple[str, ...] = ()
+    patience: float = 1.0
+
+    def command(self, cmd: list[str]) -> list[str]:
+        """``cmd`` with the prefix."""
+        return [*self.prefix, *cmd]
+
+
+PINNED = Launch(("taskset", "-c", SUT_CPU) if shutil.which("taskset") else ())
+"""The throughput bench's launch: on the system-under-test CPU."""
+
+
+class Starter(Protocol):
+    """Starts one peer in front of the upstream at the URL (None: the peer is not set up)."""
+
+    def __call__(self, upstream: str, work: Path, launch: Launch = PINNED) -> Target | None:
+        """The running peer."""
 
 
 @dataclass
@@ -101,7 +125,7 @@ def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subp
         )
 
 
-def _stop(proc: subprocess.Popen[bytes] | None) -> None:
+def stop(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is None or proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
@@ -142,49 +166,51 @@ def start_upstream(work: Path) -> Target:
     """The fake upstream, pinned to the system-under-test CPU."""
     ready = work / "upstream.url"
     cmd = [sys.executable, str(HERE / "fake_upstream.py"), "--ready-file", str(ready)]
-    proc = _start(_pinned(SUT_CPU, cmd), work / "upstream.log")
+    proc = _start(PINNED.command(cmd), work / "upstream.log")
     url = _wait_file(ready, proc, "the fake upstream").strip()
     return Target("direct", url, proc)
 
 
-def start_flexinfer_uvicorn(upstream: str, work: Path) -> Target:
+def start_flexinfer_uvicorn(upstream: str, work: Path, launch: Launch = PINNED) -> Target:
     """Our proxy on uvicorn's httptools protocol instead of its own (the previous server)."""
-    target = start_flexinfer(upstream, work, {"FLEXINFER_PROXY_SERVER": "uvicorn"})
+    target = start_flexinfer(upstream, work, launch, {"FLEXINFER_PROXY_SERVER": "uvicorn"})
     target.name = "flexinfer-uvicorn"
     return target
 
 
-def start_flexinfer_compiled(upstream: str, work: Path) -> Target | None:
+def start_flexinfer_compiled(upstream: str, work: Path, launch: Launch = PINNED) -> Target | None:
     """Our proxy with its hot path compiled by mypyc (``./dev compile`` → build/compiled)."""
     compiled = ROOT / "build" / "compiled"
     if not (compiled / "flexinfer_proxy").is_dir():
         print("skipping flexinfer-compiled: run './dev compile' first", flush=True)
         return None
-    target = start_flexinfer(upstream, work, {"PYTHONPATH": str(compiled)})
+    target = start_flexinfer(upstream, work, launch, {"PYTHONPATH": str(compiled)})
     target.name = "flexinfer-compiled"
     return target
 
 
-def start_flexinfer(upstream: str, work: Path, env_extra: dict[str, str] | None = None) -> Target:
+def start_flexinfer(
+    upstream: str, work: Path, launch: Launch = PINNED, env_extra: dict[str, str] | None = None
+) -> Target:
     """Our proxy alone: ``flexinfer proxy --static fake=URL``."""
     ready = work / "flexinfer.json"
     ready.unlink(missing_ok=True)  # a previous target's file would name a stopped proxy
     env = {**os.environ, "FLEXINFER_READY_FILE": str(ready), **(env_extra or {})}
     cmd = [sys.executable, "-m", "flexinfer_cli", "proxy", "--static", f"fake={upstream}"]
-    proc = _start(_pinned(SUT_CPU, [*cmd, "--port", "0"]), work / "flexinfer.log", env)
-    url = json.loads(_wait_file(ready, proc, "flexinfer proxy"))["proxy"]
-    _wait_serving(url, proc, "flexinfer proxy", 30)
+    proc = _start(launch.command([*cmd, "--port", "0"]), work / "flexinfer.log", env)
+    url = json.loads(_wait_file(ready, proc, "flexinfer proxy", 60 * launch.patience))["proxy"]
+    _wait_serving(url, proc, "flexinfer proxy", 30 * launch.patience)
     return Target("flexinfer", url, proc)
 
 
-def start_relay_floor(upstream: str, work: Path) -> Target:
+def start_relay_floor(upstream: str, work: Path, launch: Launch = PINNED) -> Target:
     """The floor of a Python proxy: a byte relay on uvloop (bench/relay_floor.py)."""
     ready = work / "relay.url"
     ready.unlink(missing_ok=True)
     cmd = [sys.executable, str(HERE / "relay_floor.py"), "--upstream", upstream]
-    proc = _start(_pinned(SUT_CPU, [*cmd, "--ready-file", str(ready)]), work / "relay.log")
-    url = _wait_file(ready, proc, "the relay floor").strip()
-    _wait_serving(url, proc, "the relay floor", 30)
+    proc = _start(launch.command([*cmd, "--ready-file", str(ready)]), work / "relay.log")
+    url = _wait_file(ready, proc, "the relay floor", 60 * launch.patience).strip()
+    _wait_serving(url, proc, "the relay floor", 30 * launch.patience)
     return Target("relay-floor", url, proc)
 
 
@@ -197,7 +223,7 @@ def _free_port() -> int:
         return port
 
 
-def start_litellm(upstream: str, work: Path) -> Target | None:
+def start_litellm(upstream: str, work: Path, launch: Launch = PINNED) -> Target | None:
     """LiteLLM's proxy, one worker, offline (local cost map, no master key)."""
     exe = VENVS / "litellm" / "bin" / "litellm"
     if not exe.exists():
@@ -219,13 +245,13 @@ def start_litellm(upstream: str, work: Path) -> Target | None:
     port = _free_port()
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
     cmd = [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
-    proc = _start(_pinned(SUT_CPU, [*cmd, "--num_workers", "1"]), work / "litellm.log", env)
+    proc = _start(launch.command([*cmd, "--num_workers", "1"]), work / "litellm.log", env)
     url = f"http://127.0.0.1:{port}"
-    _wait_serving(url, proc, "litellm", 180)
+    _wait_serving(url, proc, "litellm", 180 * launch.patience)
     return Target("litellm", url, proc)
 
 
-def start_vllm_router(upstream: str, work: Path) -> Target | None:
+def start_vllm_router(upstream: str, work: Path, launch: Launch = PINNED) -> Target | None:
     """vllm-router with one worker, round robin."""
     exe = VENVS / "vllm-router" / "bin" / "vllm-router"
     if not exe.exists():
@@ -236,9 +262,9 @@ def start_vllm_router(upstream: str, work: Path) -> Target | None:
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     # Its metrics listener defaults to a fixed port (29000): give it a free one.
     cmd += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(_free_port())]
-    proc = _start(_pinned(SUT_CPU, cmd), work / "vllm-router.log")
+    proc = _start(launch.command(cmd), work / "vllm-router.log")
     url = f"http://127.0.0.1:{port}"
-    _wait_serving(url, proc, "vllm-router", 60)
+    _wait_serving(url, proc, "vllm-router", 60 * launch.patience)
     return Target("vllm-router", url, proc)
 
 
@@ -378,7 +404,7 @@ def ratios(rounds: list[dict[str, dict[tuple[int, bool], Run]]], ours: str, peer
     return "\n".join(lines)
 
 
-def _starters() -> dict[str, Starter]:
+def starters_by_name() -> dict[str, Starter]:
     """Every target but ``direct`` (the upstream itself), by name."""
     return {
         "flexinfer": start_flexinfer,
@@ -401,12 +427,12 @@ def bench(targets: list[str], duration: float, rounds: int, paired: bool = False
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
         work = Path(tmp)
         upstream = start_upstream(work)
-        starters = _starters()
+        starters = starters_by_name()
         rounds_of = _paired_rounds if paired else _interleaved_rounds
         try:
             each_round = rounds_of(targets, upstream, starters, work, duration, rounds)
         finally:
-            _stop(upstream.proc)
+            stop(upstream.proc)
     medians = {
         name: {s: median_run([r[name][s] for r in each_round]) for s in runs}
         for name, runs in each_round[0].items()
@@ -448,7 +474,7 @@ def _interleaved_rounds(
                 runs[name] = measure(target, work, duration)
             finally:
                 if target is not upstream:
-                    _stop(target.proc)
+                    stop(target.proc)
         each_round.append(runs)
     return each_round
 
@@ -488,7 +514,7 @@ def _paired_rounds(
     finally:
         for target in running:
             if target is not upstream:
-                _stop(target.proc)
+                stop(target.proc)
 
 
 @dataclass
@@ -562,16 +588,16 @@ def streams_mode(count: int) -> int:
         upstream = start_upstream(work)
         env = {"FLEXINFER_PROXY_MAX_CONNECTIONS": str(count + 100)}
         try:
-            proxy = start_flexinfer(upstream.url, work, env)
+            proxy = start_flexinfer(upstream.url, work, env_extra=env)
             assert proxy.proc is not None
             try:
                 points = asyncio.run(_hold_streams(proxy.url, proxy.proc.pid, count, 1000))
                 time.sleep(1)
                 after = _rss_mb(proxy.proc.pid)
             finally:
-                _stop(proxy.proc)
+                stop(proxy.proc)
         finally:
-            _stop(upstream.proc)
+            stop(upstream.proc)
     (n0, r0), (n1, r1) = points[1], points[-1]
     per_k = (r1 - r0) / max(1, n1 - n0) * 1000
     print(
@@ -602,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.streams:
         return streams_mode(args.streams)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(targets) - {"direct", *_starters()}
+    unknown = set(targets) - {"direct", *starters_by_name()}
     if unknown:
         parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
     if args.rounds < 1:
