@@ -21,6 +21,8 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from flexinfer_common.testing.kube_apiserver import KubeApiServer, find_crd_dir
 from flexinfer_common.testing.kube_apiserver.fixtures import kube_apiserver_fixture
+from flexinfer_common.testing.kube_apiserver.http import ApiHttpServer, Handler
+from flexinfer_common.testing.kube_apiserver.rest import Request
 
 apiserver = kube_apiserver_fixture([find_crd_dir(Path(__file__))], history_limit=50)
 MODELS = "/apis/ai.flexinfer/v1alpha2/namespaces/default/models"
@@ -338,3 +340,26 @@ def test_json_patch_and_unsupported_apply(apiserver: KubeApiServer) -> None:
     assert (code, patched["spec"]["backend"]) == (200, "llamacpp")
     code, _ = http(apiserver, "PATCH", f"{MODELS}/a", {}, "application/apply-patch+yaml")
     assert code == 415
+
+
+def test_a_client_that_hung_up_is_not_reported_but_a_bug_is(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def serve(request: Request, handler: Handler) -> None:
+        raise AssertionError("no request is served here")
+
+    server = ApiHttpServer(serve)
+    try:
+        for error in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+            try:
+                raise error
+            except ConnectionError:
+                server.handle_error(None, ("127.0.0.1", 1))
+        assert capsys.readouterr().err == ""
+        try:
+            raise ValueError("a bug in a handler")
+        except ValueError:
+            server.handle_error(None, ("127.0.0.1", 1))
+        assert "ValueError: a bug in a handler" in capsys.readouterr().err
+    finally:
+        server.server_close()

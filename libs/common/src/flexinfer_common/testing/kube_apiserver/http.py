@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -131,6 +132,13 @@ class ApiHttpServer(ThreadingHTTPServer):
         self.serve = serve
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up mid-answer is routine (a watch or a test ending), and a real
+        apiserver logs nothing for it; anything else is reported as socketserver does."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def track(self, conn: socket.socket, *, add: bool) -> None:
         """Remember (or forget) an open connection."""
