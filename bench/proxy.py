@@ -81,7 +81,12 @@ class Launch:
         return [*self.prefix, *cmd]
 
 
-PINNED = Launch(("taskset", "-c", SUT_CPU) if shutil.which("taskset") else ())
+def pinned(cpu: str) -> Launch:
+    """A launch on CPU ``cpu`` (unpinned where taskset is missing)."""
+    return Launch(("taskset", "-c", cpu) if shutil.which("taskset") else ())
+
+
+PINNED = pinned(SUT_CPU)
 """The throughput bench's launch: on the system-under-test CPU."""
 
 
@@ -114,10 +119,6 @@ def setup() -> int:
     return 0
 
 
-def _pinned(cpu: str, cmd: list[str]) -> list[str]:
-    return ["taskset", "-c", cpu, *cmd] if shutil.which("taskset") else cmd
-
-
 def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
@@ -126,6 +127,7 @@ def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subp
 
 
 def stop(proc: subprocess.Popen[bytes] | None) -> None:
+    """Stop a started process and its group (SIGTERM, then SIGKILL after 10 s)."""
     if proc is None or proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
@@ -311,7 +313,7 @@ def wrk(url: str, lua: Path, conns: int, duration: float, pid: int | None) -> Ru
     cmd = ["wrk", "-t1", f"-c{conns}", f"-d{duration:g}s", "--timeout", "10s", "-s", str(lua)]
     before = cpu_seconds(pid) if pid else 0.0
     out = subprocess.run(
-        _pinned(WRK_CPU, [*cmd, f"{url}/v1/chat/completions"]),
+        pinned(WRK_CPU).command([*cmd, f"{url}/v1/chat/completions"]),
         capture_output=True,
         text=True,
         check=True,

@@ -103,7 +103,9 @@ def measure(name: str, upstream: Target, work: Path, requests: int) -> Cost | No
         return None
     body = json.dumps({"model": "fake", "messages": MESSAGES, "stream": False}).encode()
     try:
-        send(client(target.url), body, WARM_UP)
+        warm = client(target.url)
+        send(warm, body, WARM_UP)
+        warm.close()
         control(target, "-i", "on")
         time.sleep(IDLE_S)  # the background alone: no request runs
         control(target, "-d")
