@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import urllib.parse
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -48,6 +50,37 @@ def test_any_bytes_parse_or_are_a_bad_request(raw: bytes) -> None:
             parse(raw)
     with contextlib.suppress(BadRequestError):
         multipart_model(b"multipart/form-data; boundary=b", raw)
+
+
+def _agrees_with_json_loads(raw: bytes) -> None:
+    """parse_json_body reads a body as json.loads does, and refuses what it refuses with
+    json's own reason."""
+    try:
+        expected = json.loads(raw)
+    except ValueError as exc:
+        with pytest.raises(BadRequestError, match=re.escape(str(exc))):
+            parse_json_body(raw)
+        return
+    if not isinstance(expected, dict):
+        return
+    if isinstance(expected.get("model", ""), str):
+        assert parse_json_body(raw).data == expected
+    else:
+        with pytest.raises(BadRequestError, match="model must be a string"):
+            parse_json_body(raw)
+
+
+@EXAMPLES
+@given(objects, st.text(alphabet=" \t\n\r\x0c\xa0}x", max_size=3))
+def test_a_whole_body_parses_as_json_loads_does(fields: dict[str, object], tail: str) -> None:
+    _agrees_with_json_loads((json.dumps(fields) + tail).encode())
+
+
+@EXAMPLES
+@given(st.binary(max_size=64))
+def test_any_object_like_bytes_parse_as_json_loads_does(raw: bytes) -> None:
+    _agrees_with_json_loads(b"{" + raw)
+    _agrees_with_json_loads(b'{"a": ' + raw)
 
 
 @EXAMPLES

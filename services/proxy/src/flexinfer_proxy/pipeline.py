@@ -220,8 +220,8 @@ class ProxyRequest:
         try:
             if ds.started:
                 await relay_as_event(answer, ds, incoming.stream, self._first_event)
-            elif answer.complete():  # the usual small answer: already whole, one write
-                await ds.respond(answer.status, response_headers(answer), await answer.read())
+            elif (body := answer.body_now()) is not None:  # the usual small answer: one write
+                await ds.respond(answer.status, response_headers(answer), body)
             else:
                 await relay_stream(answer, ds, self._first_event)
         finally:

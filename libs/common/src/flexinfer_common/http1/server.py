@@ -34,10 +34,11 @@ from flexinfer_common.http1.lazy_timer import LazyTimer
 from flexinfer_common.http1.request_head import (
     MAX_HEAD,
     HeadFields,
+    ParserCallbacks,
     RejectedError,
     RequestLineCheck,
 )
-from flexinfer_common.http1.worker import ConnectionWorker, Serve
+from flexinfer_common.http1.worker import ConnectionWorker
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,6 @@ class HttpProtocol(asyncio.Protocol):
         self.server_state = server_state
         self.connection = ConnectionScope(config.root_path, app_state)
         self.limit_concurrency = config.limit_concurrency
-        self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.running: Exchange | None = None
         """The exchange being served now."""
@@ -79,6 +79,7 @@ class HttpProtocol(asyncio.Protocol):
         self._idle = LazyTimer(self.loop, float(untyped.timeout_keep_alive), self._idle_expired)
         """Closes a connection idle (between requests) beyond the keep-alive timeout."""
         self._head = HeadFields()
+        self.parser = httptools.HttpRequestParser(ParserCallbacks(self, self._head))
         self._defaults: tuple[object, bytes] = (None, b"")
         self._in_head = False
         self._head_left = MAX_HEAD
@@ -185,17 +186,9 @@ class HttpProtocol(asyncio.Protocol):
     def on_message_begin(self) -> None:
         """A new request starts: a new head to fill."""
         self._line_check.between = False
-        self._head = HeadFields()
+        self._head.begin()
         self._in_head = True
         self.parsing = None
-
-    def on_url(self, url: bytes) -> None:
-        """Part of the request target."""
-        self._head.target += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        """One request header."""
-        self._head.add_header(name, value)
 
     def on_headers_complete(self) -> None:
         """The head is in: run the request now, or queue it behind the running one."""
@@ -249,7 +242,7 @@ class HttpProtocol(asyncio.Protocol):
             return
         pipeline = self.pipeline
         if pipeline is not None and pipeline.handles(exchange.method, exchange.target):
-            self._run(exchange, pipeline.serve)
+            self._worker.hand(exchange, pipeline.serve)
             return
         try:
             exchange.scope = self.connection.scope(exchange, self.parser.get_http_version())
@@ -257,14 +250,11 @@ class HttpProtocol(asyncio.Protocol):
             self.running = None
             self._reject(exc.status, str(exc))
             return
-        self._run(exchange, self._call_app)
+        self._worker.hand(exchange, self._call_app)
 
     def _call_app(self, exchange: Exchange) -> Coroutine[Any, Any, None]:
         assert exchange.scope is not None
         return self.app(exchange.scope, exchange.asgi_receive, exchange.asgi_send)  # type: ignore[no-any-return]
-
-    def _run(self, exchange: Exchange, serve: Serve) -> None:
-        self._worker.hand(exchange, serve)
 
     def response_complete(self, exchange: Exchange) -> None:
         """The answer is written: go on with the next request, or close."""

@@ -185,9 +185,9 @@ class EndpointTable:
         """A predicate: the endpoint is neither cooling down nor unhealthy."""
         entry = self._sets.get(model)
         if entry is None:
-            return lambda _: False
+            return _never
         if not entry.out_until and not entry.unhealthy:
-            return lambda _: True  # the common case: no per-endpoint lookups
+            return _always  # the common case: no per-endpoint lookups
         now = self._clock()
         out, sick = entry.out_until, entry.unhealthy
 
@@ -262,6 +262,14 @@ class EndpointTable:
             # Notify on every non-empty update, not only empty -> non-empty: waiters may
             # exist while endpoints are cooling down and a new set can serve them.
             self._on_available(model)
+
+
+def _always(_: EndpointInfo) -> bool:
+    return True
+
+
+def _never(_: EndpointInfo) -> bool:
+    return False
 
 
 def _stored(rec: EndpointRecord, entry: _EndpointSet) -> EndpointInfo:

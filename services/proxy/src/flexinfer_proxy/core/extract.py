@@ -12,12 +12,33 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from flexinfer_proxy.core.errors import BadRequestError
 
 _DECODER = json.JSONDecoder()
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+"""The decoder's C scanner: the JSON value at an index of a text, and where it ends."""
+_JSON_SPACE = " \t\n\r"
+"""The whitespace JSON allows between tokens (RFC 8259 2), and nothing else."""
+
+
+def _decode_object(text: str) -> Any:
+    """``json.loads`` of a text that begins with ``{``, without its wrappers: the decoder's
+    C scanner reads the object, and only whitespace may follow it."""
+    try:
+        data, end = _SCAN(text, 0)
+    except StopIteration as exc:  # a member with no value: json.loads says the same
+        raise json.JSONDecodeError("Expecting value", text, exc.value) from None
+    if end != len(text):
+        rest = len(text[end:].lstrip(_JSON_SPACE))
+        if rest:
+            raise json.JSONDecodeError("Extra data", text, len(text) - rest)
+    return data
+
+
 _WS = re.compile(r"[ \t\n\r]*")
 _MAX_NAME = 256
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -55,7 +76,7 @@ def parse_json_body(raw: bytes) -> ScannedBody:
     try:
         # A UTF-8 object (every OpenAI client) skips json.loads' encoding detection.
         if raw[:1] == b"{" and b"\x00" not in raw[:4]:
-            data = _DECODER.decode(raw.decode("utf-8", "surrogatepass"))
+            data = _decode_object(raw.decode("utf-8", "surrogatepass"))
         else:
             data = json.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:

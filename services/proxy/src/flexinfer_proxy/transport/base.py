@@ -63,8 +63,8 @@ class UpstreamAnswer(ABC):
         """The value of header ``name`` (lowercase), if present."""
 
     @abstractmethod
-    def complete(self) -> bool:
-        """Whether the whole body has arrived already (``read`` will not wait)."""
+    def body_now(self) -> bytes | None:
+        """The whole body if all of it has arrived already (no waiting), else None."""
 
     @abstractmethod
     async def read(self) -> bytes:

@@ -80,15 +80,22 @@ class H1Answer(UpstreamAnswer):
         """The whole body arrived intact (it may still be buffered here)."""
         return self._done and self._error is None
 
-    async def read(self) -> bytes:
-        """The whole body."""
-        if not self.complete():
-            return b"".join([chunk async for chunk in self.stream()])
+    def body_now(self) -> bytes | None:
+        """The whole body if it arrived intact already, else None."""
+        if not self._done or self._error is not None:
+            return None
         chunks = self._chunks
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self._buffered = 0
         return data
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        body = self.body_now()
+        if body is None:
+            return b"".join([chunk async for chunk in self.stream()])
+        return body
 
     async def stream(self) -> AsyncIterator[bytes]:
         """Body chunks as they arrive; AnswerBrokenError if the engine breaks off."""

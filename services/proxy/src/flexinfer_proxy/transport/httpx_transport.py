@@ -43,9 +43,9 @@ class HttpxAnswer(UpstreamAnswer):
         value = self._response.headers.get(name.decode("latin-1"))
         return None if value is None else value.encode("latin-1")
 
-    def complete(self) -> bool:
-        """httpx reads the body only when asked."""
-        return False
+    def body_now(self) -> bytes | None:
+        """None: httpx reads the body only when asked."""
+        return None
 
     async def read(self) -> bytes:
         """The whole body."""
