@@ -58,7 +58,8 @@ def _cached(cluster: Cluster) -> dict[str, Any]:
 
 async def _gated_by(cluster: Cluster, component: str) -> str:
     """Until the Model is Pending on the ``component`` Job, under demand; the Job's name."""
-    await eventually(lambda: _job(cluster.api, component) is not None)
+    # 30 s bounds: a machine loaded by two CI runs at once took longer than 5 s here.
+    await eventually(lambda: _job(cluster.api, component) is not None, timeout_s=30.0)
     job = _job(cluster.api, component)
     assert job is not None
     name = str(job["metadata"]["name"])
@@ -67,7 +68,8 @@ async def _gated_by(cluster: Cluster, component: str) -> str:
         lambda: (
             bool(cluster.status().get("lastActiveTime"))
             and name in str(_cached(cluster).get("message"))
-        )
+        ),
+        timeout_s=30.0,
     )
     await cluster.wait_phase("Pending")
     assert _cached(cluster)["reason"] == f"{component.capitalize()}Running"

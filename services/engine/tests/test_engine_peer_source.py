@@ -69,7 +69,7 @@ async def test_the_engine_serves_its_weights_to_a_peer(
         )
         async with (
             serve_in_background(create_app(settings, engine=engine)) as url,
-            httpx.AsyncClient(base_url=url) as http,
+            httpx.AsyncClient(base_url=url, timeout=60.0) as http,  # a loaded machine: no 5 s bound
         ):
             ready = mx_p2p.SOURCE_STATUS_READY
             await asyncio.to_thread(wait_until, lambda: _listed(registry, ready), 30, "READY")
