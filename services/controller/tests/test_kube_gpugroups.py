@@ -165,14 +165,14 @@ async def test_the_gpugroup_thresholds_decide_and_its_status_says_so(
         setup.annotate(3)
         await setup.seen(3)
         assert await setup.replicas("b") == 0  # 3 queued, not yet for the 10 s hysteresis
-        # One condition for both: a status with the state but not yet the new count
-        # (a patch retried after a 409) must not be read as the answer.
-        await eventually(
-            lambda: (
-                setup.status()["modelStatuses"][1].get("state") == "Queued"
-                and setup.status()["modelStatuses"][1].get("queuedRequests") == 3
-            )
-        )
+
+        def queued_three() -> bool:
+            # One read for both: a status with the state but not yet the new count (a
+            # patch retried after a 409) must not be read as the answer.
+            status = setup.status()["modelStatuses"][1]
+            return bool(status.get("state") == "Queued" and status.get("queuedRequests") == 3)
+
+        await eventually(queued_three)
 
         setup.clock.advance(10.5)
         assert await setup.replicas("b") == 1

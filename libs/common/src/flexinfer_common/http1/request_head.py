@@ -68,13 +68,15 @@ class HeadFields:
 
     __slots__ = ("expects_continue", "headers", "hosts", "known", "target")
 
+    target: bytes
+    headers: list[tuple[bytes, bytes]]
+    known: dict[bytes, bytes]
+    """The first value of each header name, for lookups."""
+    expects_continue: bool
+    hosts: int
+
     def __init__(self) -> None:
-        self.target = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.known: dict[bytes, bytes] = {}
-        """The first value of each header name, for lookups."""
-        self.expects_continue = False
-        self.hosts = 0
+        self.begin()
 
     def begin(self) -> None:
         """A new request head starts."""

@@ -82,7 +82,7 @@ class H1Answer(UpstreamAnswer):
 
     def body_now(self) -> bytes | None:
         """The whole body if it arrived intact already, else None."""
-        if not self._done or self._error is not None:
+        if not self.complete():
             return None
         chunks = self._chunks
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
